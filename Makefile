@@ -1,0 +1,115 @@
+# gkm: GPU kernel cache manager. See README.md.
+#
+# Sources are found by wildcard: a new core/*.c, webhook/*.c or csi/*.c is
+# built into the gkm binary without touching this file; spec/unit/test_*.c are
+# cmocka tests built with the sanitizers; extra build rules live next to what
+# they build in */*.mk files (included below).
+
+BUILD     ?= build
+PREFIX    ?= /usr/local
+CC        ?= cc
+VERSION   := $(shell git describe --tags --always --dirty 2>/dev/null || echo 0.0.0-dev)
+
+# Every Debian package the build, the tests and the benchmarks need.
+DEPS := build-essential pkg-config git ca-certificates \
+	liblua5.4-dev lua5.4 libcurl4-openssl-dev libcjson-dev libarchive-dev \
+	libyaml-dev libssl-dev libmicrohttpd-dev libgrpc-dev libprotobuf-c-dev \
+	protobuf-c-compiler protobuf-compiler libzstd-dev zlib1g-dev libisal-dev libdeflate-dev \
+	libcmocka-dev lua-busted lua-check clang-format cppcheck \
+	docker-registry skopeo umoci apache2-utils openssl curl \
+	python3 python3-grpcio python3-grpc-tools python3-yaml \
+	golang-1.19-go golang-github-masterminds-sprig-dev golang-gopkg-yaml.v3-dev \
+	libarchive-tools zstd isal time wrk hyperfine
+
+PKGS := lua5.4 libcurl libcjson libarchive yaml-0.1 openssl libmicrohttpd grpc libprotobuf-c zlib libzstd
+PKG_CFLAGS = $(shell pkg-config --cflags $(PKGS) 2>/dev/null)
+PKG_LIBS   = $(shell pkg-config --libs $(PKGS) 2>/dev/null) -lpthread -ldl -lm
+
+WARN     := -Wall -Wextra -Werror -Wshadow -Wformat=2 -Wno-unused-parameter
+CFLAGS   ?= -O2 -g
+ALL_CFLAGS = -std=gnu11 -fPIC $(WARN) $(CFLAGS) -D_GNU_SOURCE -DGKM_VERSION='"$(VERSION)"' \
+	-Icore -I$(BUILD)/gen $(PKG_CFLAGS)
+SAN      := -fsanitize=address,undefined -fno-omit-frame-pointer -fno-sanitize-recover=undefined
+
+EMBED_FILES := $(sort $(shell find lua policies -name '*.lua' 2>/dev/null))
+
+# Generated C sources (protobuf-c output etc.) are appended by */*.mk files.
+GEN_SRCS :=
+-include $(wildcard core/*.mk webhook/*.mk csi/*.mk spec/*.mk)
+
+MAIN_SRC := core/main.c
+LIB_SRCS := $(filter-out $(MAIN_SRC),$(wildcard core/*.c webhook/*.c csi/*.c)) $(GEN_SRCS)
+LIB_OBJS := $(patsubst %.c,$(BUILD)/obj/%.o,$(LIB_SRCS)) $(BUILD)/obj/embedded.o
+SAN_OBJS := $(patsubst %.c,$(BUILD)/san/%.o,$(LIB_SRCS)) $(BUILD)/san/embedded.o
+UNIT_SRCS := $(wildcard spec/unit/test_*.c)
+UNIT_BINS := $(patsubst spec/unit/%.c,$(BUILD)/unit/%,$(UNIT_SRCS))
+SPEC_MOD  := $(BUILD)/spec/gkmspec.so
+
+.PHONY: all deps test unit-tests lint format bench run install clean manifests
+all: $(BUILD)/gkm
+
+$(BUILD)/gkm: $(BUILD)/obj/core/main.o $(LIB_OBJS)
+	$(CC) $(CFLAGS) -o $@ $^ -Wl,--as-needed $(PKG_LIBS)
+
+$(BUILD)/obj/%.o: %.c
+	@mkdir -p $(dir $@)
+	$(CC) $(ALL_CFLAGS) -MMD -MP -c -o $@ $<
+
+$(BUILD)/san/%.o: %.c
+	@mkdir -p $(dir $@)
+	$(CC) $(ALL_CFLAGS) $(SAN) -MMD -MP -c -o $@ $<
+
+# Lua and policy files are compiled into the binary (.incbin keeps them byte-exact).
+$(BUILD)/gen/embedded.S: $(EMBED_FILES) core/embed.sh
+	@mkdir -p $(dir $@)
+	sh core/embed.sh $(EMBED_FILES) > $@
+$(BUILD)/obj/embedded.o: $(BUILD)/gen/embedded.S
+	$(CC) -c -o $@ $<
+$(BUILD)/san/embedded.o: $(BUILD)/gen/embedded.S
+	@mkdir -p $(dir $@)
+	$(CC) -c -o $@ $<
+
+$(BUILD)/unit/%: spec/unit/%.c $(SAN_OBJS)
+	@mkdir -p $(dir $@)
+	$(CC) $(ALL_CFLAGS) $(SAN) -Ispec/unit -o $@ $^ $(PKG_LIBS) -lcmocka
+
+# The Lua module busted specs use to drive the real engine and sandbox.
+$(SPEC_MOD): spec/lib/gkmspec.c $(LIB_OBJS)
+	@mkdir -p $(dir $@)
+	$(CC) $(ALL_CFLAGS) -shared -o $@ $^ $(PKG_LIBS)
+
+unit-tests: $(UNIT_BINS)
+
+deps:
+	@sh core/deps.sh $(DEPS)
+
+test: deps
+	@$(MAKE) --no-print-directory all unit-tests $(SPEC_MOD) spec-extra
+	@BUILD=$(BUILD) bash spec/run.sh
+
+# Extra test artefacts (fake libraries, generated stubs) hook in here from */*.mk.
+.PHONY: spec-extra
+spec-extra::
+
+lint:
+	clang-format --dry-run --Werror $(wildcard core/*.[ch] webhook/*.[ch] csi/*.[ch] spec/unit/*.[ch] spec/lib/*.[ch])
+	cppcheck --quiet --error-exitcode=1 --enable=warning,portability --inline-suppr \
+		--suppress=missingIncludeSystem -D__GNUC__ -Icore core webhook csi
+	luacheck --quiet lua policies spec/lua
+
+format:
+	clang-format -i $(wildcard core/*.[ch] webhook/*.[ch] csi/*.[ch] spec/unit/*.[ch] spec/lib/*.[ch])
+
+bench: deps all
+	@BUILD=$(BUILD) bash spec/bench/run.sh
+
+run: deps all
+	@BUILD=$(BUILD) sh core/demo.sh
+
+install: all
+	install -D -m 0755 $(BUILD)/gkm $(DESTDIR)$(PREFIX)/bin/gkm
+
+clean:
+	rm -rf $(BUILD)
+
+-include $(shell find $(BUILD) -name '*.d' 2>/dev/null)
