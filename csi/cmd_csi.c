@@ -193,8 +193,13 @@ int cmd_csi(int argc, char **argv)
 		rc = EXIT_OK;
 out:
 	if (srv) {
-		unsigned cancelled = csi_server_stop(srv, (unsigned)drain * 1000u);
-		if (cancelled)
+		int stopped = csi_server_stop(srv, (unsigned)drain * 1000u);
+		if (stopped == -EBUSY) {
+			/* Handlers still use node: exit without tearing it down. */
+			log_error("CSI node plugin stopped with calls still running");
+			return EXIT_FAIL;
+		}
+		if (stopped > 0)
 			rc = EXIT_FAIL;
 	}
 	health_stop(d.health);
