@@ -186,6 +186,9 @@ static int check_hook(struct engine *e, const struct engine_hook *h, struct engi
 	if (t == LUA_TNONE)
 		set_error(err, ENGINE_NO_HOOK, "%s.lua: must return a table with the hook function '%s'",
 		          h->module, h->function);
+	else if (t == LUA_TNIL)
+		set_error(err, ENGINE_NO_HOOK, "%s.lua: does not define the hook function '%s'",
+		          h->module, h->function);
 	else
 		set_error(err, ENGINE_NO_HOOK, "%s.lua: hook '%s' must be a function, got %s", h->module,
 		          h->function, lua_typename(e->sb.L, t));
