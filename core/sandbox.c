@@ -352,9 +352,9 @@ static void push_loader(lua_State *L, const char *name)
 	char path[128];
 	if (strncmp(name, "gkm.", 4) == 0) {
 		/* start/stop symbols of one linker section */
+		const struct engine_module *end = __stop_gkm_modules;
 		// cppcheck-suppress comparePointers
-		for (const struct engine_module *m = __start_gkm_modules;
-		     m && m < __stop_gkm_modules; m++) {
+		for (const struct engine_module *m = __start_gkm_modules; m && m < end; m++) {
 			if (strcmp(m->name, name) == 0) {
 				lua_pushcfunction(L, m->open);
 				return;
