@@ -91,7 +91,7 @@ deps:
 	@sh core/deps.sh $(DEPS)
 
 test: deps
-	@$(MAKE) --no-print-directory all unit-tests $(SPEC_MOD) spec-extra
+	@$(MAKE) --no-print-directory -j$$(nproc) all unit-tests $(SPEC_MOD) spec-extra
 	@BUILD=$(BUILD) bash spec/run.sh
 
 # Extra test artefacts (fake libraries, generated stubs) hook in here from */*.mk.
