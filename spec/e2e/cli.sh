@@ -4,7 +4,9 @@
 set -u
 . "$(dirname "$0")/../lib/tap.sh"
 cd "$GKM_ROOT"
-G=$GKM_BIN
+# the sanitizer build: any memory error or undefined behaviour fails the test
+G=${GKM_BIN_SAN:-$GKM_BIN}
+export ASAN_OPTIONS=detect_leaks=1:exitcode=99
 fx=spec/fixtures/policy
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
