@@ -166,15 +166,15 @@ static const char *jstr(const cJSON *o, const char *key)
 	return cJSON_IsString(v) ? v->valuestring : NULL;
 }
 
-/* Printable prefix of a non-JSON body for an error message. */
-static void body_excerpt(char *dst, size_t dlen, const char *body, size_t len)
+void kube_text_excerpt(char *dst, size_t dlen, const char *s, size_t n)
 {
 	size_t j = 0;
-	for (size_t i = 0; i < len && j + 1 < dlen && i < 200; i++) {
-		unsigned char ch = (unsigned char)body[i];
+	for (size_t i = 0; i < n && j + 1 < dlen && i < 200; i++) {
+		unsigned char ch = (unsigned char)s[i];
 		dst[j++] = (ch >= 0x20 && ch < 0x7f) ? (char)ch : ' ';
 	}
-	dst[j] = '\0';
+	if (dlen)
+		dst[j] = '\0';
 }
 
 void kube_error_from_response(long code, const char *body, size_t len, struct kube_error *err)
@@ -221,7 +221,7 @@ void kube_error_from_response(long code, const char *body, size_t len, struct ku
 	} else {
 		copy_str(err->reason_text, sizeof(err->reason_text), kube_reason_name(err->reason));
 		char ex[256];
-		body_excerpt(ex, sizeof(ex), body ? body : "", body ? len : 0);
+		kube_text_excerpt(ex, sizeof(ex), body ? body : "", body ? len : 0);
 		snprintf(err->message, sizeof(err->message), "HTTP %ld%s%s", code, *ex ? ": " : "",
 		         ex);
 	}
@@ -821,7 +821,7 @@ int kube_client_do(struct kube_client *c, const struct kube_request *rq, cJSON *
 		if (!j || !(cJSON_IsObject(j))) {
 			cJSON_Delete(j);
 			char ex[256];
-			body_excerpt(ex, sizeof(ex), x.buf, x.len);
+			kube_text_excerpt(ex, sizeof(ex), x.buf, x.len);
 			kube_error_set(err, KUBE_MALFORMED, "%s %s: HTTP %ld with a body that is not a JSON object: %s",
 			               rq->method, rq->path, code, ex);
 			err->http_code = code;

@@ -253,6 +253,10 @@ __attribute__((warn_unused_result)) int kube_client_event(struct kube_client *c,
                                                           const struct kube_event *ev,
                                                           struct kube_error *err);
 
+/* A printable excerpt (at most 200 bytes, control bytes as spaces) of
+ * text from outside, for error messages. */
+void kube_text_excerpt(char *dst, size_t dlen, const char *s, size_t n);
+
 /* Helpers on objects. */
 const char *kube_obj_str(const cJSON *obj, const char *section, const char *field);
 #define kube_obj_name(o) kube_obj_str((o), "metadata", "name")

@@ -12,6 +12,7 @@
 #include <cjson/cJSON.h>
 #include <netinet/in.h>
 #include <pthread.h>
+#include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -97,6 +98,24 @@ static cJSON *replay_load(const char *file)
 	return j;
 }
 
+/* A recorded watch body (a list of events) as the stream the server sent:
+ * one JSON object per line. Caller frees. */
+static char *replay_stream_of(const cJSON *fx, size_t *len)
+{
+	const cJSON *body = cJSON_GetObjectItem(cJSON_GetObjectItem(fx, "response"), "body");
+	size_t cap = 1 << 20, n = 0;
+	char *s = malloc(cap);
+	const cJSON *ev;
+	cJSON_ArrayForEach(ev, body)
+	{
+		char *line = cJSON_PrintUnformatted(ev);
+		n += (size_t)snprintf(s + n, cap - n, "%s\n", line);
+		free(line);
+	}
+	*len = n;
+	return s;
+}
+
 static void replay_push_fixture(struct replay *r, const cJSON *fx)
 {
 	const cJSON *resp = cJSON_GetObjectItem(fx, "response");
@@ -105,15 +124,8 @@ static void replay_push_fixture(struct replay *r, const cJSON *fx)
 	const char *path = cJSON_GetObjectItem(cJSON_GetObjectItem(fx, "request"), "path")->valuestring;
 	bool watch = strstr(path, "watch=1") != NULL;
 	if (watch && cJSON_IsArray(body)) {
-		size_t cap = 1 << 20, len = 0;
-		char *s = malloc(cap);
-		const cJSON *ev;
-		cJSON_ArrayForEach(ev, body)
-		{
-			char *line = cJSON_PrintUnformatted(ev);
-			len += (size_t)snprintf(s + len, cap - len, "%s\n", line);
-			free(line);
-		}
+		size_t len;
+		char *s = replay_stream_of(fx, &len);
 		replay_push(r, status, s, len, true);
 		free(s);
 		return;
@@ -193,8 +205,8 @@ static void replay_serve(struct replay *r, int fd)
 			write_all(fd, nf, strlen(nf));
 			return;
 		}
-		if (p->delay_ms)
-			usleep(p->delay_ms * 1000);
+		for (unsigned t = 0; t < p->delay_ms && !r->stop; t += 10)
+			usleep(10000);
 		if (p->raw) {
 			write_all(fd, p->body, p->len);
 			return;
