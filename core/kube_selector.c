@@ -110,6 +110,25 @@ static char *token(const char **p, const char *stops)
 	return t;
 }
 
+/* Read one value into r: 0, -ENOMEM, or -EINVAL with err. */
+static int add_value(struct req *r, const char **p, const char *stops, const char *sel, char *err,
+                     size_t errlen)
+{
+	if (r->nvalues >= MAX_VALUES) {
+		seterr(err, errlen, "more than %d values in a set", MAX_VALUES);
+		return -EINVAL;
+	}
+	char *v = token(p, stops);
+	if (!v)
+		return -ENOMEM;
+	r->values[r->nvalues++] = v;
+	if (!kube_label_value_valid(v)) {
+		seterr(err, errlen, "invalid label value \"%s\" in selector \"%s\"", v, sel);
+		return -EINVAL;
+	}
+	return 0;
+}
+
 int kube_selector_parse(const char *s, struct kube_selector **out, char *err, size_t errlen)
 {
 	if (s && strlen(s) > MAX_SELECTOR) {
@@ -144,12 +163,10 @@ int kube_selector_parse(const char *s, struct kube_selector **out, char *err, si
 		} else if (*p == '=' || (*p == '!' && p[1] == '=')) {
 			r->op = *p == '!' ? OP_NE : OP_EQ;
 			p += (*p == '!' || p[1] == '=') ? 2 : 1;
-			char *v = token(&p, ",()=!");
-			if (!v)
-				goto nomem;
-			r->values[r->nvalues++] = v;
-			if (!kube_label_value_valid(v)) {
-				seterr(err, errlen, "invalid label value \"%s\" in selector \"%s\"", v, s);
+			int vr = add_value(r, &p, ",()=!", s, err, errlen);
+			if (vr < 0) {
+				if (vr == -ENOMEM)
+					goto nomem;
 				goto bad;
 			}
 		} else if (!strncmp(p, "in", 2) || !strncmp(p, "notin", 5)) {
@@ -162,16 +179,10 @@ int kube_selector_parse(const char *s, struct kube_selector **out, char *err, si
 			}
 			p++;
 			for (;;) {
-				if (r->nvalues >= MAX_VALUES) {
-					seterr(err, errlen, "more than %d values in a set", MAX_VALUES);
-					goto bad;
-				}
-				char *v = token(&p, ",()");
-				if (!v)
-					goto nomem;
-				r->values[r->nvalues++] = v;
-				if (!kube_label_value_valid(v)) {
-					seterr(err, errlen, "invalid label value \"%s\" in selector \"%s\"", v, s);
+				int vr = add_value(r, &p, ",()", s, err, errlen);
+				if (vr < 0) {
+					if (vr == -ENOMEM)
+						goto nomem;
 					goto bad;
 				}
 				if (*p == ',') {
