@@ -22,6 +22,8 @@ struct tb {
 	size_t len, cap;
 };
 
+#define TB_UNUSED __attribute__((unused))
+
 static la_ssize_t tb_write_cb(struct archive *a, void *cd, const void *data, size_t n)
 {
 	(void)a;
@@ -41,7 +43,7 @@ static la_ssize_t tb_write_cb(struct archive *a, void *cd, const void *data, siz
 	return (la_ssize_t)n;
 }
 
-static void tb_begin(struct tb *t, enum tb_filter f)
+TB_UNUSED static void tb_begin(struct tb *t, enum tb_filter f)
 {
 	memset(t, 0, sizeof(*t));
 	t->a = archive_write_new();
@@ -55,7 +57,7 @@ static void tb_begin(struct tb *t, enum tb_filter f)
 		abort();
 }
 
-static void tb_entry(struct tb *t, const char *path, unsigned type, unsigned mode, int64_t size,
+TB_UNUSED static void tb_entry(struct tb *t, const char *path, unsigned type, unsigned mode, int64_t size,
                      const char *link, int hard, time_t mtime)
 {
 	struct archive_entry *e = archive_entry_new();
@@ -75,7 +77,7 @@ static void tb_entry(struct tb *t, const char *path, unsigned type, unsigned mod
 	archive_entry_free(e);
 }
 
-static void tb_file(struct tb *t, const char *path, unsigned mode, const char *data, time_t mtime)
+TB_UNUSED static void tb_file(struct tb *t, const char *path, unsigned mode, const char *data, time_t mtime)
 {
 	size_t n = strlen(data);
 	tb_entry(t, path, AE_IFREG, mode, (int64_t)n, NULL, 0, mtime);
@@ -84,7 +86,7 @@ static void tb_file(struct tb *t, const char *path, unsigned mode, const char *d
 }
 
 /* A file of size bytes, all equal to byte c, written in chunks. */
-static void tb_fill(struct tb *t, const char *path, int64_t size, int c)
+TB_UNUSED static void tb_fill(struct tb *t, const char *path, int64_t size, int c)
 {
 	static unsigned char chunk[65536];
 	memset(chunk, c, sizeof(chunk));
@@ -97,36 +99,36 @@ static void tb_fill(struct tb *t, const char *path, int64_t size, int c)
 	}
 }
 
-static void tb_dir(struct tb *t, const char *path, unsigned mode, time_t mtime)
+TB_UNUSED static void tb_dir(struct tb *t, const char *path, unsigned mode, time_t mtime)
 {
 	tb_entry(t, path, AE_IFDIR, mode, 0, NULL, 0, mtime);
 }
 
-static void tb_symlink(struct tb *t, const char *path, const char *target)
+TB_UNUSED static void tb_symlink(struct tb *t, const char *path, const char *target)
 {
 	tb_entry(t, path, AE_IFLNK, 0777, 0, target, 0, 0);
 }
 
-static void tb_hardlink(struct tb *t, const char *path, const char *target)
+TB_UNUSED static void tb_hardlink(struct tb *t, const char *path, const char *target)
 {
 	tb_entry(t, path, AE_IFREG, 0644, 0, target, 1, 0);
 }
 
-static void tb_end(struct tb *t)
+TB_UNUSED static void tb_end(struct tb *t)
 {
 	archive_write_close(t->a);
 	archive_write_free(t->a);
 	t->a = NULL;
 }
 
-static void tb_free(struct tb *t)
+TB_UNUSED static void tb_free(struct tb *t)
 {
 	free(t->buf);
 	memset(t, 0, sizeof(*t));
 }
 
 /* gzip a buffer (one member) with zlib; caller frees *out. */
-static void tb_gzip(const unsigned char *in, size_t len, unsigned char **out, size_t *out_len)
+TB_UNUSED static void tb_gzip(const unsigned char *in, size_t len, unsigned char **out, size_t *out_len)
 {
 	z_stream z;
 	memset(&z, 0, sizeof(z));
@@ -153,7 +155,7 @@ struct memsrc {
 	int fail_at_end;
 };
 
-static ssize_t memsrc_read(void *ctx, void *buf, size_t len)
+TB_UNUSED static ssize_t memsrc_read(void *ctx, void *buf, size_t len)
 {
 	struct memsrc *m = ctx;
 	size_t n = m->len - m->pos;
@@ -169,7 +171,7 @@ static ssize_t memsrc_read(void *ctx, void *buf, size_t len)
 }
 
 /* A fresh temp dir under TMPDIR (or /tmp); path written to buf. */
-static void tmpdir_make(char *buf, size_t len, const char *tag)
+TB_UNUSED static void tmpdir_make(char *buf, size_t len, const char *tag)
 {
 	const char *base = getenv("TMPDIR");
 	snprintf(buf, len, "%s/gkm-%s.XXXXXX", base && *base ? base : "/tmp", tag);
@@ -177,7 +179,7 @@ static void tmpdir_make(char *buf, size_t len, const char *tag)
 		abort();
 }
 
-static void tmpdir_remove(const char *path)
+TB_UNUSED static void tmpdir_remove(const char *path)
 {
 	char cmd[4200];
 	snprintf(cmd, sizeof(cmd), "chmod -R u+rwx '%s' 2>/dev/null; rm -rf '%s'", path, path);
@@ -185,7 +187,7 @@ static void tmpdir_remove(const char *path)
 		fprintf(stderr, "could not remove %s\n", path);
 }
 
-static int read_file_str(const char *path, char *buf, size_t len)
+TB_UNUSED static int read_file_str(const char *path, char *buf, size_t len)
 {
 	FILE *f = fopen(path, "rb");
 	if (f == NULL)
