@@ -53,6 +53,11 @@ $(BUILD)/gkm: $(BUILD)/obj/core/main.o $(LIB_OBJS)
 	@echo "  LD      $@"
 	$(Q)$(CC) $(CFLAGS) -o $@ $^ -Wl,--as-needed $(PKG_LIBS)
 
+# The same binary built with the sanitizers, for end-to-end tests of bad input.
+$(BUILD)/gkm-san: $(BUILD)/san/core/main.o $(SAN_OBJS)
+	@echo "  LD san  $@"
+	$(Q)$(CC) $(CFLAGS) $(SAN) -o $@ $^ -Wl,--as-needed $(PKG_LIBS)
+
 $(BUILD)/obj/%.o: %.c
 	@mkdir -p $(dir $@)
 	@echo "  CC      $<"
@@ -91,7 +96,7 @@ deps:
 	@sh core/deps.sh $(DEPS)
 
 test: deps
-	@$(MAKE) --no-print-directory all unit-tests $(SPEC_MOD) spec-extra
+	@$(MAKE) --no-print-directory -j$$(nproc) all $(BUILD)/gkm-san unit-tests $(SPEC_MOD) spec-extra
 	@BUILD=$(BUILD) bash spec/run.sh
 
 # Extra test artefacts (fake libraries, generated stubs) hook in here from */*.mk.

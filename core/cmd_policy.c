@@ -93,7 +93,8 @@ static int eval_and_print(struct engine *e, const char *hook, const cJSON *input
 	struct engine_error err;
 	enum engine_status st = engine_call(e, hook, input, &out, &err);
 	if (st != ENGINE_OK) {
-		fprintf(stderr, CMD ": hook %s: %s: %s\n", hook, engine_status_name(st), err.message);
+		fprintf(stderr, CMD ": hook %s: %s: %s\n", hook, engine_status_name(st),
+		        err.message);
 		return EXIT_FAIL;
 	}
 	print_json(out);
@@ -132,7 +133,8 @@ static int matches(const cJSON *want, const cJSON *got, char *path, size_t pathl
 		cJSON_ArrayForEach(w, want)
 		{
 			snprintf(path + n, pathlen - n, ".%s", w->string);
-			if (!matches(w, cJSON_GetObjectItemCaseSensitive(got, w->string), path, pathlen))
+			if (!matches(w, cJSON_GetObjectItemCaseSensitive(got, w->string), path,
+			             pathlen))
 				return 0;
 		}
 		path[n] = '\0';
@@ -141,7 +143,8 @@ static int matches(const cJSON *want, const cJSON *got, char *path, size_t pathl
 	if (cJSON_IsArray(want)) {
 		/* an empty table leaves Lua as {}: accept it for an empty array */
 		if (cJSON_GetArraySize(want) == 0)
-			return (cJSON_IsArray(got) || cJSON_IsObject(got)) && cJSON_GetArraySize(got) == 0;
+			return (cJSON_IsArray(got) || cJSON_IsObject(got)) &&
+			       cJSON_GetArraySize(got) == 0;
 		if (!cJSON_IsArray(got) || cJSON_GetArraySize(want) != cJSON_GetArraySize(got))
 			return 0;
 		size_t n = strlen(path);
@@ -195,7 +198,8 @@ static int do_test(const char *dir, const char *cases_path, const struct engine_
 		enum engine_status st = engine_call(e, hook->valuestring, input, &out, &eerr);
 		char path[256] = "";
 		if (st != ENGINE_OK) {
-			printf("not ok %d - %s: %s: %s\n", n, nm, engine_status_name(st), eerr.message);
+			printf("not ok %d - %s: %s: %s\n", n, nm, engine_status_name(st),
+			       eerr.message);
 			failed++;
 		} else if (!matches(expect, out, path, sizeof(path))) {
 			char *g = cJSON_PrintUnformatted(out);
@@ -214,8 +218,8 @@ static int do_test(const char *dir, const char *cases_path, const struct engine_
 	return failed ? EXIT_FAIL : EXIT_OK;
 }
 
-static int do_reload(const char *dir, const char *newdir, const char *hook,
-                     const char *input_path, const struct engine_limits *lim)
+static int do_reload(const char *dir, const char *newdir, const char *hook, const char *input_path,
+                     const struct engine_limits *lim)
 {
 	char err[512];
 	cJSON *input = NULL;
@@ -241,9 +245,10 @@ static int do_reload(const char *dir, const char *newdir, const char *hook,
 	if (load_bundle(newdir, &nb) != 0)
 		goto out;
 	if (engine_slot_load(&slot, nb, &eerr) != 0)
-		printf("reload to %s refused (%s): %s\nstill answering with generation %llu (%s):\n",
-		       newdir, engine_status_name(eerr.status), eerr.message,
-		       (unsigned long long)slot.generation, engine_digest(slot.current));
+		printf(
+		    "reload to %s refused (%s): %s\nstill answering with generation %llu (%s):\n",
+		    newdir, engine_status_name(eerr.status), eerr.message,
+		    (unsigned long long)slot.generation, engine_digest(slot.current));
 	else
 		printf("generation %llu: %s (%s)\n", (unsigned long long)slot.generation, newdir,
 		       engine_digest(slot.current));
@@ -260,11 +265,11 @@ int cmd_policy(int argc, char **argv)
 {
 	enum { OPT_MEMORY = CLI_OPT_FIRST_FREE, OPT_INSTR, OPT_TIMEOUT };
 	static const struct option opts[] = {
-		CLI_COMMON_OPTIONS,
-		{"memory", required_argument, 0, OPT_MEMORY},
-		{"instructions", required_argument, 0, OPT_INSTR},
-		{"timeout-ms", required_argument, 0, OPT_TIMEOUT},
-		{0, 0, 0, 0},
+	    CLI_COMMON_OPTIONS,
+	    {"memory", required_argument, 0, OPT_MEMORY},
+	    {"instructions", required_argument, 0, OPT_INSTR},
+	    {"timeout-ms", required_argument, 0, OPT_TIMEOUT},
+	    {0, 0, 0, 0},
 	};
 	struct engine_limits lim = engine_limits_default;
 	unsigned long long v;
@@ -274,21 +279,23 @@ int cmd_policy(int argc, char **argv)
 		switch (c) {
 		case OPT_MEMORY:
 			if (cli_parse_u64(optarg, 1ull << 34, &v) != 0 || v < (1u << 20))
-				return cli_usage_error(CMD, "--memory wants bytes, 1048576 to 17179869184, "
-				                            "got '%s'",
-				                       optarg);
+				return cli_usage_error(
+				    CMD,
+				    "--memory wants bytes, 1048576 to 17179869184, "
+				    "got '%s'",
+				    optarg);
 			lim.memory_bytes = (size_t)v;
 			break;
 		case OPT_INSTR:
 			if (cli_parse_u64(optarg, 1ull << 40, &v) != 0 || v < 1000)
-				return cli_usage_error(CMD, "--instructions wants a count >= 1000, got '%s'",
-				                       optarg);
+				return cli_usage_error(
+				    CMD, "--instructions wants a count >= 1000, got '%s'", optarg);
 			lim.instructions = v;
 			break;
 		case OPT_TIMEOUT:
 			if (cli_parse_u64(optarg, 3600000, &v) != 0 || v == 0)
-				return cli_usage_error(CMD, "--timeout-ms wants 1 to 3600000, got '%s'",
-				                       optarg);
+				return cli_usage_error(
+				    CMD, "--timeout-ms wants 1 to 3600000, got '%s'", optarg);
 			lim.wall_ms = v;
 			break;
 		default:

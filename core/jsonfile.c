@@ -44,7 +44,8 @@ int jsonfile_read(const char *path, cJSON **out, char *err, size_t errlen)
 		if (len == cap) {
 			if (cap >= JSONFILE_MAX) {
 				rc = -EFBIG;
-				snprintf(err, errlen, "%s: larger than %u bytes", path, JSONFILE_MAX);
+				snprintf(err, errlen, "%s: larger than %u bytes", path,
+				         JSONFILE_MAX);
 				goto out;
 			}
 			cap = cap ? cap * 2 : 65536;

@@ -30,7 +30,7 @@ int policy_check_verdict(const cJSON *r, char *err, size_t errlen)
 		                         "a refusal needs 'reason', a CamelCase word of at most 64 "
 		                         "letters and digits");
 	if (!cJSON_IsString(message) || strlen(message->valuestring) > 1024)
-		return policy_check_fail(err, errlen,
-		                         "a refusal needs 'message', a string of at most 1024 bytes");
+		return policy_check_fail(
+		    err, errlen, "a refusal needs 'message', a string of at most 1024 bytes");
 	return 0;
 }
