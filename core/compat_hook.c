@@ -1,11 +1,9 @@
-/* The compat policy hook, its validator, and the grouping of its verdicts
- * into node status id sets. */
+/* The compat policy hook and its validator. */
 #include "compat_hook.h"
 
 #include <math.h>
 #include <stdbool.h>
 #include <stdio.h>
-#include <stdlib.h>
 #include <string.h>
 
 #include "engine.h"
@@ -82,81 +80,3 @@ int compat_hook_validate(const cJSON *r, char *err, size_t errlen)
 }
 
 ENGINE_HOOK(compat_hook, "compat", "compat", "evaluate", compat_hook_validate);
-
-static const char *str_or_empty(const cJSON *o, const char *k)
-{
-	const char *s = cJSON_GetStringValue(cJSON_GetObjectItemCaseSensitive(o, k));
-	return s ? s : "";
-}
-
-static bool same_outcome(const cJSON *a, const cJSON *b)
-{
-	return cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(a, "compatible")) ==
-	           cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(b, "compatible")) &&
-	       strcmp(str_or_empty(a, "reason"), str_or_empty(b, "reason")) == 0 &&
-	       strcmp(str_or_empty(a, "message"), str_or_empty(b, "message")) == 0;
-}
-
-/* A new id set for verdict v, appended to list; NULL on allocation failure. */
-static cJSON *new_set(cJSON *list, const cJSON *v, bool compatible)
-{
-	cJSON *set = cJSON_CreateObject();
-	if (!set || !cJSON_AddItemToArray(list, set)) {
-		cJSON_Delete(set);
-		return NULL;
-	}
-	if (!cJSON_AddArrayToObject(set, "ids"))
-		return NULL;
-	if (!compatible && (!cJSON_AddStringToObject(set, "reason", str_or_empty(v, "reason")) ||
-	                    !cJSON_AddStringToObject(set, "message", str_or_empty(v, "message"))))
-		return NULL;
-	return set;
-}
-
-cJSON *compat_hook_group(const cJSON *result)
-{
-	const cJSON *gpus = cJSON_GetObjectItemCaseSensitive(result, "gpus");
-	int n = cJSON_GetArraySize(gpus);
-	/* the first verdict of each set, per list, to compare later ones with */
-	const cJSON **reps = calloc(n > 0 ? (size_t)n : 1, sizeof(*reps));
-	int nyes = 0, nno = 0;
-	cJSON *out = cJSON_CreateObject();
-	cJSON *yes = out ? cJSON_AddArrayToObject(out, "compatibleGPUs") : NULL;
-	cJSON *no = out ? cJSON_AddArrayToObject(out, "incompatibleGPUs") : NULL;
-	if (!reps || !yes || !no)
-		goto fail;
-	const cJSON *v;
-	cJSON_ArrayForEach(v, gpus)
-	{
-		bool compatible = cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(v, "compatible"));
-		cJSON *list = compatible ? yes : no;
-		/* compatible sets use reps[0..nyes), incompatible ones reps[n-1] downwards */
-		int count = compatible ? nyes : nno;
-		cJSON *set = NULL;
-		for (int k = 0; k < count && !set; k++)
-			if (same_outcome(reps[compatible ? k : n - 1 - k], v))
-				set = cJSON_GetArrayItem(list, k);
-		if (!set) {
-			set = new_set(list, v, compatible);
-			if (!set)
-				goto fail;
-			if (compatible)
-				reps[nyes++] = v;
-			else
-				reps[n - 1 - nno++] = v;
-		}
-		cJSON *id =
-		    cJSON_CreateNumber(cJSON_GetObjectItemCaseSensitive(v, "index")->valuedouble);
-		if (!id ||
-		    !cJSON_AddItemToArray(cJSON_GetObjectItemCaseSensitive(set, "ids"), id)) {
-			cJSON_Delete(id);
-			goto fail;
-		}
-	}
-	free(reps);
-	return out;
-fail:
-	free(reps);
-	cJSON_Delete(out);
-	return NULL;
-}

@@ -11,7 +11,8 @@
  * The validator registered with the hook checks the whole output: an array of
  * at most COMPAT_MAX_VERDICTS verdicts, integer indices without duplicates, a
  * boolean compatible, and for every refusal a CamelCase reason and a message
- * of at most 1024 bytes. Anything else is a policy error (ENGINE_BAD_RETURN). */
+ * of at most 1024 bytes. Anything else is a policy error (ENGINE_BAD_RETURN).
+ * gkm.agent (lua/gkm/agent.lua) groups the verdicts into node status id sets. */
 #ifndef GKM_COMPAT_HOOK_H
 #define GKM_COMPAT_HOOK_H
 
@@ -22,13 +23,5 @@
 
 /* The hook's validator (also reachable as engine_hook_find("compat")->validate). */
 int compat_hook_validate(const cJSON *result, char *err, size_t errlen);
-
-/* Node status form of a validated result:
- *   {"compatibleGPUs": [{"ids": [0, 1]}],
- *    "incompatibleGPUs": [{"ids": [2], "reason": "...", "message": "..."}]}
- * Verdicts with the same outcome, reason and message share one id set, in
- * order of their first id. Caller frees with cJSON_Delete(); NULL only on
- * allocation failure. */
-cJSON *compat_hook_group(const cJSON *result);
 
 #endif
