@@ -36,6 +36,8 @@ static int cmp_files(const void *a, const void *b)
 
 const struct bundle_file *bundle_get(const struct bundle *b, const char *name)
 {
+	if (b->count == 0)
+		return NULL;
 	struct bundle_file key = {.name = (char *)name};
 	return bsearch(&key, b->files, b->count, sizeof(key), cmp_files);
 }
@@ -44,8 +46,9 @@ int bundle_put(struct bundle *b, const char *name, const char *source, size_t si
                size_t errlen)
 {
 	if (!valid_file_name(name)) {
-		snprintf(err, errlen, "%s: not a valid policy file name (want NAME.lua, letters, digits, "
-		                      "'_', '-', '.')",
+		snprintf(err, errlen,
+		         "%s: not a valid policy file name (want NAME.lua, letters, digits, "
+		         "'_', '-', '.')",
 		         name);
 		return -EINVAL;
 	}
@@ -54,7 +57,8 @@ int bundle_put(struct bundle *b, const char *name, const char *source, size_t si
 		return -EFBIG;
 	}
 	if (memchr(source, '\0', size)) {
-		snprintf(err, errlen, "%s: contains a NUL byte (binary content is not allowed)", name);
+		snprintf(err, errlen, "%s: contains a NUL byte (binary content is not allowed)",
+		         name);
 		return -EINVAL;
 	}
 	char *src = malloc(size + 1);
@@ -160,8 +164,7 @@ struct bundle *bundle_copy(const struct bundle *src)
 	return b;
 }
 
-static int read_file(int dirfd, const char *name, char **out, size_t *len, char *err,
-                     size_t errlen)
+static int read_file(int dirfd, const char *name, char **out, size_t *len, char *err, size_t errlen)
 {
 	int fd = openat(dirfd, name, O_RDONLY | O_NOFOLLOW | O_CLOEXEC);
 	char *buf = NULL;

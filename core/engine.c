@@ -14,9 +14,9 @@
 #include "sandbox.h"
 
 const struct engine_limits engine_limits_default = {
-	.memory_bytes = 32u << 20,
-	.instructions = 200000000u,
-	.wall_ms = 2000,
+    .memory_bytes = 32u << 20,
+    .instructions = 200000000u,
+    .wall_ms = 2000,
 };
 
 struct engine {
@@ -52,6 +52,8 @@ const char *engine_status_name(enum engine_status s)
 
 const struct engine_hook *engine_hook_find(const char *name)
 {
+	/* start/stop symbols of one linker section */
+	// cppcheck-suppress comparePointers
 	for (const struct engine_hook *h = __start_gkm_hooks; h && h < __stop_gkm_hooks; h++)
 		if (strcmp(h->name, name) == 0)
 			return h;
@@ -98,7 +100,15 @@ static int traceback(lua_State *L)
 	const char *msg = lua_tostring(L, 1);
 	if (!msg)
 		msg = lua_pushfstring(L, "(error object is a %s value)", luaL_typename(L, 1));
-	luaL_traceback(L, L, msg, 1);
+	/* a traceback of C frames only (a syntax error) says nothing more */
+	lua_Debug ar;
+	for (int level = 1; lua_getstack(L, level, &ar); level++) {
+		if (lua_getinfo(L, "S", &ar) && ar.what[0] != 'C') {
+			luaL_traceback(L, L, msg, 1);
+			return 1;
+		}
+	}
+	lua_pushstring(L, msg);
 	return 1;
 }
 
@@ -139,8 +149,8 @@ static enum engine_status run_protected(struct engine *e, struct run *r, struct 
 		set_error(err, st, "%s: %s", r->module, e->sb.trip_msg);
 	} else if (e->sb.blocked[0]) {
 		st = ENGINE_BLOCKED;
-		set_error(err, st, "%s: called blocked function '%s'%s%s", r->module,
-		          e->sb.blocked, msg ? "\n" : "", msg ? msg : "");
+		set_error(err, st, "%s: called blocked function '%s'%s%s", r->module, e->sb.blocked,
+		          msg ? "\n" : "", msg ? msg : "");
 	} else if (rc == LUA_ERRMEM || e->sb.mem_refused) {
 		st = ENGINE_NOMEM;
 		set_error(err, st, "%s: memory limit of %zu bytes reached", r->module,
@@ -184,11 +194,15 @@ static int check_hook(struct engine *e, const struct engine_hook *h, struct engi
 	if (t == LUA_TFUNCTION)
 		return 0;
 	if (t == LUA_TNONE)
-		set_error(err, ENGINE_NO_HOOK, "%s.lua: must return a table with the hook function '%s'",
+		set_error(err, ENGINE_NO_HOOK,
+		          "%s.lua: must return a table with the hook function '%s'", h->module,
+		          h->function);
+	else if (t == LUA_TNIL)
+		set_error(err, ENGINE_NO_HOOK, "%s.lua: does not define the hook function '%s'",
 		          h->module, h->function);
 	else
-		set_error(err, ENGINE_NO_HOOK, "%s.lua: hook '%s' must be a function, got %s", h->module,
-		          h->function, lua_typename(e->sb.L, t));
+		set_error(err, ENGINE_NO_HOOK, "%s.lua: hook '%s' must be a function, got %s",
+		          h->module, h->function, lua_typename(e->sb.L, t));
 	return -1;
 }
 
@@ -220,6 +234,8 @@ int engine_new(const struct bundle *b, const struct engine_limits *lim, struct e
 		if (run_protected(e, &r, err) != ENGINE_OK)
 			goto fail;
 	}
+	/* start/stop symbols of one linker section */
+	// cppcheck-suppress comparePointers
 	for (const struct engine_hook *h = __start_gkm_hooks; h && h < __stop_gkm_hooks; h++) {
 		if (check_hook(e, h, err) != 0)
 			goto fail;
@@ -266,8 +282,8 @@ enum engine_status engine_call_fn(struct engine *e, const char *module, const ch
 	return ENGINE_OK;
 }
 
-enum engine_status engine_call(struct engine *e, const char *hook, const cJSON *input,
-                               cJSON **out, struct engine_error *err)
+enum engine_status engine_call(struct engine *e, const char *hook, const cJSON *input, cJSON **out,
+                               struct engine_error *err)
 {
 	const struct engine_hook *h = engine_hook_find(hook);
 	if (!h) {
@@ -299,9 +315,9 @@ int engine_slot_load(struct engine_slot *s, const struct bundle *b, struct engin
 {
 	static struct metric *reloads;
 	if (!reloads)
-		reloads = metrics_counter("gkm_policy_reloads_total",
-		                          "Policy bundle loads, by result (applied, unchanged, refused)",
-		                          "result");
+		reloads = metrics_counter(
+		    "gkm_policy_reloads_total",
+		    "Policy bundle loads, by result (applied, unchanged, refused)", "result");
 	if (s->current && strcmp(engine_digest(s->current), b->digest) == 0) {
 		metrics_add(reloads, METRICS_L("unchanged"), 1);
 		return 0;

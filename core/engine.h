@@ -86,8 +86,8 @@ void engine_unref(struct engine *e);
 /* Call a hook with a plain-table input. On ENGINE_OK *out receives the
  * validated result (caller frees with cJSON_Delete); otherwise err says why
  * and *out is untouched. Returns the status. */
-enum engine_status engine_call(struct engine *e, const char *hook, const cJSON *input,
-                               cJSON **out, struct engine_error *err);
+enum engine_status engine_call(struct engine *e, const char *hook, const cJSON *input, cJSON **out,
+                               struct engine_error *err);
 
 /* The same for any module function: require(module)[function](input), for
  * the Lua halves of the daemons (reconcile loops in lua/gkm/). validate may
@@ -105,9 +105,9 @@ size_t engine_memory(const struct engine *e);
  * engine_slot_load() builds aside and swaps only on success: the previous
  * engine keeps answering when the new bundle is refused. */
 struct engine_slot {
-	struct engine *current;  /* owned reference; NULL before the first load */
-	uint64_t generation;     /* bumps on every successful swap */
-	char last_error[1024];   /* why the last load was refused ("" if it was not) */
+	struct engine *current; /* owned reference; NULL before the first load */
+	uint64_t generation;    /* bumps on every successful swap */
+	char last_error[1024];  /* why the last load was refused ("" if it was not) */
 	struct engine_limits limits;
 };
 void engine_slot_init(struct engine_slot *s, const struct engine_limits *lim);

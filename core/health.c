@@ -46,8 +46,8 @@ static enum MHD_Result handle(void *cls, struct MHD_Connection *c, const char *u
 	if (strcmp(url, "/healthz") == 0 || strcmp(url, "/livez") == 0) {
 		uint64_t stale = atomic_load(&h->stale_ms), beat = atomic_load(&h->last_beat);
 		if (stale && beat && loop_now_ms() - beat > stale)
-			return reply(c, MHD_HTTP_SERVICE_UNAVAILABLE, text, "event loop stalled\n", 19,
-			             MHD_RESPMEM_PERSISTENT);
+			return reply(c, MHD_HTTP_SERVICE_UNAVAILABLE, text, "event loop stalled\n",
+			             19, MHD_RESPMEM_PERSISTENT);
 		return reply(c, MHD_HTTP_OK, text, "ok\n", 3, MHD_RESPMEM_PERSISTENT);
 	}
 	if (strcmp(url, "/readyz") == 0) {

@@ -223,8 +223,8 @@ uint64_t loop_add_timer(struct loop *l, uint64_t delay_ms, loop_fn cb, void *ud)
 		l->cap_timers = cap;
 	}
 	uint64_t id = ++l->next_timer_id;
-	l->timers[l->ntimers] = (struct timer){.id = id, .due = loop_now_ms() + delay_ms, .cb = cb,
-	                                       .ud = ud};
+	l->timers[l->ntimers] =
+	    (struct timer){.id = id, .due = loop_now_ms() + delay_ms, .cb = cb, .ud = ud};
 	sift_up(l->timers, l->ntimers++);
 	return id;
 }

@@ -142,7 +142,8 @@ static cJSON *convert(lua_State *L, int idx, struct conv *cv, int depth)
 	case LUA_TBOOLEAN:
 		return cJSON_CreateBool(lua_toboolean(L, idx));
 	case LUA_TNUMBER: {
-		double d = lua_isinteger(L, idx) ? (double)lua_tointeger(L, idx) : lua_tonumber(L, idx);
+		double d =
+		    lua_isinteger(L, idx) ? (double)lua_tointeger(L, idx) : lua_tonumber(L, idx);
 		if (!isfinite(d))
 			return fail(cv, "number is not finite (NaN or inf)");
 		return cJSON_CreateNumber(d);

@@ -35,8 +35,8 @@ struct metric {
 static pthread_mutex_t lock = PTHREAD_MUTEX_INITIALIZER;
 static struct metric *registry, **registry_tail = &registry;
 
-static struct metric *create(const char *name, const char *help, const char *labels,
-                             enum kind kind, const double *bounds, size_t nbounds)
+static struct metric *create(const char *name, const char *help, const char *labels, enum kind kind,
+                             const double *bounds, size_t nbounds)
 {
 	pthread_mutex_lock(&lock);
 	struct metric *m;

@@ -78,7 +78,8 @@ static void budget_hook(lua_State *L, lua_Debug *ar)
 			         "instruction budget of %llu exceeded",
 			         (unsigned long long)sb->instr_max);
 		else if (now_ms() > sb->deadline_ms)
-			snprintf(sb->trip_msg, sizeof(sb->trip_msg), "time budget of %llu ms exceeded",
+			snprintf(sb->trip_msg, sizeof(sb->trip_msg),
+			         "time budget of %llu ms exceeded",
 			         (unsigned long long)sb->wall_ms);
 		else
 			return;
@@ -145,8 +146,9 @@ static int frozen_newindex(lua_State *L)
 	const char *what = lua_tostring(L, lua_upvalueindex(1));
 	const char *k = lua_tostring(L, 2);
 	if (strcmp(what, "_G") == 0)
-		return luaL_error(L, "assignment to global '%s': globals are frozen in gkm policies "
-		                     "(use a local)",
+		return luaL_error(L,
+		                  "assignment to global '%s': globals are frozen in gkm policies "
+		                  "(use a local)",
 		                  k ? k : "?");
 	return luaL_error(L, "cannot modify '%s.%s': built-in tables are read-only", what,
 	                  k ? k : "?");
@@ -192,8 +194,8 @@ static int frozen_len(lua_State *L)
 static void freeze_top(lua_State *L, const char *name, bool strict)
 {
 	int real = lua_gettop(L);
-	lua_newtable(L);             /* proxy */
-	lua_createtable(L, 0, 6);    /* metatable */
+	lua_newtable(L);          /* proxy */
+	lua_createtable(L, 0, 6); /* metatable */
 	lua_pushvalue(L, real);
 	if (strict)
 		lua_pushcclosure(L, strict_index, 1);
@@ -349,8 +351,10 @@ static void push_loader(lua_State *L, const char *name)
 	struct sandbox *sb = sandbox_of(L);
 	char path[128];
 	if (strncmp(name, "gkm.", 4) == 0) {
-		for (const struct engine_module *m = __start_gkm_modules;
-		     m && m < __stop_gkm_modules; m++) {
+		/* start/stop symbols of one linker section */
+		const struct engine_module *end = __stop_gkm_modules;
+		// cppcheck-suppress comparePointers
+		for (const struct engine_module *m = __start_gkm_modules; m && m < end; m++) {
 			if (strcmp(m->name, name) == 0) {
 				lua_pushcfunction(L, m->open);
 				return;
@@ -374,8 +378,9 @@ static void push_loader(lua_State *L, const char *name)
 			return;
 		}
 	}
-	luaL_error(L, "module '%s' not found (only gkm.* built-ins and the bundle's own modules "
-	              "can be required)",
+	luaL_error(L,
+	           "module '%s' not found (only gkm.* built-ins and the bundle's own modules "
+	           "can be required)",
 	           name);
 }
 
@@ -446,9 +451,9 @@ static int lua_require(lua_State *L)
 /* ---- building the globals ---- */
 
 static const char *const base_allowed[] = {
-	"assert", "error",  "getmetatable", "ipairs",   "next",   "pairs",   "pcall",
-	"rawequal", "rawget", "rawlen",    "select", "tonumber", "tostring", "type",
-	"xpcall", "_VERSION", NULL,
+    "assert",   "error",    "getmetatable", "ipairs",   "next",   "pairs",
+    "pcall",    "rawequal", "rawget",       "rawlen",   "select", "tonumber",
+    "tostring", "type",     "xpcall",       "_VERSION", NULL,
 };
 static const char *const os_allowed[] = {"time", "clock", "date", "difftime", NULL};
 
@@ -506,7 +511,7 @@ static int build_globals(lua_State *L)
 	lua_pushcfunction(L, lua_require);
 	lua_setfield(L, G, "require");
 	static const char *const blocked_base[] = {"dofile", "loadfile", "loadstring", "warn",
-	                                           "module", "setfenv", "getfenv", NULL};
+	                                           "module", "setfenv",  "getfenv",    NULL};
 	for (const char *const *b = blocked_base; *b; b++) {
 		push_blocked(L, *b);
 		lua_setfield(L, G, *b);

@@ -19,7 +19,7 @@ struct sandbox {
 	lua_State *L;
 	/* memory accounting */
 	size_t mem_used, mem_cap, mem_peak;
-	bool mem_refused;  /* an allocation was refused since the last arm */
+	bool mem_refused; /* an allocation was refused since the last arm */
 	/* budget */
 	bool armed, tripped;
 	uint64_t instr_used, instr_max;
