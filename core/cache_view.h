@@ -190,18 +190,8 @@ __attribute__((warn_unused_result)) int cache_view_usage_list(const char *run_di
                                                               size_t *n);
 void cache_view_usage_list_free(struct cache_view_usage *list, size_t n);
 
-/* ---- helpers shared with the CSI plugin ---- */
+/* ---- time stamps as the files above write them ---- */
 
-/* Write data to path atomically (temp file in the same directory, fsync,
- * rename, fsync of the directory). The directory must exist. */
-__attribute__((warn_unused_result)) int cache_view_write_atomic(const char *path, const void *data,
-                                                                size_t len, mode_t mode);
-/* Read a whole regular file of at most max bytes (-EFBIG beyond); *out is
- * NUL-terminated, caller frees. */
-__attribute__((warn_unused_result)) int cache_view_read_file(const char *path, size_t max,
-                                                             char **out, size_t *len);
-/* mkdir -p with mode for the directories it creates. */
-__attribute__((warn_unused_result)) int cache_view_mkdirs(const char *path, mode_t mode);
 /* RFC 3339 UTC ("2024-05-01T12:00:00Z") into buf (>= 21 bytes). */
 void cache_view_rfc3339(time_t t, char *buf, size_t size);
 /* Parse what cache_view_rfc3339 writes; -EINVAL otherwise. */

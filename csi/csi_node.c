@@ -15,6 +15,7 @@
 #include <unistd.h>
 
 #include "cache_view.h"
+#include "fsutil.h"
 #include "csi.pb-c.h"
 #include "csi_mount.h"
 #include "csi_volume.h"
@@ -496,8 +497,8 @@ static int mount_volume(struct csi_node *n, const struct csi_volume *v, int fd, 
 	}
 	/* Start from empty layers: leftovers of an attempt that never got
 	 * mounted hold nothing anyone wrote. */
-	if ((rc = csi_mount_remove_tree(vdir)) || (rc = cache_view_mkdirs(upper, 0700)) ||
-	    (rc = cache_view_mkdirs(work, 0700))) {
+	if ((rc = csi_mount_remove_tree(vdir)) || (rc = fsutil_mkdirs(upper, 0700)) ||
+	    (rc = fsutil_mkdirs(work, 0700))) {
 		fail(r, CSI_INTERNAL, "overlay directories under %s: %s", vdir, strerror(-rc));
 		return rc;
 	}
@@ -1171,7 +1172,7 @@ int csi_node_new(const struct csi_node_config *cfg, struct csi_node **out)
 	rc = -EINVAL;
 	if (n->state_dir[0] != '/' || strpbrk(n->state_dir, ",:\\="))
 		goto fail;
-	if ((rc = cache_view_mkdirs(n->volumes_dir, 0700)) != 0)
+	if ((rc = fsutil_mkdirs(n->volumes_dir, 0700)) != 0)
 		goto fail;
 	if ((rc = recover(n)) != 0)
 		goto fail;

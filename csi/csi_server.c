@@ -21,7 +21,7 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "cache_view.h"
+#include "fsutil.h"
 #include "log.h"
 
 enum {
@@ -451,7 +451,7 @@ int csi_server_start(const char *endpoint, unsigned threads, csi_server_handler 
 	size_t plen = slash == s->path ? 1 : (size_t)(slash - s->path);
 	memcpy(parent, s->path, plen);
 	parent[plen] = '\0';
-	if ((rc = cache_view_mkdirs(parent, 0750)) || (rc = claim_path(s->path)))
+	if ((rc = fsutil_mkdirs(parent, 0750)) || (rc = claim_path(s->path)))
 		goto fail;
 	snprintf(addr, sizeof(addr), "unix:%s", s->path);
 
