@@ -27,7 +27,7 @@ enum {
 };
 
 static void seterr(char *err, size_t errlen, const char *fmt, ...)
-	__attribute__((format(printf, 3, 4)));
+    __attribute__((format(printf, 3, 4)));
 static void seterr(char *err, size_t errlen, const char *fmt, ...)
 {
 	if (!err || errlen == 0)
@@ -39,7 +39,8 @@ static void seterr(char *err, size_t errlen, const char *fmt, ...)
 }
 
 /* Format a path into buf; buf is only written when the whole path fits. */
-static int fmt_path(char *buf, size_t size, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
+static int fmt_path(char *buf, size_t size, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
 static int fmt_path(char *buf, size_t size, const char *fmt, ...)
 {
 	char tmp[PATH_MAX];
@@ -278,7 +279,8 @@ int cache_view_ready_parse(const char *json, size_t len, struct cache_view_ready
 		{
 			if (!cJSON_IsString(g) || strlen(g->valuestring) > GPU_ID_MAX ||
 			    !printable(g->valuestring)) {
-				seterr(err, errlen, "\"compatibleGPUs\" holds a non-string or overlong id");
+				seterr(err, errlen,
+				       "\"compatibleGPUs\" holds a non-string or overlong id");
 				goto out;
 			}
 			r.compatible_gpus[r.ncompatible_gpus] = strdup(g->valuestring);
@@ -392,8 +394,9 @@ int cache_view_open_data(const char *root, const char *ns, const char *name, con
 	}
 	if (strcmp(entry, digest + 7) != 0) {
 		rc = -ESTALE;
-		seterr(err, errlen, "data link names %.19s..., ready.json %.19s... (update in flight)",
-		       entry, digest + 7);
+		seterr(err, errlen,
+		       "data link names %.19s..., ready.json %.19s... (update in flight)", entry,
+		       digest + 7);
 		goto out;
 	}
 	/* Open the entry by digest from the store directory without following
@@ -535,14 +538,14 @@ void cache_view_usage_list_free(struct cache_view_usage *list, size_t n)
 static int pod_copy(struct cache_view_pod *dst, const struct cache_view_pod *src)
 {
 	struct cache_view_pod p = {
-		.name = strdup(src->name ? src->name : ""),
-		.namespace = strdup(src->namespace ? src->namespace : ""),
-		.uid = strdup(src->uid ? src->uid : ""),
-		.volume_id = strdup(src->volume_id ? src->volume_id : ""),
-		.target_path = strdup(src->target_path ? src->target_path : ""),
-		.digest = strdup(src->digest ? src->digest : ""),
-		.read_only = src->read_only,
-		.started = src->started,
+	    .name = strdup(src->name ? src->name : ""),
+	    .namespace = strdup(src->namespace ? src->namespace : ""),
+	    .uid = strdup(src->uid ? src->uid : ""),
+	    .volume_id = strdup(src->volume_id ? src->volume_id : ""),
+	    .target_path = strdup(src->target_path ? src->target_path : ""),
+	    .digest = strdup(src->digest ? src->digest : ""),
+	    .read_only = src->read_only,
+	    .started = src->started,
 	};
 	if (!p.name || !p.namespace || !p.uid || !p.volume_id || !p.target_path || !p.digest) {
 		pod_free(&p);
@@ -638,7 +641,8 @@ static char *usage_to_text(const struct cache_view_usage *u)
 		const struct cache_view_pod *p = &u->pods[i];
 		cJSON *e = cJSON_CreateObject();
 		cache_view_rfc3339(p->started, ts, sizeof(ts));
-		ok = e && cJSON_AddItemToArray(arr, e) && cJSON_AddStringToObject(e, "name", p->name) &&
+		ok = e && cJSON_AddItemToArray(arr, e) &&
+		     cJSON_AddStringToObject(e, "name", p->name) &&
 		     cJSON_AddStringToObject(e, "namespace", p->namespace) &&
 		     cJSON_AddStringToObject(e, "uid", p->uid) &&
 		     cJSON_AddStringToObject(e, "volumeId", p->volume_id) &&
@@ -828,8 +832,8 @@ static int list_scope(const char *run_dir, const char *scope, struct cache_view_
 		struct cache_view_usage u;
 		int r = cache_view_usage_read(run_dir, ns, e->d_name, &u);
 		if (r) {
-			log_warn("skipping unreadable usage file", "scope", scope, "cache", e->d_name,
-			         "error", strerror(-r));
+			log_warn("skipping unreadable usage file", "scope", scope, "cache",
+			         e->d_name, "error", strerror(-r));
 			continue;
 		}
 		if (*n == *cap) {

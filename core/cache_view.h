@@ -172,8 +172,8 @@ void cache_view_usage_free(struct cache_view_usage *u);
 __attribute__((warn_unused_result)) int cache_view_usage_add(const char *run_dir, const char *ns,
                                                              const char *name,
                                                              const struct cache_view_pod *pod);
-__attribute__((warn_unused_result)) int cache_view_usage_remove(const char *run_dir,
-                                                                const char *ns, const char *name,
+__attribute__((warn_unused_result)) int cache_view_usage_remove(const char *run_dir, const char *ns,
+                                                                const char *name,
                                                                 const char *volume_id);
 
 /* In-use guard: number of pods using (ns, name) on this node. */
@@ -185,9 +185,8 @@ __attribute__((warn_unused_result)) int cache_view_digest_in_use(const char *run
 /* Every cache with a usage file (including ones with 0 pods), for node
  * status. Caller frees with cache_view_usage_list_free(). Malformed files
  * are skipped (and logged), so one bad file does not hide the others. */
-__attribute__((warn_unused_result)) int cache_view_usage_list(const char *run_dir,
-                                                              struct cache_view_usage **out,
-                                                              size_t *n);
+__attribute__((warn_unused_result)) int
+cache_view_usage_list(const char *run_dir, struct cache_view_usage **out, size_t *n);
 void cache_view_usage_list_free(struct cache_view_usage *list, size_t n);
 
 /* ---- time stamps as the files above write them ---- */

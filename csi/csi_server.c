@@ -49,7 +49,7 @@ struct call {
 	grpc_byte_buffer *payload;  /* request */
 	grpc_byte_buffer *response; /* destroyed when the final batch is done */
 	int cancelled;
-	bool received; /* the request message arrived */
+	bool received;     /* the request message arrived */
 	struct call *next; /* in the handler queue */
 	struct tag t_new, t_recv, t_finish;
 };
@@ -168,8 +168,8 @@ static void request_call(struct csi_server *s)
 		log_error("out of memory: one fewer pending CSI call slot");
 		return;
 	}
-	grpc_call_error e =
-		grpc_server_request_call(s->server, &c->call, &c->details, &c->md, s->cq, s->cq, &c->t_new);
+	grpc_call_error e = grpc_server_request_call(s->server, &c->call, &c->details, &c->md,
+	                                             s->cq, s->cq, &c->t_new);
 	if (e != GRPC_CALL_OK) {
 		log_error("grpc_server_request_call failed", "error", grpc_call_error_to_string(e));
 		call_free(c);
@@ -267,7 +267,8 @@ static void handle_call(struct call *c)
 		} else {
 			grpc_slice all = grpc_byte_buffer_reader_readall(&reader);
 			grpc_byte_buffer_reader_destroy(&reader);
-			s->handler(s->ud, method, GRPC_SLICE_START_PTR(all), GRPC_SLICE_LENGTH(all), &r);
+			s->handler(s->ud, method, GRPC_SLICE_START_PTR(all), GRPC_SLICE_LENGTH(all),
+			           &r);
 			grpc_slice_unref(all);
 		}
 	}
@@ -325,7 +326,7 @@ static void *poller_main(void *arg)
 	struct csi_server *s = arg;
 	for (;;) {
 		grpc_event ev =
-			grpc_completion_queue_next(s->cq, gpr_inf_future(GPR_CLOCK_MONOTONIC), NULL);
+		    grpc_completion_queue_next(s->cq, gpr_inf_future(GPR_CLOCK_MONOTONIC), NULL);
 		if (ev.type == GRPC_QUEUE_SHUTDOWN)
 			break;
 		handle_event(s, ev);
@@ -341,7 +342,8 @@ static uint64_t now_ms(void)
 }
 
 /* Wait until cond (evaluated under the lock) or the deadline; true if met. */
-static bool wait_until(struct csi_server *s, bool (*cond)(struct csi_server *), uint64_t deadline_ms)
+static bool wait_until(struct csi_server *s, bool (*cond)(struct csi_server *),
+                       uint64_t deadline_ms)
 {
 	pthread_mutex_lock(&s->lock);
 	while (!cond(s)) {
@@ -385,8 +387,8 @@ int csi_server_stop(struct csi_server *s, unsigned drain_ms)
 		grpc_server_shutdown_and_notify(s->server, s->cq, &s->t_shutdown);
 		/* A start that failed before any poller ran: drive the queue here. */
 		while (s->npollers == 0 && !s->shut_down)
-			handle_event(s, grpc_completion_queue_next(s->cq, gpr_inf_future(GPR_CLOCK_MONOTONIC),
-			                                           NULL));
+			handle_event(s, grpc_completion_queue_next(
+			                    s->cq, gpr_inf_future(GPR_CLOCK_MONOTONIC), NULL));
 		if (!wait_until(s, is_shut_down, now_ms() + drain_ms + 1)) {
 			pthread_mutex_lock(&s->lock);
 			cancelled = (int)s->active;
@@ -396,7 +398,8 @@ int csi_server_stop(struct csi_server *s, unsigned drain_ms)
 			/* Cancelling only ends calls that wait for their client; a
 			 * handler stuck in the kernel keeps its call alive. */
 			if (!wait_until(s, is_shut_down, now_ms() + STUCK_MS)) {
-				log_error("CSI handlers still running after cancelling: leaving them");
+				log_error(
+				    "CSI handlers still running after cancelling: leaving them");
 				return -EBUSY;
 			}
 		}
@@ -456,9 +459,9 @@ int csi_server_start(const char *endpoint, unsigned threads, csi_server_handler 
 	snprintf(addr, sizeof(addr), "unix:%s", s->path);
 
 	grpc_arg args[] = {
-		{.type = GRPC_ARG_INTEGER,
-		 .key = GRPC_ARG_MAX_RECEIVE_MESSAGE_LENGTH,
-		 .value.integer = MESSAGE_MAX},
+	    {.type = GRPC_ARG_INTEGER,
+	     .key = GRPC_ARG_MAX_RECEIVE_MESSAGE_LENGTH,
+	     .value.integer = MESSAGE_MAX},
 	};
 	grpc_channel_args cargs = {.num_args = 1, .args = args};
 	s->server = grpc_server_create(&cargs, NULL);

@@ -60,16 +60,16 @@ void csi_volume_clear(struct csi_volume *v)
 int csi_volume_copy(struct csi_volume *dst, const struct csi_volume *src)
 {
 	struct csi_volume v = {
-		.volume_id = strdup(src->volume_id ? src->volume_id : ""),
-		.target_path = strdup(src->target_path ? src->target_path : ""),
-		.cache_namespace = strdup(src->cache_namespace ? src->cache_namespace : ""),
-		.cache_name = strdup(src->cache_name ? src->cache_name : ""),
-		.digest = strdup(src->digest ? src->digest : ""),
-		.pod_name = strdup(src->pod_name ? src->pod_name : ""),
-		.pod_namespace = strdup(src->pod_namespace ? src->pod_namespace : ""),
-		.pod_uid = strdup(src->pod_uid ? src->pod_uid : ""),
-		.writable = src->writable,
-		.started = src->started,
+	    .volume_id = strdup(src->volume_id ? src->volume_id : ""),
+	    .target_path = strdup(src->target_path ? src->target_path : ""),
+	    .cache_namespace = strdup(src->cache_namespace ? src->cache_namespace : ""),
+	    .cache_name = strdup(src->cache_name ? src->cache_name : ""),
+	    .digest = strdup(src->digest ? src->digest : ""),
+	    .pod_name = strdup(src->pod_name ? src->pod_name : ""),
+	    .pod_namespace = strdup(src->pod_namespace ? src->pod_namespace : ""),
+	    .pod_uid = strdup(src->pod_uid ? src->pod_uid : ""),
+	    .writable = src->writable,
+	    .started = src->started,
 	};
 	if (!v.volume_id || !v.target_path || !v.cache_namespace || !v.cache_name || !v.digest ||
 	    !v.pod_name || !v.pod_namespace || !v.pod_uid) {

@@ -41,14 +41,15 @@ static void sh(const char *fmt, ...)
 static int new_node(void)
 {
 	struct csi_node_config cfg = {
-		.node_id = "node-1", .root = root, .run_dir = run, .version = "1.2.3"};
+	    .node_id = "node-1", .root = root, .run_dir = run, .version = "1.2.3"};
 	return csi_node_new(&cfg, &node);
 }
 
 static int setup(void **state)
 {
 	(void)state;
-	snprintf(dir, sizeof(dir), "%s/gkm-node.XXXXXX", getenv("TMPDIR") ? getenv("TMPDIR") : "/tmp");
+	snprintf(dir, sizeof(dir), "%s/gkm-node.XXXXXX",
+	         getenv("TMPDIR") ? getenv("TMPDIR") : "/tmp");
 	if (!mkdtemp(dir))
 		return -1;
 	snprintf(root, sizeof(root), "%s/root", dir);
@@ -70,12 +71,13 @@ static int start(void **state)
 {
 	if (setup(state))
 		return -1;
-	sh("mkdir -p '%s/store/sha256/" HEX "' && echo hi > '%s/store/sha256/" HEX "/f'", root, root);
+	sh("mkdir -p '%s/store/sha256/" HEX "' && echo hi > '%s/store/sha256/" HEX "/f'", root,
+	   root);
 	struct cache_view_ready r = {.digest = DIGEST, .state = "Ready", .compatible = true};
 	if (cache_view_publish(root, "team-a", "llama", &r) != 0)
 		return -1;
-	struct cache_view_ready p = {.digest = DIGEST, .state = "Extracting", .compatible = true,
-	                             .message = "layer 1 of 1"};
+	struct cache_view_ready p = {
+	    .digest = DIGEST, .state = "Extracting", .compatible = true, .message = "layer 1 of 1"};
 	if (cache_view_publish(root, "team-a", "pulling", &p) != 0)
 		return -1;
 	return new_node();
@@ -110,7 +112,7 @@ static void test_identity(void **state)
 	struct csi_reply r = call("/csi.v1.Identity/GetPluginInfo", &req.base);
 	assert_int_equal(r.code, CSI_OK);
 	Csi__V1__GetPluginInfoResponse *info =
-		csi__v1__get_plugin_info_response__unpack(NULL, r.body_len, r.body);
+	    csi__v1__get_plugin_info_response__unpack(NULL, r.body_len, r.body);
 	assert_non_null(info);
 	assert_string_equal(info->name, "csi.gkm.io");
 	assert_string_equal(info->vendor_version, "1.2.3");
@@ -129,7 +131,8 @@ static void test_identity(void **state)
 
 	Csi__V1__NodeGetInfoRequest nreq = CSI__V1__NODE_GET_INFO_REQUEST__INIT;
 	r = call("/csi.v1.Node/NodeGetInfo", &nreq.base);
-	Csi__V1__NodeGetInfoResponse *ni = csi__v1__node_get_info_response__unpack(NULL, r.body_len, r.body);
+	Csi__V1__NodeGetInfoResponse *ni =
+	    csi__v1__node_get_info_response__unpack(NULL, r.body_len, r.body);
 	assert_non_null(ni);
 	assert_string_equal(ni->node_id, "node-1");
 	csi__v1__node_get_info_response__free_unpacked(ni, NULL);
@@ -138,7 +141,7 @@ static void test_identity(void **state)
 	Csi__V1__NodeGetCapabilitiesRequest creq = CSI__V1__NODE_GET_CAPABILITIES_REQUEST__INIT;
 	r = call("/csi.v1.Node/NodeGetCapabilities", &creq.base);
 	Csi__V1__NodeGetCapabilitiesResponse *caps =
-		csi__v1__node_get_capabilities_response__unpack(NULL, r.body_len, r.body);
+	    csi__v1__node_get_capabilities_response__unpack(NULL, r.body_len, r.body);
 	assert_non_null(caps);
 	assert_int_equal(caps->n_capabilities, 1);
 	assert_int_equal(caps->capabilities[0]->rpc->type,
@@ -153,9 +156,10 @@ static void test_unimplemented(void **state)
 	expect(call("/csi.v1.Node/NodeStageVolume", NULL), CSI_UNIMPLEMENTED, "NodeStageVolume");
 	expect(call("/csi.v1.Node/NodeExpandVolume", NULL), CSI_UNIMPLEMENTED, "NodeExpandVolume");
 	expect(call("/csi.v1.Controller/CreateVolume", NULL), CSI_UNIMPLEMENTED, "node-only");
-	expect(call("/csi.v1.GroupController/GroupControllerGetCapabilities", NULL), CSI_UNIMPLEMENTED,
-	       "node-only");
-	expect(call("/some.Other/Method\n", NULL), CSI_UNIMPLEMENTED, "unknown method /some.Other/Method?");
+	expect(call("/csi.v1.GroupController/GroupControllerGetCapabilities", NULL),
+	       CSI_UNIMPLEMENTED, "node-only");
+	expect(call("/some.Other/Method\n", NULL), CSI_UNIMPLEMENTED,
+	       "unknown method /some.Other/Method?");
 	struct csi_reply r;
 	csi_node_call(node, NULL, NULL, 0, &r);
 	expect(r, CSI_UNIMPLEMENTED, "unknown method");
@@ -196,7 +200,7 @@ static struct csi_reply publish(const char *vid, const char *target, const struc
 	size_t n = 0;
 	for (; ctx && ctx[n].k; n++) {
 		Csi__V1__NodePublishVolumeRequest__VolumeContextEntry init =
-			CSI__V1__NODE_PUBLISH_VOLUME_REQUEST__VOLUME_CONTEXT_ENTRY__INIT;
+		    CSI__V1__NODE_PUBLISH_VOLUME_REQUEST__VOLUME_CONTEXT_ENTRY__INIT;
 		e[n] = init;
 		e[n].key = (char *)ctx[n].k;
 		e[n].value = (char *)ctx[n].v;
@@ -207,14 +211,19 @@ static struct csi_reply publish(const char *vid, const char *target, const struc
 	return call("/csi.v1.Node/NodePublishVolume", &req.base);
 }
 
-#define POD_A {"csi.storage.k8s.io/pod.namespace", "team-a"}, {"csi.storage.k8s.io/pod.name", "p"}
+#define POD_A                                                                                      \
+	{"csi.storage.k8s.io/pod.namespace", "team-a"},                                            \
+	{                                                                                          \
+		"csi.storage.k8s.io/pod.name", "p"                                                 \
+	}
 
 static void test_publish_refusals(void **state)
 {
 	(void)state;
 	char target[400];
 	snprintf(target, sizeof(target), "%s/pod/mount", dir);
-	const struct kv ok[] = {{"cacheName", "llama"}, {"cacheNamespace", "team-a"}, POD_A, {0, 0}};
+	const struct kv ok[] = {
+	    {"cacheName", "llama"}, {"cacheNamespace", "team-a"}, POD_A, {0, 0}};
 
 	expect(publish("", target, ok, true), CSI_INVALID_ARGUMENT, "volume_id is required");
 	expect(publish("../v", target, ok, true), CSI_INVALID_ARGUMENT, "not usable");
@@ -228,31 +237,40 @@ static void test_publish_refusals(void **state)
 
 	const struct kv noname[] = {{"cacheNamespace", "team-a"}, POD_A, {0, 0}};
 	expect(publish("v1", target, noname, true), CSI_INVALID_ARGUMENT, "cacheName is required");
-	const struct kv trav[] = {{"cacheName", "../../../etc"}, {"cacheNamespace", "team-a"}, POD_A, {0, 0}};
+	const struct kv trav[] = {
+	    {"cacheName", "../../../etc"}, {"cacheNamespace", "team-a"}, POD_A, {0, 0}};
 	expect(publish("v1", target, trav, true), CSI_INVALID_ARGUMENT, "not a valid object name");
-	const struct kv travns[] = {{"cacheName", "llama"}, {"cacheNamespace", "../x"}, POD_A, {0, 0}};
+	const struct kv travns[] = {
+	    {"cacheName", "llama"}, {"cacheNamespace", "../x"}, POD_A, {0, 0}};
 	expect(publish("v1", target, travns, true), CSI_INVALID_ARGUMENT, "not a valid namespace");
 	const struct kv unknown[] = {{"cacheName", "llama"}, {"cachenamespace", "team-a"}, {0, 0}};
-	expect(publish("v1", target, unknown, true), CSI_INVALID_ARGUMENT, "unknown volume attribute");
+	expect(publish("v1", target, unknown, true), CSI_INVALID_ARGUMENT,
+	       "unknown volume attribute");
 	const struct kv both[] = {{"cacheName", "llama"}, {"csi.gkm.io/GKMCache", "other"}, {0, 0}};
 	expect(publish("v1", target, both, true), CSI_INVALID_ARGUMENT, "contradicts");
 	const struct kv ro[] = {{"cacheName", "llama"}, {"readOnly", "False"}, {0, 0}};
 	expect(publish("v1", target, ro, true), CSI_INVALID_ARGUMENT, "readOnly");
-	const struct kv baduid[] = {{"cacheName", "llama"}, {"csi.storage.k8s.io/pod.uid", "x/../y"}, {0, 0}};
+	const struct kv baduid[] = {
+	    {"cacheName", "llama"}, {"csi.storage.k8s.io/pod.uid", "x/../y"}, {0, 0}};
 	expect(publish("v1", target, baduid, true), CSI_INVALID_ARGUMENT, "uid");
 
-	const struct kv other_ns[] = {{"cacheName", "llama"}, {"csi.gkm.io/namespace", "team-a"},
-	                              {"csi.storage.k8s.io/pod.namespace", "team-b"}, {0, 0}};
+	const struct kv other_ns[] = {{"cacheName", "llama"},
+	                              {"csi.gkm.io/namespace", "team-a"},
+	                              {"csi.storage.k8s.io/pod.namespace", "team-b"},
+	                              {0, 0}};
 	expect(publish("v1", target, other_ns, true), CSI_PERMISSION_DENIED, "namespace team-b");
-	const struct kv no_pod_ns[] = {{"cacheName", "llama"}, {"cacheNamespace", "team-a"}, {0, 0}};
+	const struct kv no_pod_ns[] = {
+	    {"cacheName", "llama"}, {"cacheNamespace", "team-a"}, {0, 0}};
 	expect(publish("v1", target, no_pod_ns, true), CSI_PERMISSION_DENIED, "podInfoOnMount");
 
-	const struct kv missing[] = {{"cacheName", "nosuch"}, {"cacheNamespace", "team-a"}, POD_A, {0, 0}};
+	const struct kv missing[] = {
+	    {"cacheName", "nosuch"}, {"cacheNamespace", "team-a"}, POD_A, {0, 0}};
 	expect(publish("v1", target, missing, true), CSI_FAILED_PRECONDITION, "not on this node");
 	const struct kv cluster_missing[] = {{"cacheName", "llama"}, POD_A, {0, 0}};
 	expect(publish("v1", target, cluster_missing, true), CSI_FAILED_PRECONDITION,
 	       "ClusterGKMCache llama is not on this node");
-	const struct kv pulling[] = {{"cacheName", "pulling"}, {"cacheNamespace", "team-a"}, POD_A, {0, 0}};
+	const struct kv pulling[] = {
+	    {"cacheName", "pulling"}, {"cacheNamespace", "team-a"}, POD_A, {0, 0}};
 	expect(publish("v1", target, pulling, true), CSI_FAILED_PRECONDITION,
 	       "not ready on this node yet (state Extracting: layer 1 of 1)");
 
@@ -270,7 +288,8 @@ static void test_unpublish_and_stats_unknown(void **state)
 	u.target_path = "/nonexistent/gkm/target";
 	expect(call("/csi.v1.Node/NodeUnpublishVolume", &u.base), CSI_OK, NULL);
 	u.target_path = "";
-	expect(call("/csi.v1.Node/NodeUnpublishVolume", &u.base), CSI_INVALID_ARGUMENT, "target_path");
+	expect(call("/csi.v1.Node/NodeUnpublishVolume", &u.base), CSI_INVALID_ARGUMENT,
+	       "target_path");
 
 	Csi__V1__NodeGetVolumeStatsRequest s = CSI__V1__NODE_GET_VOLUME_STATS_REQUEST__INIT;
 	s.volume_id = "v-none";
@@ -295,16 +314,16 @@ static void test_metrics(void **state)
 static struct csi_volume volume(const char *id)
 {
 	struct csi_volume v = {
-		.volume_id = (char *)id,
-		.target_path = "/var/lib/kubelet/pods/u/volumes/kubernetes.io~csi/x/mount",
-		.cache_namespace = "team-a",
-		.cache_name = "llama",
-		.digest = DIGEST,
-		.pod_name = "p",
-		.pod_namespace = "team-a",
-		.pod_uid = "u",
-		.writable = true,
-		.started = 1714564800,
+	    .volume_id = (char *)id,
+	    .target_path = "/var/lib/kubelet/pods/u/volumes/kubernetes.io~csi/x/mount",
+	    .cache_namespace = "team-a",
+	    .cache_name = "llama",
+	    .digest = DIGEST,
+	    .pod_name = "p",
+	    .pod_namespace = "team-a",
+	    .pod_uid = "u",
+	    .writable = true,
+	    .started = 1714564800,
 	};
 	return v;
 }
@@ -382,7 +401,9 @@ static void test_volume_files(void **state)
 static void test_bad_config(void **state)
 {
 	(void)state;
-	struct csi_node_config cfg = {.node_id = "n", .root = root, .run_dir = run,
+	struct csi_node_config cfg = {.node_id = "n",
+	                              .root = root,
+	                              .run_dir = run,
 	                              .state_dir = "/var/lib/gkm,upperdir=/etc"};
 	assert_int_equal(csi_node_new(&cfg, &node), -EINVAL);
 	assert_null(node);
@@ -394,15 +415,15 @@ static void test_bad_config(void **state)
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
-		cmocka_unit_test_setup_teardown(test_identity, start, teardown),
-		cmocka_unit_test_setup_teardown(test_unimplemented, start, teardown),
-		cmocka_unit_test_setup_teardown(test_malformed_messages, start, teardown),
-		cmocka_unit_test_setup_teardown(test_publish_refusals, start, teardown),
-		cmocka_unit_test_setup_teardown(test_unpublish_and_stats_unknown, start, teardown),
-		cmocka_unit_test_setup_teardown(test_metrics, start, teardown),
-		cmocka_unit_test_setup_teardown(test_recovery, setup, teardown),
-		cmocka_unit_test_setup_teardown(test_volume_files, setup, teardown),
-		cmocka_unit_test_setup_teardown(test_bad_config, setup, teardown),
+	    cmocka_unit_test_setup_teardown(test_identity, start, teardown),
+	    cmocka_unit_test_setup_teardown(test_unimplemented, start, teardown),
+	    cmocka_unit_test_setup_teardown(test_malformed_messages, start, teardown),
+	    cmocka_unit_test_setup_teardown(test_publish_refusals, start, teardown),
+	    cmocka_unit_test_setup_teardown(test_unpublish_and_stats_unknown, start, teardown),
+	    cmocka_unit_test_setup_teardown(test_metrics, start, teardown),
+	    cmocka_unit_test_setup_teardown(test_recovery, setup, teardown),
+	    cmocka_unit_test_setup_teardown(test_volume_files, setup, teardown),
+	    cmocka_unit_test_setup_teardown(test_bad_config, setup, teardown),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);
 }
