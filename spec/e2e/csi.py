@@ -451,18 +451,51 @@ def test_concurrent_100():
 
 
 def test_busy_volume():
-    # Two calls for one volume at once: one does the work, the other is
-    # answered ABORTED or sees the finished result; never two mounts.
+    # A publish held in flight by the usage lock; other calls for the same
+    # volume meanwhile are answered ABORTED, and it ends with one mount.
     tgt = new_target("busy")
+    udir = os.path.join(run, "usage", "team-a", "llama")
+    os.makedirs(udir, exist_ok=True)
+    lock = os.open(udir, os.O_RDONLY | os.O_DIRECTORY)
+    fcntl.flock(lock, fcntl.LOCK_EX)
+    try:
+        with channel() as ch, concurrent.futures.ThreadPoolExecutor(max_workers=2) as ex:
+            node = pbg.NodeStub(ch)
+            first = ex.submit(publish, node, "v-busy", tgt)
+            time.sleep(0.5)
+            code, details = publish(node, "v-busy", tgt)
+            t.ok(code == C.ABORTED and "in progress" in details,
+                 "a second publish while one runs for the volume: ABORTED", diag=(code, details))
+            code, details = unpublish(node, "v-busy", tgt)
+            t.ok(code == C.ABORTED, "an unpublish while a publish runs for the volume: ABORTED",
+                 diag=(code, details))
+            fcntl.flock(lock, fcntl.LOCK_UN)
+            code, details = first.result()
+            t.ok(code == C.OK and cc.mount_count(tgt) == 1, "the first publish then completes, one mount",
+                 diag=(code, details))
+            code, _ = unpublish(node, "v-busy", tgt)
+            t.ok(code == C.OK and cc.mount_count(tgt) == 0, "and it unpublishes")
+    finally:
+        os.close(lock)
+
+
+def test_internal_error_undoes():
+    # A usage file the plugin cannot parse: the publish fails INTERNAL and
+    # takes back what it did (no mount, no state), and the file is kept.
+    tgt = new_target("internal")
+    udir = os.path.join(run, "usage", "_cluster", "shared")
+    os.makedirs(udir, exist_ok=True)
+    with open(os.path.join(udir, "usage.json"), "w") as f:
+        f.write('{"pods": [{"name": 7}]}')
     with channel() as ch:
         node = pbg.NodeStub(ch)
-        with concurrent.futures.ThreadPoolExecutor(max_workers=8) as ex:
-            res = list(ex.map(lambda _: publish(node, "v-busy", tgt), range(8)))
-        codes = {r[0] for r in res}
-        t.ok(codes <= {C.OK, C.ABORTED} and C.OK in codes and cc.mount_count(tgt) == 1,
-             "concurrent publishes of one volume: OK or ABORTED, one mount", diag=res)
-        code, _ = unpublish(node, "v-busy", tgt)
-        t.ok(code == C.OK and cc.mount_count(tgt) == 0, "and it unpublishes")
+        code, details = publish(node, "v-int", tgt, cache="shared", ns=None)
+        t.ok(code == C.INTERNAL and "usage" in details, "an unreadable usage file: INTERNAL", diag=(code, details))
+        t.ok(cc.mount_count(tgt) == 0 and not os.path.exists(tgt) and "v-int.json" not in state_files(),
+             "the failed publish left no mount, target or state behind")
+        with open(os.path.join(udir, "usage.json")) as f:
+            t.eq(f.read(), '{"pods": [{"name": 7}]}', "the unreadable usage file is left as it was")
+    os.unlink(os.path.join(udir, "usage.json"))
 
 
 def test_sigkill_and_restart():
@@ -576,6 +609,7 @@ try:
     for fn in [test_identity_and_node_info, test_unimplemented, test_invalid_arguments, test_path_traversal,
                test_permission_denied, test_failed_precondition, test_read_only_publish_and_sharing,
                test_writable_overlay, test_unpublish_edge_cases, test_concurrent_100, test_busy_volume,
+               test_internal_error_undoes,
                test_sigkill_and_restart, test_metrics, test_second_instance_refused, test_sigterm_drains]:
         t.run(fn.__name__, fn)
 finally:
