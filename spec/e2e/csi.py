@@ -117,6 +117,26 @@ def stats(node, vid, path):
     return call(node.NodeGetVolumeStats, pb.NodeGetVolumeStatsRequest(volume_id=vid, volume_path=path))
 
 
+class UsageLock:
+    """Hold the lock the plugin takes to update a cache's usage file, so that
+    publishes of that cache are provably in flight until release()."""
+
+    def __init__(self, ns, name):
+        d = os.path.join(run, "usage", ns, name)
+        os.makedirs(d, exist_ok=True)
+        self.fd = os.open(d, os.O_RDONLY | os.O_DIRECTORY)
+        fcntl.flock(self.fd, fcntl.LOCK_EX)
+
+    def release(self):
+        fcntl.flock(self.fd, fcntl.LOCK_UN)
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        os.close(self.fd)
+
+
 def tree_counts(path):
     n, size = 0, 0
     for d, dirs, files in os.walk(path):
@@ -454,11 +474,7 @@ def test_busy_volume():
     # A publish held in flight by the usage lock; other calls for the same
     # volume meanwhile are answered ABORTED, and it ends with one mount.
     tgt = new_target("busy")
-    udir = os.path.join(run, "usage", "team-a", "llama")
-    os.makedirs(udir, exist_ok=True)
-    lock = os.open(udir, os.O_RDONLY | os.O_DIRECTORY)
-    fcntl.flock(lock, fcntl.LOCK_EX)
-    try:
+    with UsageLock("team-a", "llama") as lock:
         with channel() as ch, concurrent.futures.ThreadPoolExecutor(max_workers=2) as ex:
             node = pbg.NodeStub(ch)
             first = ex.submit(publish, node, "v-busy", tgt)
@@ -469,14 +485,12 @@ def test_busy_volume():
             code, details = unpublish(node, "v-busy", tgt)
             t.ok(code == C.ABORTED, "an unpublish while a publish runs for the volume: ABORTED",
                  diag=(code, details))
-            fcntl.flock(lock, fcntl.LOCK_UN)
+            lock.release()
             code, details = first.result()
             t.ok(code == C.OK and cc.mount_count(tgt) == 1, "the first publish then completes, one mount",
                  diag=(code, details))
             code, _ = unpublish(node, "v-busy", tgt)
             t.ok(code == C.OK and cc.mount_count(tgt) == 0, "and it unpublishes")
-    finally:
-        os.close(lock)
 
 
 def test_internal_error_undoes():
@@ -567,15 +581,10 @@ def test_second_instance_refused():
 
 
 def test_sigterm_drains():
-    # Hold the lock the plugin takes to update the cache's usage file, so
-    # that publishes are provably in flight when SIGTERM arrives.
+    # Publishes held in flight by the usage lock when SIGTERM arrives.
     global plugin
     targets = {"v-t%02d" % i: new_target("t%02d" % i) for i in range(10)}
-    udir = os.path.join(run, "usage", "team-a", "llama")
-    os.makedirs(udir, exist_ok=True)
-    lock = os.open(udir, os.O_RDONLY | os.O_DIRECTORY)
-    fcntl.flock(lock, fcntl.LOCK_EX)
-    try:
+    with UsageLock("team-a", "llama") as lock:
         with channel() as ch, concurrent.futures.ThreadPoolExecutor(max_workers=10) as ex:
             node = pbg.NodeStub(ch)
             futs = [ex.submit(publish, node, v, p, pod="pod-" + v[2:], uid=v) for v, p in targets.items()]
@@ -587,10 +596,8 @@ def test_sigterm_drains():
             with channel() as ch2:
                 code, _ = call(pbg.IdentityStub(ch2).Probe, pb.ProbeRequest())
             t.eq(code, C.UNAVAILABLE, "while draining, new calls are refused")
-            fcntl.flock(lock, fcntl.LOCK_UN)
+            lock.release()
             res = [f.result()[0] for f in futs]
-    finally:
-        os.close(lock)
     rc = plugin.wait(60)
     t.ok(all(c == C.OK for c in res) and all(cc.mount_count(p) == 1 for p in targets.values()),
          "every call in flight at SIGTERM completed and is mounted", diag=res)
