@@ -510,6 +510,11 @@ const struct kube_watch_stats *kube_watch_stats(const struct kube_watch *w)
 	return &w->st;
 }
 
+const struct kube_watch_opts *kube_watch_options(const struct kube_watch *w)
+{
+	return &w->o;
+}
+
 bool kube_watch_synced(const struct kube_watch *w)
 {
 	return atomic_load(&w->synced);

@@ -110,6 +110,8 @@ __attribute__((warn_unused_result)) int kube_watch_start(struct kube_client *c,
 /* Stop (within about a second), join the thread, free. NULL is a no-op. */
 void kube_watch_stop(struct kube_watch *w);
 const struct kube_watch_stats *kube_watch_stats(const struct kube_watch *w);
+/* The options the watch runs with (its own copies of the strings). */
+const struct kube_watch_opts *kube_watch_options(const struct kube_watch *w);
 /* True once the first list has been delivered. */
 bool kube_watch_synced(const struct kube_watch *w);
 
