@@ -166,10 +166,13 @@ static bool try_acquire_or_renew(struct kube_lease *l, bool *lost)
 		return false;
 	}
 	observe(l, lease);
-	const char *holder = spec_str(lease, "holderIdentity");
-	bool ours = holder && !strcmp(holder, l->identity);
+	/* copied: the spec is rewritten below */
+	char holder[256];
+	snprintf(holder, sizeof(holder), "%s",
+	         spec_str(lease, "holderIdentity") ? spec_str(lease, "holderIdentity") : "");
+	bool ours = !strcmp(holder, l->identity);
 	double dur_s = spec_num(lease, "leaseDurationSeconds", l->o.lease_duration_ms / 1000.0);
-	if (!ours && holder && *holder &&
+	if (!ours && *holder &&
 	    mono_ms() < l->observed_ms + (unsigned long long)(dur_s * 1000.0)) {
 		*lost = true;
 		cJSON_Delete(lease);
@@ -184,7 +187,7 @@ static bool try_acquire_or_renew(struct kube_lease *l, bool *lost)
 		double transitions = spec_num(lease, "leaseTransitions", 0);
 		set_spec(lease, "acquireTime", cJSON_CreateString(now));
 		set_spec(lease, "leaseTransitions",
-		         cJSON_CreateNumber(holder && *holder ? transitions + 1 : transitions));
+		         cJSON_CreateNumber(*holder ? transitions + 1 : transitions));
 	}
 	cJSON *meta = cJSON_GetObjectItemCaseSensitive(lease, "metadata");
 	cJSON_DeleteItemFromObjectCaseSensitive(meta, "managedFields");
