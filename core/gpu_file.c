@@ -3,15 +3,13 @@
  * is checked for type and size; anything wrong is refused with the field's
  * path ("gpus[1].arch: want a string"), never half-read. */
 #include <errno.h>
-#include <fcntl.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/stat.h>
-#include <unistd.h>
 
 #include "gpu_probe.h"
+#include "jsonfile.h"
 
 #define MAX_FILE_BYTES (1024 * 1024)
 
@@ -161,33 +159,20 @@ static int parse_gpu(const cJSON *o, int ordinal, struct gpu_info *g, char *err,
 	return 0;
 }
 
-int gpu_file_parse(const char *text, size_t len, struct gpu_probe **out, char *err, size_t errlen)
+/* The inventory in root (borrowed). */
+static int from_json(const cJSON *root, struct gpu_probe **out, char *err, size_t errlen)
 {
-	struct gpu_probe *p = NULL;
-	int r = 0;
-	if (len > MAX_FILE_BYTES) {
-		snprintf(err, errlen, "inventory larger than %d bytes", MAX_FILE_BYTES);
-		return -EFBIG;
-	}
-	cJSON *root = cJSON_ParseWithLength(text, len);
-	if (!root) {
-		const char *at = cJSON_GetErrorPtr();
-		snprintf(err, errlen, "not valid JSON (near byte %td)",
-		         at ? at - text : (ptrdiff_t)0);
-		return -EINVAL;
-	}
 	const cJSON *gpus = cJSON_GetObjectItemCaseSensitive(root, "gpus");
 	if (!cJSON_IsObject(root) || !cJSON_IsArray(gpus)) {
 		snprintf(err, errlen, "want an object with a \"gpus\" array");
-		r = -EINVAL;
-		goto out;
+		return -EINVAL;
 	}
 	if (cJSON_GetArraySize(gpus) > GPU_PROBE_MAX_GPUS) {
 		snprintf(err, errlen, "more than %d GPUs", GPU_PROBE_MAX_GPUS);
-		r = -E2BIG;
-		goto out;
+		return -E2BIG;
 	}
-	r = gpu_probe_new("file", &p);
+	struct gpu_probe *p = NULL;
+	int r = gpu_probe_new("file", &p);
 	int i = 0;
 	const cJSON *o;
 	cJSON_ArrayForEach(o, gpus)
@@ -199,56 +184,37 @@ int gpu_file_parse(const char *text, size_t len, struct gpu_probe **out, char *e
 		if (r == 0)
 			r = gpu_probe_add(p, &g);
 	}
-	if (r == 0) {
+	if (r == 0)
 		*out = p;
-		p = NULL;
+	else
+		gpu_probe_free(p);
+	return r;
+}
+
+int gpu_file_parse(const char *text, size_t len, struct gpu_probe **out, char *err, size_t errlen)
+{
+	cJSON *root = NULL;
+	if (len > MAX_FILE_BYTES) {
+		snprintf(err, errlen, "inventory larger than %d bytes", MAX_FILE_BYTES);
+		return -EFBIG;
 	}
-out:
-	gpu_probe_free(p);
+	int r = jsonfile_parse("inventory", text, len, &root, err, errlen);
+	if (r == 0)
+		r = from_json(root, out, err, errlen);
 	cJSON_Delete(root);
 	return r;
 }
 
 int gpu_file_probe(const char *path, struct gpu_probe **out, char *err, size_t errlen)
 {
-	char *buf = NULL;
-	size_t used = 0;
-	int r = 0;
-	int fd = open(path, O_RDONLY | O_CLOEXEC);
-	if (fd < 0) {
-		r = -errno;
-		snprintf(err, errlen, "%s: %s", path, strerror(-r));
-		return r;
-	}
-	buf = malloc(MAX_FILE_BYTES + 1);
-	if (!buf) {
-		r = -ENOMEM;
-		goto out;
-	}
-	for (;;) {
-		ssize_t n = read(fd, buf + used, MAX_FILE_BYTES + 1 - used);
-		if (n < 0 && errno == EINTR)
-			continue;
-		if (n < 0) {
-			r = -errno;
-			snprintf(err, errlen, "%s: %s", path, strerror(-r));
-			goto out;
-		}
-		if (n == 0)
-			break;
-		used += (size_t)n;
-		if (used > MAX_FILE_BYTES) {
-			snprintf(err, errlen, "%s: larger than %d bytes", path, MAX_FILE_BYTES);
-			r = -EFBIG;
-			goto out;
-		}
-	}
+	cJSON *root = NULL;
 	char why[400];
-	r = gpu_file_parse(buf, used, out, why, sizeof(why));
+	int r = jsonfile_read(path, &root, err, errlen);
+	if (r < 0)
+		return r;
+	r = from_json(root, out, why, sizeof(why));
 	if (r < 0)
 		snprintf(err, errlen, "%s: %s", path, why);
-out:
-	free(buf);
-	close(fd);
+	cJSON_Delete(root);
 	return r;
 }

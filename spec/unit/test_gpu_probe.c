@@ -391,7 +391,7 @@ static void file_rejects(const char *json, const char *want)
 static void test_file_rejects_bad_input(void **state)
 {
 	(void)state;
-	file_rejects("{", "not valid JSON");
+	file_rejects("{", "inventory: invalid JSON at line 1");
 	file_rejects("[]", "want an object with a \"gpus\" array");
 	file_rejects("{\"gpus\": {}}", "\"gpus\" array");
 	file_rejects("{\"gpus\": [1]}", "gpus[0]: want an object");
