@@ -192,7 +192,11 @@ static void replace_all(struct kube_informer *inf, cJSON *items)
 			e = next;
 		}
 	}
-	inf->synced = true;
+	if (!inf->synced) {
+		inf->synced = true;
+		if (inf->o.on_synced)
+			inf->o.on_synced(inf, inf->o.ud);
+	}
 }
 
 size_t kube_informer_drain(struct kube_informer *inf)

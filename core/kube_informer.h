@@ -39,6 +39,9 @@ struct kube_informer_opts {
 	struct loop *loop;            /* drains posted to this loop, or NULL */
 	void (*notify)(struct kube_informer *inf, void *ud); /* without a loop: watch thread */
 	kube_informer_change_fn on_change; /* may be NULL */
+	/* Once, on the owner thread, after the first complete list was applied
+	 * (also when it was empty). May be NULL. */
+	void (*on_synced)(struct kube_informer *inf, void *ud);
 	void *ud;
 };
 
