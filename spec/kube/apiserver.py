@@ -487,11 +487,7 @@ class Server:
             md.pop(k, None)
         if rt.status and rt.crd is not None:
             obj.pop("status", None)
-        if rt.plural == "pods":
-            obj["status"] = {"phase": "Pending"}
         if rt.plural == "namespaces":
-            obj["status"] = {"phase": "Active"}
-            obj.setdefault("spec", {})["finalizers"] = ["kubernetes"]
             md.setdefault("labels", {})["kubernetes.io/metadata.name"] = md.get("name", "")
         if rt.plural == "customresourcedefinitions":
             obj.pop("status", None)
@@ -500,6 +496,20 @@ class Server:
             kschema.apply_defaults(obj, rt.schema)
         storage_form = self.to_storage(rt, obj)
         self.storage_skeleton(rt).apply_skeleton(storage_form)
+        if not apply_done:
+            if managers is None:
+                try:
+                    managers = kssa.Managers(mf_in if isinstance(mf_in, list) else [])
+                except ValueError:
+                    managers = kssa.Managers()
+            kssa.update(managers, self.empty_object(rt), self.out(rt, storage_form), rt.ssa_schema,
+                        manager, "", rt.gv, now_str())
+        # what the create strategy sets comes after the field manager ran
+        if rt.plural == "pods":
+            storage_form["status"] = {"phase": "Pending"}
+        if rt.plural == "namespaces":
+            storage_form["status"] = {"phase": "Active"}
+            storage_form.setdefault("spec", {})["finalizers"] = ["kubernetes"]
         if rt.plural == "customresourcedefinitions":
             storage_form["status"]["storedVersions"] = [
                 v["name"] for v in storage_form["spec"].get("versions") or [] if v.get("storage")]
@@ -511,15 +521,6 @@ class Server:
         smd["creationTimestamp"] = now_str()
         if rt.generation:
             smd["generation"] = 1
-        if not apply_done:
-            if managers is None:
-                try:
-                    managers = kssa.Managers(mf_in if isinstance(mf_in, list) else [])
-                except ValueError:
-                    managers = kssa.Managers()
-            empty = self.empty_object(rt)
-            kssa.update(managers, empty, self.out(rt, storage_form), rt.ssa_schema, manager, "",
-                        rt.gv, now_str())
         mf = managers.encode() if managers is not None else []
         if mf:
             smd["managedFields"] = mf

@@ -212,11 +212,12 @@ def compare(old, new, sch, path=(), added=None, modified=None, removed=None):
     if added is None:
         added, modified, removed = set(), set(), set()
     v = new if new is not MISSING else old
+    # a null container compares like an empty one (its items are added)
     if isinstance(v, dict) and not map_is_atomic(sch) \
-            and (old is MISSING or isinstance(old, dict)) \
+            and (old is MISSING or old is None or isinstance(old, dict)) \
             and (new is MISSING or isinstance(new, dict)):
-        o = old if old is not MISSING else {}
-        n = new if new is not MISSING else {}
+        o = old if isinstance(old, dict) else {}
+        n = new if isinstance(new, dict) else {}
         for k in list(o.keys()) + [k for k in n if k not in o]:
             compare(o.get(k, MISSING), n.get(k, MISSING), child_schema(sch, k)[0],
                     path + ("f:" + k,), added, modified, removed)
@@ -227,7 +228,7 @@ def compare(old, new, sch, path=(), added=None, modified=None, removed=None):
                 removed.add(path)
         return added, modified, removed
     if isinstance(v, list) and list_type(sch) != "atomic" \
-            and (old is MISSING or isinstance(old, list)) \
+            and (old is MISSING or old is None or isinstance(old, list)) \
             and (new is MISSING or isinstance(new, list)):
         oi, oorder = _index_items(old, sch)
         ni, norder = _index_items(new, sch)

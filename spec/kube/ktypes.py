@@ -8,6 +8,7 @@ import re
 
 import kschema
 
+CR_VERBS = ["delete", "deletecollection", "get", "list", "patch", "create", "update", "watch"]
 ALL_VERBS = ["create", "delete", "deletecollection", "get", "list", "patch", "update", "watch"]
 NAME_COLUMN = {
     "name": "Name", "type": "string", "format": "name",
@@ -649,7 +650,9 @@ def builtin_types():
     crd = _mk("apiextensions.k8s.io", "v1", "customresourcedefinitions",
               "CustomResourceDefinition", False, short=["crd", "crds"], status=True,
               generation=True, categories=["api-extensions"])
-    crd.skeleton = {"spec": {}, "status": {"conditions": None,
+    crd.skeleton = {"spec": {"group": "", "names": {"plural": "", "kind": ""}, "scope": "",
+                             "versions": None},
+                    "status": {"conditions": None,
                                            "acceptedNames": {"plural": "", "kind": ""},
                                            "storedVersions": []}}
     crd.table = lambda o: [o["metadata"]["name"], o["metadata"].get("creationTimestamp")]
@@ -686,7 +689,8 @@ def custom_type(crd):
                    short=names.get("shortNames") or [],
                    status="status" in (v.get("subresources") or {}),
                    storage="%s/%s" % (spec["group"], names["plural"]),
-                   generation=True, categories=names.get("categories") or [])
+                   generation=True, categories=names.get("categories") or [],
+                   verbs=CR_VERBS)
         rt.crd = crd
         sch = (v.get("schema") or {}).get("openAPIV3Schema") or {
             "type": "object", "x-kubernetes-preserve-unknown-fields": True}
