@@ -505,6 +505,8 @@ class Server:
             kssa.update(managers, self.empty_object(rt), self.out(rt, storage_form), rt.ssa_schema,
                         manager, "", rt.gv, now_str())
         # what the create strategy sets comes after the field manager ran
+        if rt.normalize is not None:
+            rt.normalize(storage_form)
         if rt.plural == "pods":
             storage_form["status"] = {"phase": "Pending"}
         if rt.plural == "namespaces":
@@ -622,6 +624,8 @@ class Server:
             kschema.apply_defaults(new, rt.schema)
         storage_form = self.to_storage(rt, new)
         self.storage_skeleton(rt).apply_skeleton(storage_form)
+        if rt.normalize is not None:
+            rt.normalize(storage_form)
         self.validate(rt, storage_form, cur, rt.gv)
         smd = storage_form["metadata"]
         if rt.generation and "generation" in cur["metadata"]:

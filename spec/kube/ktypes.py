@@ -1,6 +1,7 @@
 """Resource types of the test API server: the built-in kinds it serves, the
 custom resources registered from CRDs, their server-side table printing,
 field selectors, and the events.k8s.io <-> core/v1 Event conversion."""
+import base64
 import copy
 import datetime
 import json
@@ -99,6 +100,7 @@ class RType:
         self.to_storage = None     # conversion for a second version of a storage
         self.from_storage = None
         self.selectable = []       # CRD selectableFields json paths
+        self.normalize = None      # fn(obj): what the kind's strategy rewrites
 
     @property
     def gv(self):
@@ -346,6 +348,17 @@ def _pod_cells(obj):
             st.get("nominatedNodeName") or "<none>", "<none>"]
 
 
+def _secret_string_data(obj):
+    """stringData is write-only: merged into data, base64 encoded."""
+    sd = obj.pop("stringData", None)
+    if isinstance(sd, dict) and sd:
+        data = obj.get("data") if isinstance(obj.get("data"), dict) else {}
+        for k, v in sd.items():
+            if isinstance(v, str):
+                data[k] = base64.b64encode(v.encode()).decode()
+        obj["data"] = data
+
+
 def _mk(group, version, plural, kind, namespaced, **kw):
     return RType(group, version, plural, kind, namespaced, **kw)
 
@@ -514,6 +527,7 @@ def builtin_types():
                                           "server time when this object was created.")]
     sec.table = lambda o: [o["metadata"]["name"], o.get("type", ""), len(o.get("data") or {}),
                            _age(o)]
+    sec.normalize = _secret_string_data
     out.append(sec)
 
     ev = _mk("", "v1", "events", "Event", True, short=["ev"], storage="core/events",
