@@ -8,6 +8,7 @@
 BUILD     ?= build
 PREFIX    ?= /usr/local
 CC        ?= cc
+Q         ?= @
 VERSION   := $(shell git describe --tags --always --dirty 2>/dev/null || echo 0.0.0-dev)
 
 # Every Debian package the build, the tests and the benchmarks need.
@@ -49,15 +50,23 @@ SPEC_MOD  := $(BUILD)/spec/gkmspec.so
 all: $(BUILD)/gkm
 
 $(BUILD)/gkm: $(BUILD)/obj/core/main.o $(LIB_OBJS)
-	$(CC) $(CFLAGS) -o $@ $^ -Wl,--as-needed $(PKG_LIBS)
+	@echo "  LD      $@"
+	$(Q)$(CC) $(CFLAGS) -o $@ $^ -Wl,--as-needed $(PKG_LIBS)
+
+# The same binary built with the sanitizers, for end-to-end tests of bad input.
+$(BUILD)/gkm-san: $(BUILD)/san/core/main.o $(SAN_OBJS)
+	@echo "  LD san  $@"
+	$(Q)$(CC) $(CFLAGS) $(SAN) -o $@ $^ -Wl,--as-needed $(PKG_LIBS)
 
 $(BUILD)/obj/%.o: %.c
 	@mkdir -p $(dir $@)
-	$(CC) $(ALL_CFLAGS) -MMD -MP -c -o $@ $<
+	@echo "  CC      $<"
+	$(Q)$(CC) $(ALL_CFLAGS) -MMD -MP -c -o $@ $<
 
 $(BUILD)/san/%.o: %.c
 	@mkdir -p $(dir $@)
-	$(CC) $(ALL_CFLAGS) $(SAN) -MMD -MP -c -o $@ $<
+	@echo "  CC san  $<"
+	$(Q)$(CC) $(ALL_CFLAGS) $(SAN) -MMD -MP -c -o $@ $<
 
 # Lua and policy files are compiled into the binary (.incbin keeps them byte-exact).
 $(BUILD)/gen/embedded.S: $(EMBED_FILES) core/embed.sh
@@ -71,12 +80,15 @@ $(BUILD)/san/embedded.o: $(BUILD)/gen/embedded.S
 
 $(BUILD)/unit/%: spec/unit/%.c $(SAN_OBJS)
 	@mkdir -p $(dir $@)
-	$(CC) $(ALL_CFLAGS) $(SAN) -Ispec/unit -o $@ $^ $(PKG_LIBS) -lcmocka
+	@echo "  TEST    $@"
+	$(Q)$(CC) $(ALL_CFLAGS) $(SAN) -Ispec/unit -o $@ $^ $(PKG_LIBS) -lcmocka
 
 # The Lua module busted specs use to drive the real engine and sandbox.
+# lua5.4 on Debian is statically linked and exports the Lua API, so the module
+# must not bring a second copy of liblua (two Lua VMs in one process break).
 $(SPEC_MOD): spec/lib/gkmspec.c $(LIB_OBJS)
 	@mkdir -p $(dir $@)
-	$(CC) $(ALL_CFLAGS) -shared -o $@ $^ $(PKG_LIBS)
+	$(Q)$(CC) $(ALL_CFLAGS) -shared -o $@ $^ $(filter-out -llua5.4,$(PKG_LIBS))
 
 unit-tests: $(UNIT_BINS)
 
@@ -84,7 +96,7 @@ deps:
 	@sh core/deps.sh $(DEPS)
 
 test: deps
-	@$(MAKE) --no-print-directory all unit-tests $(SPEC_MOD) spec-extra
+	@$(MAKE) --no-print-directory -j$$(nproc) all $(BUILD)/gkm-san unit-tests $(SPEC_MOD) spec-extra
 	@BUILD=$(BUILD) bash spec/run.sh
 
 # Extra test artefacts (fake libraries, generated stubs) hook in here from */*.mk.

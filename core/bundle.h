@@ -5,6 +5,7 @@
 #define GKM_BUNDLE_H
 
 #include <cjson/cJSON.h>
+#include <stdbool.h>
 #include <stddef.h>
 
 struct bundle_file {

@@ -38,8 +38,8 @@ enum cli_result cli_common(int opt, const char *arg, const char *cmd, const char
 		return CLI_EXIT_OK;
 	case CLI_OPT_LOG_LEVEL:
 		if (log_parse_level(arg, &level) != 0) {
-			cli_usage_error(cmd, "invalid --log-level '%s' (want debug, info, warn or error)",
-			                arg);
+			cli_usage_error(
+			    cmd, "invalid --log-level '%s' (want debug, info, warn or error)", arg);
 			return CLI_EXIT_USAGE;
 		}
 		log_init(level, json_logs);

@@ -13,12 +13,14 @@ enum { CLI_OPT_LOG_LEVEL = 0x1000, CLI_OPT_LOG_FORMAT, CLI_OPT_FIRST_FREE };
 
 #define CLI_COMMON_OPTIONS                                                                         \
 	{"help", no_argument, 0, 'h'}, {"log-level", required_argument, 0, CLI_OPT_LOG_LEVEL},     \
-		{"log-format", required_argument, 0, CLI_OPT_LOG_FORMAT}
+	{                                                                                          \
+		"log-format", required_argument, 0, CLI_OPT_LOG_FORMAT                             \
+	}
 
 #define CLI_COMMON_HELP                                                                            \
 	"Common flags:\n"                                                                          \
-	"  --log-level LEVEL   debug, info, warn or error (default info)\n"                       \
-	"  --log-format FMT    text or json (default text)\n"                                     \
+	"  --log-level LEVEL   debug, info, warn or error (default info)\n"                        \
+	"  --log-format FMT    text or json (default text)\n"                                      \
 	"  -h, --help          show this help\n"
 
 enum cli_result { CLI_CONTINUE = 0, CLI_EXIT_OK, CLI_EXIT_USAGE };

@@ -48,11 +48,12 @@ const char *engine_status_name(enum engine_status s);
  * hook must exist in every bundle (a bundle without it is refused).
  * validate gets the converted return value; it returns 0, or -1 with a
  * message in err ("missing field 'compatible'"). */
+typedef int (*engine_validate_fn)(const cJSON *result, char *err, size_t errlen);
 struct engine_hook {
 	const char *name;     /* "compat" */
 	const char *module;   /* "compat" (policies/compat.lua) */
 	const char *function; /* "evaluate" */
-	int (*validate)(const cJSON *result, char *err, size_t errlen);
+	engine_validate_fn validate;
 };
 #define ENGINE_HOOK(ident, ...)                                                                    \
 	static const struct engine_hook ident                                                      \
@@ -85,8 +86,15 @@ void engine_unref(struct engine *e);
 /* Call a hook with a plain-table input. On ENGINE_OK *out receives the
  * validated result (caller frees with cJSON_Delete); otherwise err says why
  * and *out is untouched. Returns the status. */
-enum engine_status engine_call(struct engine *e, const char *hook, const cJSON *input,
-                               cJSON **out, struct engine_error *err);
+enum engine_status engine_call(struct engine *e, const char *hook, const cJSON *input, cJSON **out,
+                               struct engine_error *err);
+
+/* The same for any module function: require(module)[function](input), for
+ * the Lua halves of the daemons (reconcile loops in lua/gkm/). validate may
+ * be NULL (then any plain data is accepted). Same single protected path. */
+enum engine_status engine_call_fn(struct engine *e, const char *module, const char *function,
+                                  const cJSON *input, engine_validate_fn validate, cJSON **out,
+                                  struct engine_error *err);
 
 /* Content digest of the bundle the engine was built from ("sha256:<hex>"). */
 const char *engine_digest(const struct engine *e);
@@ -97,9 +105,9 @@ size_t engine_memory(const struct engine *e);
  * engine_slot_load() builds aside and swaps only on success: the previous
  * engine keeps answering when the new bundle is refused. */
 struct engine_slot {
-	struct engine *current;  /* owned reference; NULL before the first load */
-	uint64_t generation;     /* bumps on every successful swap */
-	char last_error[1024];   /* why the last load was refused ("" if it was not) */
+	struct engine *current; /* owned reference; NULL before the first load */
+	uint64_t generation;    /* bumps on every successful swap */
+	char last_error[1024];  /* why the last load was refused ("" if it was not) */
 	struct engine_limits limits;
 };
 void engine_slot_init(struct engine_slot *s, const struct engine_limits *lim);

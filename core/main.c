@@ -14,18 +14,19 @@ static int cmd_version(int argc, char **argv);
 static int cmd_help(int argc, char **argv);
 
 static const struct command commands[] = {
-	{"operator", cmd_operator, "aggregate node reports into cache status (Deployment)"},
-	{"agent", cmd_agent, "probe GPUs, pull, verify, check and extract caches (DaemonSet)"},
-	{"csi", cmd_csi, "CSI node plugin: mount ready caches into pods"},
-	{"webhook", cmd_webhook, "admission webhook: resolve digests, verify signatures"},
-	{"up", cmd_up, "standalone mode: the whole pipeline on one machine, no cluster"},
-	{"apply", cmd_apply, "standalone mode: create or update objects from YAML"},
-	{"get", cmd_get, "standalone mode: show objects and their status"},
-	{"cache", cmd_cache, "build, push, inspect, sign and verify cache images"},
-	{"policy", cmd_policy, "check, test and evaluate Lua policy bundles"},
-	{"gpus", cmd_gpus, "show the GPUs this node has, as the agent sees them"},
-	{"version", cmd_version, "print the version"},
-	{"help", cmd_help, "show this help"},
+    {"operator", cmd_operator, "aggregate node reports into cache status (Deployment)"},
+    {"agent", cmd_agent, "probe GPUs, pull, verify, check and extract caches (DaemonSet)"},
+    {"csi", cmd_csi, "CSI node plugin: mount ready caches into pods"},
+    {"webhook", cmd_webhook, "admission webhook: resolve digests, verify signatures"},
+    {"up", cmd_up, "standalone mode: the whole pipeline on one machine, no cluster"},
+    {"apply", cmd_apply, "standalone mode: create or update objects from YAML"},
+    {"get", cmd_get, "standalone mode: show objects and their status"},
+    {"delete", cmd_delete, "standalone mode: delete an object"},
+    {"cache", cmd_cache, "build, push, inspect, sign and verify cache images"},
+    {"policy", cmd_policy, "check, test and evaluate Lua policy bundles"},
+    {"gpus", cmd_gpus, "show the GPUs this node has, as the agent sees them"},
+    {"version", cmd_version, "print the version"},
+    {"help", cmd_help, "show this help"},
 };
 
 static void usage(FILE *f)

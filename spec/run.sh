@@ -5,7 +5,8 @@
 # "ok N - name # SKIP reason"):
 #   - C unit tests: $BUILD/unit/test_* (cmocka, sanitizer build)
 #   - Lua specs:    spec/lua/*_spec.lua (busted, through the real engine)
-#   - end-to-end:   spec/e2e/*.sh and spec/e2e/*.py (executable, TAP)
+#   - end-to-end:   spec/e2e/*.sh and spec/e2e/*.py (executable, TAP);
+#                   GKM_BIN is the binary, GKM_BIN_SAN the same built with ASan/UBSan
 # A program that exits non-zero without reporting a failure counts as one
 # failure, so a crash is never silent. Set GKM_TEST_FILTER to a substring to
 # run only matching programs.
@@ -13,6 +14,8 @@ set -u
 cd "$(dirname "$0")/.."
 BUILD=${BUILD:-build}
 export GKM_BIN=$PWD/$BUILD/gkm GKM_BUILD=$PWD/$BUILD GKM_ROOT=$PWD
+# the sanitizer build of gkm, for tests that feed it bad input
+export GKM_BIN_SAN=$PWD/$BUILD/gkm-san
 export CMOCKA_MESSAGE_OUTPUT=TAP
 export ASAN_OPTIONS=${ASAN_OPTIONS:-detect_leaks=1:abort_on_error=0}
 export UBSAN_OPTIONS=${UBSAN_OPTIONS:-print_stacktrace=1:halt_on_error=1}
