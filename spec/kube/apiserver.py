@@ -364,7 +364,7 @@ class Server:
                 warnings = ['unknown field "%s"' % u for u in unknown]
         return out, warnings
 
-    def validate(self, rt, obj, old, request_gv):
+    def validate(self, rt, obj, old, request_gv, known=None):
         md = obj.get("metadata") or {}
         errs = []
         name = md.get("name", "")
@@ -394,7 +394,7 @@ class Server:
             for k in ("metadata", "apiVersion", "kind"):
                 props.pop(k, None)
             sch["properties"] = props
-            errs += kschema.validate(body, sch, "")
+            errs += kschema.validate(body, sch, "", known=known)
         if rt.extra_validate is not None:
             errs += rt.extra_validate(rt, obj, old, request_gv)
         if rt.plural == "customresourcedefinitions":
@@ -492,7 +492,7 @@ class Server:
         if rt.plural == "customresourcedefinitions":
             obj.pop("status", None)
             obj.setdefault("spec", {}).setdefault("conversion", {"strategy": "None"})
-        if rt.schema is not None:
+        if rt.has_defaults:
             kschema.apply_defaults(obj, rt.schema)
         storage_form = self.to_storage(rt, obj)
         self.storage_skeleton(rt).apply_skeleton(storage_form)
@@ -554,7 +554,7 @@ class Server:
 
     # ------------------------------------------------------------------ update
     def update(self, rt, ns, name, sub, body, params, headers=None):
-        obj = copy_obj(body)
+        obj = body
         self.check_gvk(rt, obj)
         validation = self.field_validation(params)
         obj, warnings = self.strict_fields(rt, obj, validation)
@@ -593,9 +593,10 @@ class Server:
                       apply_done=False):
         """Shared tail of PUT and PATCH: new_req is the client's version of the
         desired object. Lock held. Returns the object to answer with."""
-        cur_out = copy_obj(self.out(rt, cur))
-        new = copy_obj(new_req)
-        md = new.setdefault("metadata", {})
+        # objects are never modified in place once stored: copy what changes
+        cur_out = self.out(rt, cur)
+        new = dict(new_req)
+        md = new["metadata"] = dict(new.get("metadata") or {})
         cmd = cur_out["metadata"]
         for k in ("uid", "creationTimestamp", "deletionTimestamp", "deletionGracePeriodSeconds",
                   "generation", "namespace", "resourceVersion", "selfLink"):
@@ -605,7 +606,7 @@ class Server:
                 md.pop(k, None)
         if rt.status:
             if sub == "status":
-                keep = copy_obj(cur_out)
+                keep = dict(cur_out)
                 if "status" in new:
                     keep["status"] = new["status"]
                 else:
@@ -617,16 +618,16 @@ class Server:
                 md = new["metadata"]
             else:
                 if "status" in cur_out:
-                    new["status"] = copy_obj(cur_out["status"])
+                    new["status"] = cur_out["status"]
                 else:
                     new.pop("status", None)
-        if rt.schema is not None:
-            kschema.apply_defaults(new, rt.schema)
+        if rt.has_defaults:
+            new = kschema.apply_defaults(copy_obj(new), rt.schema)
         storage_form = self.to_storage(rt, new)
         self.storage_skeleton(rt).apply_skeleton(storage_form)
         if rt.normalize is not None:
             rt.normalize(storage_form)
-        self.validate(rt, storage_form, cur, rt.gv)
+        self.validate(rt, storage_form, cur, rt.gv, known=cur)
         smd = storage_form["metadata"]
         if rt.generation and "generation" in cur["metadata"]:
             if self.spec_changed(rt, cur, storage_form):
@@ -697,7 +698,7 @@ class Server:
             cur = self.store.get(rt.storage, key)
             if cur is None:
                 raise not_found(rt, name)
-            cur_out = copy_obj(self.out(rt, cur))
+            cur_out = self.out(rt, cur)
             try:
                 if ct == "application/json-patch+json":
                     new = json_patch(cur_out, patch)
@@ -790,7 +791,7 @@ class Server:
                 res = self.store.commit(rt.storage, key, stored)
                 self.after_write(rt, res, None)
                 return self.out(rt, res), warnings, 201
-            cur_out = self.strip_mf(copy_obj(self.out(rt, cur)))
+            cur_out = self.strip_mf(self.out(rt, cur))
             try:
                 managers = kssa.Managers(cur["metadata"].get("managedFields") or [])
             except ValueError:

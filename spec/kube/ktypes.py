@@ -101,6 +101,7 @@ class RType:
         self.from_storage = None
         self.selectable = []       # CRD selectableFields json paths
         self.normalize = None      # fn(obj): what the kind's strategy rewrites
+        self.has_defaults = False  # the schema has default values
 
     @property
     def gv(self):
@@ -144,13 +145,17 @@ class RType:
         return e
 
     def apply_skeleton(self, obj):
+        """Add the fields a built-in kind always serializes (copy on write)."""
         if self.skeleton:
             for k, v in self.skeleton.items():
                 if k not in obj:
                     obj[k] = copy.deepcopy(v)
                 elif isinstance(v, dict) and isinstance(obj[k], dict):
-                    for k2, v2 in v.items():
-                        obj[k].setdefault(k2, copy.deepcopy(v2))
+                    missing = [k2 for k2 in v if k2 not in obj[k]]
+                    if missing:
+                        obj[k] = dict(obj[k])
+                        for k2 in missing:
+                            obj[k][k2] = copy.deepcopy(v[k2])
         return obj
 
 
@@ -352,7 +357,7 @@ def _secret_string_data(obj):
     """stringData is write-only: merged into data, base64 encoded."""
     sd = obj.pop("stringData", None)
     if isinstance(sd, dict) and sd:
-        data = obj.get("data") if isinstance(obj.get("data"), dict) else {}
+        data = dict(obj["data"]) if isinstance(obj.get("data"), dict) else {}
         for k, v in sd.items():
             if isinstance(v, str):
                 data[k] = base64.b64encode(v.encode()).decode()
@@ -709,6 +714,7 @@ def custom_type(crd):
         sch = (v.get("schema") or {}).get("openAPIV3Schema") or {
             "type": "object", "x-kubernetes-preserve-unknown-fields": True}
         rt.schema = sch
+        rt.has_defaults = '"default"' in json.dumps(sch)
         root = copy.deepcopy(sch)
         root.setdefault("properties", {})
         root["properties"]["metadata"] = kschema.OBJECT_META_SCHEMA
