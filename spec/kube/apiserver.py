@@ -1596,6 +1596,9 @@ class Handler(BaseHTTPRequestHandler):
         n = int(self.headers.get("Content-Length") or 0)
         if n > MAX_BODY:
             self.close_connection = True
+            if n <= 4 * MAX_BODY:
+                while n > 0:    # drain it so that the client reads the answer
+                    n -= len(self.rfile.read(min(n, 65536)) or b"x" * n)
             raise ApiError(413, "RequestEntityTooLarge", "Request entity too large: limit is 3145728")
         return self.rfile.read(n) if n > 0 else b""
 
