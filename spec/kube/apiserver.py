@@ -1268,7 +1268,16 @@ class Server:
                 return False
             return self.matches(rt, obj, lsel, fsel)
 
-        w = kstore.Watcher(rt.storage, match)
+        index = None
+        for f, op, v in fsel:
+            if f == "metadata.name" and op == "=":
+                index = ("name", v)
+        if index is None:
+            for k, op, vals in lsel:
+                if op == "=" or (op == "in" and len(vals) == 1):
+                    index = ("label", k, vals[0])
+                    break
+        w = kstore.Watcher(rt.storage, match, index)
         initial = []
         error = None
         with self.store.lock:
@@ -1306,7 +1315,7 @@ class Server:
     def close_watches(self):
         with self.store.lock:
             for ws in self.store.watchers.values():
-                for w in list(ws):
+                for w in ws:
                     w.close()
 
 
