@@ -1918,7 +1918,25 @@ class Handler(BaseHTTPRequestHandler):
         self.send_header("Cache-Control", "no-cache, private")
         self.end_headers()
         self.close_connection = False
-        fault = self.take_fault("watch")
+        fault = [self.take_fault("watch")]
+        sent = [0]
+
+        def emit(typ, obj):
+            """Send one event; False once an injected fault cut the stream."""
+            if fault[0] and sent[0] >= 1:
+                if fault[0] == "truncate":
+                    data = json.dumps({"type": typ, "object": api.out(rt, obj)}).encode()
+                    self.wfile.write(b"%x\r\n%s" % (len(data), data[: len(data) // 2]))
+                    self.wfile.flush()
+                    self.close_connection = True
+                    self.connection.shutdown(socket.SHUT_RDWR)
+                    return False
+                if fault[0] == "malformed":
+                    self.write_raw(b'{"type":"MODIFIED","object":{"kind"\n')
+                    fault[0] = None
+            self.write_event(rt, typ, obj, as_table)
+            sent[0] += 1
+            return True
         try:
             if error is not None:
                 self.write_chunk({"type": "ERROR", "object": error})
@@ -1927,14 +1945,13 @@ class Handler(BaseHTTPRequestHandler):
             deadline = time.monotonic() + timeout
             interval = api.args.bookmark_interval
             next_bookmark = time.monotonic() + interval
-            sent = 0
             for typ, obj, _ev in initial:
                 if typ == "BOOKMARK-INITIAL":
                     if bookmarks:
                         self.write_chunk(self.bookmark(rt, initial_end=True))
                     continue
-                self.write_event(rt, typ, obj, as_table)
-                sent += 1
+                if not emit(typ, obj):
+                    return
             while True:
                 now = time.monotonic()
                 if now >= deadline:
@@ -1961,19 +1978,8 @@ class Handler(BaseHTTPRequestHandler):
                         next_bookmark = time.monotonic() + interval
                     continue
                 typ, obj, _ev = item
-                if fault == "truncate" and sent >= 1:
-                    data = json.dumps({"type": typ, "object": api.out(rt, obj)}).encode()
-                    self.wfile.write(b"%x\r\n%s" % (len(data), data[: len(data) // 2]))
-                    self.wfile.flush()
-                    self.close_connection = True
-                    self.connection.shutdown(socket.SHUT_RDWR)
+                if not emit(typ, obj):
                     return
-                if fault == "malformed" and sent >= 1:
-                    self.wfile.write(b"5\r\n{\"ty\r\n")
-                    fault = None
-                    continue
-                self.write_event(rt, typ, obj, as_table)
-                sent += 1
             self.end_chunks()
         except (BrokenPipeError, ConnectionResetError, ssl.SSLError, OSError):
             self.close_connection = True
