@@ -409,6 +409,26 @@ has "describe configmap shows the data" "^compat.lua:" kubectl describe cm gkm-p
 has "describe secret shows sizes only" "^\.dockerconfigjson:  12 bytes" kubectl describe secret pull-secret
 has "describe lease" "^  Holder Identity: +gkm-operator-0" kubectl describe lease gkm-operator
 
+# kubectl create of built-ins sends protobuf bodies
+same "kubectl create namespace / configmap / secret (protobuf bodies)" sh -c "kubectl create ns scratch &&
+	kubectl create configmap -n scratch cm2 --from-literal=a=1 --from-literal=b=2 &&
+	kubectl create secret -n scratch docker-registry regcred --docker-server=registry.local:5000 \
+		--docker-username=u --docker-password=p" <<'EOF'
+namespace/scratch created
+configmap/cm2 created
+secret/regcred created
+EOF
+same "...stored as their JSON form" sh -c "kubectl get -n scratch cm/cm2 secret/regcred \
+	-o custom-columns=KIND:.kind,NAME:.metadata.name,NS:.metadata.namespace,DATA:.data.a,TYPE:.type,GEN:.metadata.generateName" <<'EOF'
+KIND NAME NS DATA TYPE GEN
+ConfigMap cm2 scratch 1 <none> <none>
+Secret regcred scratch <none> kubernetes.io/dockerconfigjson <none>
+EOF
+same "delete the namespace: it goes with its objects" sh -c "kubectl delete ns scratch && kubectl get cm -n scratch" <<'EOF'
+namespace "scratch" deleted
+No resources found in scratch namespace.
+EOF
+
 # ------------------------------------------------------------ deleting
 same "delete configmap, secret, lease" kubectl delete cm/gkm-policies secret/pull-secret lease/gkm-operator <<'EOF'
 configmap "gkm-policies" deleted

@@ -35,6 +35,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import kopenapi  # noqa: E402
+import kproto  # noqa: E402
 import kschema  # noqa: E402
 import ksel  # noqa: E402
 import kssa  # noqa: E402
@@ -284,6 +285,12 @@ class Server:
         if raw is None or raw == b"":
             raise bad_request("the body of the request was empty")
         ct = (content_type or "").split(";")[0].strip()
+        if ct == "application/vnd.kubernetes.protobuf":
+            try:
+                return kproto.decode(raw)
+            except kproto.ProtoError as e:
+                raise bad_request("the object provided is unrecognized (must be of type %s): %s"
+                                  % (rt.kind, e))
         if ct not in ("", "application/json", "application/yaml", "application/apply-patch+yaml",
                       "*/*"):
             raise ApiError(415, "UnsupportedMediaType",
