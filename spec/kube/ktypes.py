@@ -7,6 +7,7 @@ import datetime
 import json
 import re
 
+import kbuiltin
 import kschema
 
 CR_VERBS = ["delete", "deletecollection", "get", "list", "patch", "create", "update", "watch"]
@@ -368,9 +369,6 @@ def _mk(group, version, plural, kind, namespaced, **kw):
     return RType(group, version, plural, kind, namespaced, **kw)
 
 
-OBJREF_ATOMIC = {"type": "object", "x-kubernetes-map-type": "atomic"}
-CONDITIONS_MAP = {"type": "array", "x-kubernetes-list-type": "map",
-                  "x-kubernetes-list-map-keys": ["type"], "items": {"type": "object"}}
 
 
 def _root(props):
@@ -479,9 +477,7 @@ def builtin_types():
                         _col("Age", desc="CreationTimestamp is a timestamp representing the "
                                          "server time when this object was created.")]
     ns.table = lambda o: [o["metadata"]["name"], (o.get("status") or {}).get("phase", ""), _age(o)]
-    ns.ssa_schema = _root({"spec": {"type": "object", "properties": {
-        "finalizers": {"type": "array"}}}, "status": {"type": "object", "properties": {
-            "conditions": CONDITIONS_MAP}}})
+    ns.ssa_schema = _root(kbuiltin.KINDS["Namespace"])
     out.append(ns)
 
     node = _mk("", "v1", "nodes", "Node", False, short=["no"], status=True)
@@ -508,16 +504,14 @@ def builtin_types():
                           _col("Container-Runtime", desc="Container Runtime Version reported by "
                                                          "the node.", priority=1)]
     node.table = _node_cells
-    node.ssa_schema = _root({"status": {"type": "object", "properties": {
-        "conditions": CONDITIONS_MAP,
-        "addresses": {"type": "array", "x-kubernetes-list-type": "map",
-                      "x-kubernetes-list-map-keys": ["type"], "items": {"type": "object"}}}}})
+    node.ssa_schema = _root(kbuiltin.KINDS["Node"])
     out.append(node)
 
     cm = _mk("", "v1", "configmaps", "ConfigMap", True, short=["cm"])
     cm.table_columns = ["Name", _col("Data", "integer", "Data contains the configuration data."),
                         _col("Age", desc="CreationTimestamp is a timestamp representing the "
                                          "server time when this object was created.")]
+    cm.ssa_schema = _root(kbuiltin.KINDS["ConfigMap"])
     cm.table = lambda o: [o["metadata"]["name"],
                           len(o.get("data") or {}) + len(o.get("binaryData") or {}), _age(o)]
     out.append(cm)
@@ -533,6 +527,7 @@ def builtin_types():
     sec.table = lambda o: [o["metadata"]["name"], o.get("type", ""), len(o.get("data") or {}),
                            _age(o)]
     sec.normalize = _secret_string_data
+    sec.ssa_schema = _root(kbuiltin.KINDS["Secret"])
     out.append(sec)
 
     ev = _mk("", "v1", "events", "Event", True, short=["ev"], storage="core/events",
@@ -570,7 +565,7 @@ def builtin_types():
                dict(NAME_COLUMN, priority=1)]
     ev.table_columns = ev_cols
     ev.table = _event_cells
-    ev.ssa_schema = _root({"involvedObject": OBJREF_ATOMIC, "related": OBJREF_ATOMIC})
+    ev.ssa_schema = _root(kbuiltin.KINDS["Event"])
     ev.extra_validate = _validate_event
     out.append(ev)
 
@@ -579,7 +574,7 @@ def builtin_types():
     ev2.fields = dict(ev.fields)
     ev2.table_columns = ev_cols
     ev2.table = _event_cells
-    ev2.ssa_schema = _root({"regarding": OBJREF_ATOMIC, "related": OBJREF_ATOMIC})
+    ev2.ssa_schema = _root(kbuiltin.KINDS["events.k8s.io/Event"])
     ev2.to_storage = event_v1_to_core
     ev2.from_storage = event_core_to_v1
     ev2.skeleton = ev.skeleton
@@ -621,9 +616,7 @@ def builtin_types():
     pod.table = _pod_cells
     named = {"type": "array", "x-kubernetes-list-type": "map",
              "x-kubernetes-list-map-keys": ["name"], "items": {"type": "object"}}
-    pod.ssa_schema = _root({"spec": {"type": "object", "properties": {
-        "containers": named, "initContainers": named, "volumes": named}},
-        "status": {"type": "object", "properties": {"conditions": CONDITIONS_MAP}}})
+    pod.ssa_schema = _root(kbuiltin.KINDS["Pod"])
     out.append(pod)
 
     lease = _mk("coordination.k8s.io", "v1", "leases", "Lease", True)
@@ -632,6 +625,7 @@ def builtin_types():
                                                         "the holder of a current lease."),
                            _col("Age", desc="CreationTimestamp is a timestamp representing the "
                                             "server time when this object was created.")]
+    lease.ssa_schema = _root(kbuiltin.KINDS["Lease"])
     lease.table = lambda o: [o["metadata"]["name"],
                              (o.get("spec") or {}).get("holderIdentity", ""), _age(o)]
     out.append(lease)
@@ -662,8 +656,7 @@ def builtin_types():
                 bool(s.get("requiresRepublish")),
                 ",".join(s.get("volumeLifecycleModes") or ["Persistent"]), _age(o)]
     csi.table = csi_cells
-    csi.ssa_schema = _root({"spec": {"type": "object", "properties": {
-        "volumeLifecycleModes": {"type": "array", "x-kubernetes-list-type": "set"}}}})
+    csi.ssa_schema = _root(kbuiltin.KINDS["CSIDriver"])
     out.append(csi)
 
     crd = _mk("apiextensions.k8s.io", "v1", "customresourcedefinitions",
@@ -678,11 +671,7 @@ def builtin_types():
     crd.table_columns = ["Name", _col("Created At", "date",
                                       "CreationTimestamp is a timestamp representing the server "
                                       "time when this object was created.")]
-    crd.ssa_schema = _root({"spec": {"type": "object", "properties": {
-        "versions": {"type": "array"},
-        "names": {"type": "object", "properties": {"shortNames": {"type": "array"},
-                                                    "categories": {"type": "array"}}}}},
-        "status": {"type": "object", "properties": {"conditions": CONDITIONS_MAP}}})
+    crd.ssa_schema = _root(kbuiltin.KINDS["CustomResourceDefinition"])
     out.append(crd)
 
     for rt in out:
