@@ -246,8 +246,14 @@ int extract_clean_path(const char *name, char *out, size_t outlen, const char **
 		return -EPERM;
 	}
 	if (name[0] == '/') {
-		*rule = "absolute path";
-		return -EPERM;
+		/* "/" alone names the layer's root (umoci writes it); any other
+		 * absolute name would land outside the tree. */
+		if (name[strspn(name, "/.")] != '\0' || strstr(name, "..") != NULL) {
+			*rule = "absolute path";
+			return -EPERM;
+		}
+		out[0] = '\0';
+		return outlen ? 0 : -EPERM;
 	}
 	size_t o = 0;
 	const char *p = name;

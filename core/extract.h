@@ -7,7 +7,9 @@
  *
  * Nothing in a layer is trusted. An entry is refused, and the whole
  * extraction fails, when it has
- *   - an absolute path, a `..` component, an empty or over-long name;
+ *   - an absolute path, a `..` component, an empty or over-long name (an
+ *     entry named "/" is the root directory, as umoci writes it; only a
+ *     directory may name the root);
  *   - a path that passes through a symlink (nothing is ever written through
  *     a link: every file is created from a directory fd with O_NOFOLLOW and
  *     O_EXCL, every parent is opened with RESOLVE_BENEATH|RESOLVE_NO_SYMLINKS);

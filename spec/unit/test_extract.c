@@ -216,6 +216,35 @@ static void test_fixtures_roundtrip(void **state)
 	assert_int_equal(system(cmd), 0);
 }
 
+static void test_umoci_layer_without_end_blocks(void **state)
+{
+	/* Debian's umoci writes layers with a "/" root entry and without the
+	 * tar padding and end-of-archive blocks (GNU tar and bsdtar reject
+	 * them). They must extract. */
+	struct fx *f = *state;
+	char cmd[2048];
+	if (system("command -v umoci >/dev/null 2>&1") != 0)
+		skip();
+	snprintf(cmd, sizeof(cmd),
+	         "cd '%s' && mkdir -p src/io.triton.cache/abc && printf '{\"a\":1}' > src/io.triton.cache/abc/k.json && "
+	         "head -c 1000 /dev/zero | tr '\\0' x > src/io.triton.cache/abc/k.cubin && "
+	         "umoci init --layout L && umoci new --image L:t && umoci insert --image L:t src / && "
+	         "for b in L/blobs/sha256/*; do if [ \"$(head -c2 $b | od -An -tx1 | tr -d ' ')\" = 1f8b ]; then cp $b layer.gz; fi; done && "
+	         "test $(( $(gzip -dc layer.gz | wc -c) %% 512 )) -ne 0",
+	         f->outer);
+	if (system(cmd) != 0)
+		fail_msg("could not make an umoci layer without end blocks");
+	char layer[600];
+	snprintf(layer, sizeof(layer), "%s/layer.gz", f->outer);
+	int rc = extract_layer_file(f->x, layer);
+	if (rc)
+		fail_msg("%d %s", rc, extract_error(f->x));
+	assert_int_equal(extract_finish(f->x), 0);
+	assert_file(f, "io.triton.cache/abc/k.json", "{\"a\":1}", 0644);
+	snprintf(cmd, sizeof(cmd), "diff -r '%s/src' '%s'", f->outer, f->dir);
+	assert_int_equal(system(cmd), 0);
+}
+
 /* ---- refusals ---- */
 
 static void test_absolute_path(void **state)
@@ -735,6 +764,11 @@ static void test_clean_path(void **state)
 	assert_string_equal(out, "");
 	assert_int_equal(extract_clean_path("/etc/passwd", out, sizeof(out), &rule), -EPERM);
 	assert_string_equal(rule, "absolute path");
+	assert_int_equal(extract_clean_path("/", out, sizeof(out), &rule), 0); /* the root, as umoci writes it */
+	assert_string_equal(out, "");
+	assert_int_equal(extract_clean_path("//./", out, sizeof(out), &rule), 0);
+	assert_int_equal(extract_clean_path("/..", out, sizeof(out), &rule), -EPERM);
+	assert_int_equal(extract_clean_path("/.../x", out, sizeof(out), &rule), -EPERM);
 	assert_int_equal(extract_clean_path("a/..", out, sizeof(out), &rule), -EPERM);
 	assert_int_equal(extract_clean_path("..", out, sizeof(out), &rule), -EPERM);
 	assert_int_equal(extract_clean_path("", out, sizeof(out), &rule), -EPERM);
@@ -771,6 +805,7 @@ int main(void)
 		T(test_zstd_layer),
 		T(test_tiny_reads),
 		T(test_fixtures_roundtrip),
+		T(test_umoci_layer_without_end_blocks),
 		T(test_absolute_path),
 		T(test_dotdot),
 		T(test_symlink_escape),
