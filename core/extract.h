@@ -60,8 +60,8 @@ struct extract_limits {
 void extract_limits_default(struct extract_limits *out);
 
 struct extract_stats {
-	uint64_t bytes;            /* regular-file bytes written */
-	uint64_t files;            /* regular files (hard links count once) */
+	uint64_t bytes; /* regular-file bytes written */
+	uint64_t files; /* regular files (hard links count once) */
 	uint64_t dirs;
 	uint64_t symlinks;
 	uint64_t hardlinks;

@@ -30,9 +30,9 @@ static int direct(const char *dest, int n, char **layers)
 	if (rc < 0)
 		fprintf(stderr, "extract: %s\n", extract_error(x));
 	else
-		printf("files=%llu bytes=%llu tar=%llu compressed=%llu\n", (unsigned long long)st.files,
-		       (unsigned long long)st.bytes, (unsigned long long)st.tar_bytes,
-		       (unsigned long long)st.compressed_bytes);
+		printf("files=%llu bytes=%llu tar=%llu compressed=%llu\n",
+		       (unsigned long long)st.files, (unsigned long long)st.bytes,
+		       (unsigned long long)st.tar_bytes, (unsigned long long)st.compressed_bytes);
 	extract_free(x);
 	close(fd);
 	return rc < 0;
@@ -59,7 +59,8 @@ static int via_store(const char *root, const char *digest, int n, char **layers)
 	if (rc < 0)
 		fprintf(stderr, "store: %s %s\n", strerror(-rc), err);
 	else
-		printf("files=%llu bytes=%llu\n", (unsigned long long)info.files, (unsigned long long)info.bytes);
+		printf("files=%llu bytes=%llu\n", (unsigned long long)info.files,
+		       (unsigned long long)info.bytes);
 	if (s)
 		store_close(s);
 	return rc < 0;

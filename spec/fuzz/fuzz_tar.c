@@ -54,7 +54,8 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 	path_rules(data, size);
 	static char base[256];
 	if (!base[0]) {
-		snprintf(base, sizeof(base), "%s/gkm-fuzz-tar.XXXXXX", getenv("TMPDIR") ? getenv("TMPDIR") : "/tmp");
+		snprintf(base, sizeof(base), "%s/gkm-fuzz-tar.XXXXXX",
+		         getenv("TMPDIR") ? getenv("TMPDIR") : "/tmp");
 		if (mkdtemp(base) == NULL)
 			abort();
 	}
