@@ -468,7 +468,7 @@ static int cache_build_cmd(int argc, char **argv)
 	c.build.platform = c.platform;
 	int brc = cache_build(dir, &c.build, repo, ref.tag, &res, &e);
 	if (brc) {
-		rc = fail(c.cmd, dir, &e, brc);
+		rc = fail(c.cmd, "cannot package", &e, brc);
 		goto out;
 	}
 	char *summary = cache_summary_json(&res.meta);
@@ -1059,10 +1059,13 @@ static int extract_layers(struct oci_repo *repo, const struct oci_image *img, st
 			return rc;
 		rc = extract_layer(x, blob_read_cb, r);
 		if (rc) {
-			/* a failing read names the blob problem; else the extractor's rule */
-			const char *be = oci_blob_error(r);
-			bool blob_failed = oci_blob_read(r, NULL, 0) < 0;
-			oci_errf(e, "%s: %s", what, blob_failed ? be : extract_error(x));
+			/* A tampered blob usually breaks the decompressor or the tar
+			 * parser before its end: read the rest, and when the digest does
+			 * not match, that is the problem to report. */
+			char xe[512];
+			snprintf(xe, sizeof(xe), "%s", extract_error(x));
+			bool blob_failed = oci_blob_drain(r) < 0;
+			oci_errf(e, "%s: %s", what, blob_failed ? oci_blob_error(r) : xe);
 		}
 		oci_blob_close(r);
 		if (rc)

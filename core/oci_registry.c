@@ -1037,8 +1037,9 @@ static int request(struct oci_registry *r, struct req *q, char *url, size_t url_
 		if ((rc = xfer_start(r, q, &x)))
 			goto out;
 		xfer_drive(x, q->stream);
-		/* stream requests return once a 2xx body starts flowing */
-		if (q->stream && !x->done && x->status >= 200 && x->status < 300)
+		/* stream requests return once a 2xx body starts flowing (even when
+		 * the connection broke right after: the reader resumes from there) */
+		if (q->stream && x->status >= 200 && x->status < 300 && (!x->done || x->s_len > 0))
 			break;
 		if (!r->scheme_known) {
 			if (x->cc != CURLE_OK && tls_mismatch(x->cc)) {
@@ -1103,7 +1104,7 @@ static int request(struct oci_registry *r, struct req *q, char *url, size_t url_
 		xfer_free(x);
 		x = NULL;
 	}
-	if (x->cc != CURLE_OK) {
+	if (x->cc != CURLE_OK && !(q->stream && x->s_len > 0)) {
 		describe_cc(r, x, q->method, url, err);
 		rc = cc_errno(x->cc);
 		goto out;
