@@ -596,7 +596,7 @@ static int src_drain(struct source *s)
 
 /* ---- writing entries ---- */
 
-static int parent_fd(struct extract *x, const char *entry, const char *parent);
+static int note_created(struct extract *x, const char *path);
 
 /* Makes the missing directories of parent, one component at a time with
  * O_NOFOLLOW, and returns an fd of the last one. */
@@ -628,12 +628,10 @@ static int make_parents(struct extract *x, const char *entry, const char *parent
 				close(fd);
 				return fail(x, -e, "creating directory '%s': %s", sofar, strerror(e));
 			}
-			if (x->below) {
-				int rc = pathset_add(&x->created, sofar);
-				if (rc < 0) {
-					close(fd);
-					return fail(x, rc, "out of memory");
-				}
+			int rc = note_created(x, sofar);
+			if (rc < 0) {
+				close(fd);
+				return rc;
 			}
 			x->st.dirs++;
 			next = openat(fd, comp, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
@@ -700,12 +698,29 @@ static int make_room(struct extract *x, int pfd, const char *path, const char *b
 	return 0;
 }
 
+/* Records that this layer wrote path, and so touched its ancestors: an
+ * opaque whiteout in this layer keeps them (and only what this layer put in
+ * them). */
 static int note_created(struct extract *x, const char *path)
 {
 	if (!x->below)
 		return 0;
-	int rc = pathset_add(&x->created, path);
-	return rc < 0 ? fail(x, rc, "out of memory") : 0;
+	char buf[PATH_BUF];
+	size_t n = strlen(path);
+	if (n >= sizeof(buf))
+		return 0;
+	memcpy(buf, path, n + 1);
+	for (;;) {
+		if (pathset_has(&x->created, buf))
+			return 0; /* its ancestors are in too */
+		int rc = pathset_add(&x->created, buf);
+		if (rc < 0)
+			return fail(x, rc, "out of memory");
+		char *slash = strrchr(buf, '/');
+		if (slash == NULL)
+			return 0;
+		*slash = '\0';
+	}
 }
 
 static void entry_times(struct archive_entry *e, struct timespec ts[2], bool *has)
@@ -1145,6 +1160,12 @@ int extract_layer(struct extract *x, extract_read_fn fn, void *ctx)
 			goto out;
 		}
 		uint64_t data_at = (uint64_t)archive_filter_bytes(a, 0);
+		if (s.eof && data_at > s.tar) {
+			char sn[300];
+			rc = fail(x, -EBADMSG, "the layer ends inside a tar header (after entry '%s')",
+			          last[0] ? shown(last, sn, sizeof(sn)) : "(none)");
+			goto out;
+		}
 		const char *name = entry_str(archive_entry_pathname(e), archive_entry_pathname_utf8(e));
 		snprintf(last, sizeof(last), "%s", name ? name : "?");
 		if ((rc = do_entry(x, a, &s, e)) < 0)
@@ -1311,7 +1332,8 @@ int extract_finish(struct extract *x)
 			              "symlink target '%s' resolves outside the tree (through other links)",
 			              shown(target, sn, sizeof(sn)));
 	}
-	qsort(x->dirs, x->ndirs, sizeof(*x->dirs), cmp_depth);
+	if (x->ndirs > 1)
+		qsort(x->dirs, x->ndirs, sizeof(*x->dirs), cmp_depth);
 	for (size_t i = 0; i < x->ndirs; i++) {
 		struct dirattr *d = &x->dirs[i];
 		int fd = fstree_open_dir(x->root, d->path);
