@@ -137,8 +137,10 @@ struct sig_verdict {
 
 /* Verify one simple-signing signature against the set. 0 if a key in ks
  * verifies it and the payload names image_digest; otherwise -EKEYREJECTED
- * (no key verifies), -EBADMSG (payload or base64 malformed, wrong type),
- * -EMSGSIZE, or -ENOKEY (empty set) with why. On success *fp_out (may be
+ * (no key verifies), -EBADMSG (payload or base64 malformed, wrong type,
+ * another image), -EMSGSIZE, -EINVAL (image_digest not "sha256:<64 hex>"),
+ * or -ENOKEY (empty set) with why. The signature is checked before the
+ * payload, so a tampered payload reads as -EKEYREJECTED. On success *fp_out (may be
  * NULL) gets the verifying key's fingerprint (SIGNATURE_FP_MAX bytes). */
 __attribute__((warn_unused_result)) int sig_verify_simple(const struct sig_keyset *ks,
                                                           const char *image_digest,
@@ -148,7 +150,10 @@ __attribute__((warn_unused_result)) int sig_verify_simple(const struct sig_keyse
 
 /* Verify one sigstore bundle v0.3 (DSSE, in-toto subject). Same returns;
  * -EPROTONOSUPPORT for a bundle without a dsseEnvelope (messageSignature
- * bundles sign the manifest bytes, which are not checked here). */
+ * bundles sign the manifest bytes, which are not checked here). The
+ * statement must have predicateType https://sigstore.dev/cosign/sign/v1 (what
+ * cosign v3 writes for an image signature): other attestations by a trusted
+ * key (SBOM, provenance) are not signatures of the image. */
 __attribute__((warn_unused_result)) int sig_verify_bundle(const struct sig_keyset *ks,
                                                           const char *image_digest,
                                                           const void *bundle, size_t len,
