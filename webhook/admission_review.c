@@ -1,11 +1,12 @@
 #include "admission_review.h"
 
 #include <errno.h>
-#include <openssl/evp.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+
+#include "signature.h"
 
 static int fail(int rc, char *err, size_t errlen, const char *fmt, ...)
     __attribute__((format(printf, 4, 5)));
@@ -206,18 +207,6 @@ void admission_request_clear(struct admission_request *req)
 	memset(req, 0, sizeof(*req));
 }
 
-int admission_base64(const void *in, size_t len, char **out)
-{
-	if (len > (1u << 30))
-		return -EOVERFLOW;
-	char *b = malloc(4 * ((len + 2) / 3) + 1);
-	if (!b)
-		return -ENOMEM;
-	EVP_EncodeBlock((unsigned char *)b, in, (int)len);
-	*out = b;
-	return 0;
-}
-
 int admission_response_build(const struct admission_response *r, char **out, size_t *len)
 {
 	cJSON *doc = NULL, *resp, *st;
@@ -233,7 +222,7 @@ int admission_response_build(const struct admission_response *r, char **out, siz
 	    !cJSON_AddBoolToObject(resp, "allowed", r->allowed))
 		goto out;
 	if (r->allowed && r->patch) {
-		if ((rc = admission_base64(r->patch, strlen(r->patch), &b64)) != 0)
+		if ((rc = sig_base64_encode(r->patch, strlen(r->patch), &b64)) != 0)
 			goto out;
 		rc = -ENOMEM;
 		if (!cJSON_AddStringToObject(resp, "patchType", "JSONPatch") ||

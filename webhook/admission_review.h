@@ -89,7 +89,4 @@ __attribute__((warn_unused_result)) int admission_response_build(const struct ad
 __attribute__((warn_unused_result)) int admission_patch_digest(const struct admission_request *req,
                                                                const char *digest, char **out);
 
-/* Standard base64 with padding. Caller frees *out. 0 or -ENOMEM. */
-__attribute__((warn_unused_result)) int admission_base64(const void *in, size_t len, char **out);
-
 #endif
