@@ -53,8 +53,8 @@ static bool *setting_for(struct trust_settings *s, const char *key)
 	return NULL;
 }
 
-static int set_value(struct trust_settings *s, const char *where, const char *key,
-                     const cJSON *v, char *err, size_t errlen)
+static int set_value(struct trust_settings *s, const char *where, const char *key, const cJSON *v,
+                     char *err, size_t errlen)
 {
 	bool *dst = setting_for(s, key);
 	if (!dst)
@@ -98,8 +98,8 @@ static int read_config(const char *path, const struct watched_files *w, bool is_
 	}
 	const cJSON *doc = cJSON_GetArrayItem(docs, 0);
 	if (cJSON_GetArraySize(docs) > 1 || (doc && !cJSON_IsObject(doc))) {
-		snprintf(err, errlen, "%s: want one mapping of settings (verify-enabled: true, ...)",
-		         path);
+		snprintf(err, errlen,
+		         "%s: want one mapping of settings (verify-enabled: true, ...)", path);
 		rc = -EINVAL;
 	}
 	for (const cJSON *kv = rc == 0 && doc ? doc->child : NULL; kv && rc == 0; kv = kv->next)
@@ -123,8 +123,7 @@ static int load_keys(const char *dir, const struct watched_files *w, struct sig_
 
 /* Read both sources; *keys_out and *config_out may be NULL when unused. */
 static int read_sources(const struct trust_source *src, struct watched_files *keys,
-                        struct watched_files *config, char digest[132], char *err,
-                        size_t errlen)
+                        struct watched_files *config, char digest[132], char *err, size_t errlen)
 {
 	int rc;
 	*keys = (struct watched_files){0};

@@ -44,9 +44,8 @@ __attribute__((warn_unused_result)) int trust_load(const struct trust_source *sr
                                                    struct trust **out, char *err, size_t errlen);
 
 /* The digest trust_load() would record, without building anything. */
-__attribute__((warn_unused_result)) int trust_source_digest(const struct trust_source *src,
-                                                            char out[132], char *err,
-                                                            size_t errlen);
+__attribute__((warn_unused_result)) int
+trust_source_digest(const struct trust_source *src, char out[132], char *err, size_t errlen);
 
 struct trust *trust_ref(struct trust *t);
 void trust_unref(struct trust *t);

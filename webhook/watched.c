@@ -21,7 +21,8 @@ void watched_files_clear(struct watched_files *w)
 
 static int by_name(const void *a, const void *b)
 {
-	return strcmp(((const struct watched_file *)a)->name, ((const struct watched_file *)b)->name);
+	return strcmp(((const struct watched_file *)a)->name,
+	              ((const struct watched_file *)b)->name);
 }
 
 static int add_file(struct watched_files *w, const char *path, const char *name, char *err,
@@ -93,12 +94,14 @@ int watched_read(const char *path, struct watched_files *out, char *err, size_t 
 			struct stat fst;
 			if (de->d_name[0] == '.')
 				continue;
-			if ((size_t)snprintf(p, sizeof(p), "%s/%s", path, de->d_name) >= sizeof(p) ||
+			if ((size_t)snprintf(p, sizeof(p), "%s/%s", path, de->d_name) >=
+			        sizeof(p) ||
 			    stat(p, &fst) != 0 || !S_ISREG(fst.st_mode))
 				continue;
 			if (w.n == WATCHED_MAX_FILES) {
 				rc = -E2BIG;
-				snprintf(err, errlen, "%s: more than %d files", path, WATCHED_MAX_FILES);
+				snprintf(err, errlen, "%s: more than %d files", path,
+				         WATCHED_MAX_FILES);
 				goto fail;
 			}
 			if ((rc = add_file(&w, p, de->d_name, err, errlen)) != 0)
