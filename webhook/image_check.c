@@ -39,7 +39,7 @@ static void verify_each(const struct sig_keyset *ks, const char *digest,
 	for (size_t i = 0; i < f->n; i++) {
 		const struct sig_candidate *c = &f->c[i];
 		struct image_sig s = {.kind = c->kind};
-		char why[160] = "";
+		char why[256] = "";
 		int rc;
 		if (c->kind == SIG_KIND_SIMPLE)
 			rc = sig_verify_simple(ks, digest, c->data, c->len, c->signature_b64, s.key,

@@ -23,7 +23,7 @@ struct image_sig {
 	enum sig_kind kind;
 	bool verified;
 	char key[SIGNATURE_FP_MAX]; /* verified: the key's fingerprint */
-	char reason[200];           /* not verified: why */
+	char reason[320];           /* not verified: why */
 };
 
 /* The outcome of checking the signatures of one digest with one key set. */

@@ -298,19 +298,6 @@ static char *b64_decode(const char *s)
 	return (char *)out;
 }
 
-static void test_base64(void **state)
-{
-	(void)state;
-	const char *in[] = {"", "f", "fo", "foo", "foob", "fooba", "foobar"};
-	const char *want[] = {"", "Zg==", "Zm8=", "Zm9v", "Zm9vYg==", "Zm9vYmE=", "Zm9vYmFy"};
-	for (size_t i = 0; i < sizeof(in) / sizeof(in[0]); i++) {
-		char *o = NULL;
-		assert_int_equal(admission_base64(in[i], strlen(in[i]), &o), 0);
-		assert_string_equal(o, want[i]);
-		free(o);
-	}
-}
-
 static void test_responses(void **state)
 {
 	(void)state;
@@ -379,7 +366,6 @@ int main(void)
 	    cmocka_unit_test(test_object_errors),
 	    cmocka_unit_test(test_update_reads_old_object),
 	    cmocka_unit_test(test_patches),
-	    cmocka_unit_test(test_base64),
 	    cmocka_unit_test(test_responses),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);
