@@ -12,6 +12,7 @@ int cmd_webhook(int argc, char **argv);
 int cmd_up(int argc, char **argv);
 int cmd_apply(int argc, char **argv);
 int cmd_get(int argc, char **argv);
+int cmd_delete(int argc, char **argv);
 int cmd_cache(int argc, char **argv);
 int cmd_policy(int argc, char **argv);
 int cmd_gpus(int argc, char **argv);

@@ -21,6 +21,7 @@ static const struct command commands[] = {
     {"up", cmd_up, "standalone mode: the whole pipeline on one machine, no cluster"},
     {"apply", cmd_apply, "standalone mode: create or update objects from YAML"},
     {"get", cmd_get, "standalone mode: show objects and their status"},
+    {"delete", cmd_delete, "standalone mode: delete an object"},
     {"cache", cmd_cache, "build, push, inspect, sign and verify cache images"},
     {"policy", cmd_policy, "check, test and evaluate Lua policy bundles"},
     {"gpus", cmd_gpus, "show the GPUs this node has, as the agent sees them"},

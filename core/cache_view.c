@@ -1,0 +1,1072 @@
+/* On-node cache views and usage files; the format is documented in
+ * cache_view.h. */
+#include "cache_view.h"
+
+#include <cjson/cJSON.h>
+#include <dirent.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <limits.h>
+#include <stdarg.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/file.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "log.h"
+
+enum {
+	GPU_ID_MAX = 256,
+	REASON_MAX = 1024,
+	MESSAGE_MAX = 8192,
+	POD_FIELD_MAX = 256,
+};
+
+static void seterr(char *err, size_t errlen, const char *fmt, ...)
+	__attribute__((format(printf, 3, 4)));
+static void seterr(char *err, size_t errlen, const char *fmt, ...)
+{
+	if (!err || errlen == 0)
+		return;
+	va_list ap;
+	va_start(ap, fmt);
+	vsnprintf(err, errlen, fmt, ap);
+	va_end(ap);
+}
+
+/* Format a path into buf; buf is only written when the whole path fits. */
+static int fmt_path(char *buf, size_t size, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
+static int fmt_path(char *buf, size_t size, const char *fmt, ...)
+{
+	char tmp[PATH_MAX];
+	va_list ap;
+	va_start(ap, fmt);
+	int n = vsnprintf(tmp, sizeof(tmp), fmt, ap);
+	va_end(ap);
+	if (n < 0)
+		return -EINVAL;
+	if ((size_t)n >= sizeof(tmp) || (size_t)n >= size)
+		return -ENAMETOOLONG;
+	memcpy(buf, tmp, (size_t)n + 1);
+	return 0;
+}
+
+/* ---- names ---- */
+
+static bool is_lower_alnum(char c)
+{
+	return (c >= 'a' && c <= 'z') || (c >= '0' && c <= '9');
+}
+
+static bool valid_label(const char *s, size_t n)
+{
+	if (n == 0 || n > 63 || !is_lower_alnum(s[0]) || !is_lower_alnum(s[n - 1]))
+		return false;
+	for (size_t i = 0; i < n; i++)
+		if (!is_lower_alnum(s[i]) && s[i] != '-')
+			return false;
+	return true;
+}
+
+bool cache_view_valid_namespace(const char *s)
+{
+	return s && valid_label(s, strlen(s));
+}
+
+bool cache_view_valid_name(const char *s)
+{
+	if (!s)
+		return false;
+	size_t n = strlen(s);
+	if (n == 0 || n > CACHE_VIEW_NAME_MAX)
+		return false;
+	const char *p = s;
+	for (;;) {
+		const char *dot = memchr(p, '.', (size_t)(s + n - p));
+		size_t len = dot ? (size_t)(dot - p) : (size_t)(s + n - p);
+		if (!valid_label(p, len))
+			return false;
+		if (!dot)
+			return true;
+		p = dot + 1;
+	}
+}
+
+bool cache_view_valid_digest(const char *s)
+{
+	if (!s || strncmp(s, "sha256:", 7) != 0 || strlen(s) != CACHE_VIEW_DIGEST_LEN)
+		return false;
+	for (const char *p = s + 7; *p; p++)
+		if (!((*p >= '0' && *p <= '9') || (*p >= 'a' && *p <= 'f')))
+			return false;
+	return true;
+}
+
+static const char *scope_of(const char *ns)
+{
+	return (ns && *ns) ? ns : CACHE_VIEW_CLUSTER;
+}
+
+int cache_view_dir(char *buf, size_t size, const char *base, const char *sub, const char *ns,
+                   const char *name)
+{
+	if (!base || !*base || !sub)
+		return -EINVAL;
+	if (ns && *ns && !cache_view_valid_namespace(ns))
+		return -EINVAL;
+	if (!cache_view_valid_name(name))
+		return -EINVAL;
+	return fmt_path(buf, size, "%s/%s/%s/%s", base, sub, scope_of(ns), name);
+}
+
+/* ---- files ---- */
+
+static int read_fd(int fd, size_t max, char **out, size_t *len)
+{
+	struct stat st;
+	if (fstat(fd, &st) != 0)
+		return -errno;
+	if (!S_ISREG(st.st_mode))
+		return -EINVAL;
+	if ((unsigned long long)st.st_size > max)
+		return -EFBIG;
+	size_t cap = (size_t)st.st_size + 1, n = 0;
+	char *buf = malloc(cap + 1);
+	if (!buf)
+		return -ENOMEM;
+	/* Read one byte more than the size said, in case it grew meanwhile. */
+	for (;;) {
+		ssize_t r = read(fd, buf + n, cap - n);
+		if (r < 0) {
+			if (errno == EINTR)
+				continue;
+			int e = -errno;
+			free(buf);
+			return e;
+		}
+		if (r == 0)
+			break;
+		n += (size_t)r;
+		if (n == cap) {
+			if (cap > max) {
+				free(buf);
+				return -EFBIG;
+			}
+			size_t ncap = cap * 2 > max + 1 ? max + 1 : cap * 2;
+			char *nb = realloc(buf, ncap + 1);
+			if (!nb) {
+				free(buf);
+				return -ENOMEM;
+			}
+			buf = nb;
+			cap = ncap;
+		}
+	}
+	if (n > max) {
+		free(buf);
+		return -EFBIG;
+	}
+	buf[n] = '\0';
+	*out = buf;
+	*len = n;
+	return 0;
+}
+
+static int read_file_at(int dfd, const char *path, size_t max, char **out, size_t *len)
+{
+	int fd = openat(dfd, path, O_RDONLY | O_CLOEXEC | O_NOFOLLOW);
+	if (fd < 0)
+		return -errno;
+	int rc = read_fd(fd, max, out, len);
+	close(fd);
+	return rc;
+}
+
+int cache_view_read_file(const char *path, size_t max, char **out, size_t *len)
+{
+	return read_file_at(AT_FDCWD, path, max, out, len);
+}
+
+static int write_all(int fd, const void *data, size_t len)
+{
+	const char *p = data;
+	while (len > 0) {
+		ssize_t w = write(fd, p, len);
+		if (w < 0) {
+			if (errno == EINTR)
+				continue;
+			return -errno;
+		}
+		p += w;
+		len -= (size_t)w;
+	}
+	return 0;
+}
+
+static atomic_uint tmp_counter;
+
+static int tmp_name(char *buf, size_t size, const char *base)
+{
+	return fmt_path(buf, size, ".%s.%ld.%u.tmp", base, (long)getpid(),
+	                atomic_fetch_add(&tmp_counter, 1));
+}
+
+/* Atomic replace of dfd/base. dfd stays open (callers may hold a lock on it). */
+static int write_atomic_at(int dfd, const char *base, const void *data, size_t len, mode_t mode)
+{
+	char tmp[NAME_MAX + 1];
+	int rc = tmp_name(tmp, sizeof(tmp), base);
+	if (rc)
+		return rc;
+	int fd = openat(dfd, tmp, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC | O_NOFOLLOW, mode);
+	if (fd < 0)
+		return -errno;
+	rc = write_all(fd, data, len);
+	if (rc == 0 && fsync(fd) != 0)
+		rc = -errno;
+	if (close(fd) != 0 && rc == 0)
+		rc = -errno;
+	if (rc == 0 && renameat(dfd, tmp, dfd, base) != 0)
+		rc = -errno;
+	if (rc) {
+		unlinkat(dfd, tmp, 0);
+		return rc;
+	}
+	if (fsync(dfd) != 0)
+		return -errno;
+	return 0;
+}
+
+static int split_path(const char *path, char *dir, size_t dsize, const char **base)
+{
+	const char *slash = strrchr(path, '/');
+	if (!slash || !slash[1])
+		return -EINVAL;
+	size_t n = slash == path ? 1 : (size_t)(slash - path);
+	if (n >= dsize)
+		return -ENAMETOOLONG;
+	memcpy(dir, path, n);
+	dir[n] = '\0';
+	*base = slash + 1;
+	return 0;
+}
+
+int cache_view_write_atomic(const char *path, const void *data, size_t len, mode_t mode)
+{
+	char dir[PATH_MAX];
+	const char *base;
+	int rc = split_path(path, dir, sizeof(dir), &base);
+	if (rc)
+		return rc;
+	int dfd = open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+	if (dfd < 0)
+		return -errno;
+	rc = write_atomic_at(dfd, base, data, len, mode);
+	close(dfd);
+	return rc;
+}
+
+int cache_view_mkdirs(const char *path, mode_t mode)
+{
+	char buf[PATH_MAX];
+	size_t n = strlen(path);
+	if (n == 0)
+		return -EINVAL;
+	if (n >= sizeof(buf))
+		return -ENAMETOOLONG;
+	memcpy(buf, path, n + 1);
+	for (char *p = buf + 1;; p++) {
+		if (*p != '/' && *p != '\0')
+			continue;
+		char saved = *p;
+		*p = '\0';
+		if (mkdir(buf, mode) != 0 && errno != EEXIST)
+			return -errno;
+		*p = saved;
+		if (!saved)
+			break;
+	}
+	struct stat st;
+	if (stat(path, &st) != 0)
+		return -errno;
+	return S_ISDIR(st.st_mode) ? 0 : -ENOTDIR;
+}
+
+void cache_view_rfc3339(time_t t, char *buf, size_t size)
+{
+	struct tm tm;
+	if (size == 0)
+		return;
+	if (!gmtime_r(&t, &tm) || strftime(buf, size, "%Y-%m-%dT%H:%M:%SZ", &tm) == 0)
+		buf[0] = '\0';
+}
+
+int cache_view_parse_rfc3339(const char *s, time_t *out)
+{
+	struct tm tm;
+	memset(&tm, 0, sizeof(tm));
+	const char *end = s ? strptime(s, "%Y-%m-%dT%H:%M:%SZ", &tm) : NULL;
+	if (!end || *end)
+		return -EINVAL;
+	time_t t = timegm(&tm);
+	if (t == (time_t)-1)
+		return -EINVAL;
+	*out = t;
+	return 0;
+}
+
+/* ---- ready.json ---- */
+
+/* A member that must be absent or a string of at most max bytes. */
+static int opt_string(const cJSON *obj, const char *key, size_t max, const char **out, char *err,
+                      size_t errlen)
+{
+	const cJSON *v = cJSON_GetObjectItemCaseSensitive(obj, key);
+	*out = "";
+	if (!v || cJSON_IsNull(v))
+		return 0;
+	if (!cJSON_IsString(v) || !v->valuestring) {
+		seterr(err, errlen, "\"%s\" is not a string", key);
+		return -EINVAL;
+	}
+	if (strlen(v->valuestring) > max) {
+		seterr(err, errlen, "\"%s\" is longer than %zu bytes", key, max);
+		return -EINVAL;
+	}
+	*out = v->valuestring;
+	return 0;
+}
+
+static bool printable(const char *s)
+{
+	for (; *s; s++)
+		if ((unsigned char)*s < 0x20 || *s == 0x7f)
+			return false;
+	return true;
+}
+
+void cache_view_ready_free(struct cache_view_ready *r)
+{
+	if (!r)
+		return;
+	for (size_t i = 0; i < r->ncompatible_gpus; i++)
+		free(r->compatible_gpus[i]);
+	free(r->compatible_gpus);
+	free(r->reason);
+	free(r->message);
+	memset(r, 0, sizeof(*r));
+}
+
+int cache_view_ready_parse(const char *json, size_t len, struct cache_view_ready *out, char *err,
+                           size_t errlen)
+{
+	struct cache_view_ready r;
+	memset(&r, 0, sizeof(r));
+	int rc = -EINVAL;
+	cJSON *root = NULL;
+
+	if (len > CACHE_VIEW_READY_MAX) {
+		seterr(err, errlen, "larger than %d bytes", CACHE_VIEW_READY_MAX);
+		return -EFBIG;
+	}
+	root = cJSON_ParseWithLength(json, len);
+	if (!root) {
+		seterr(err, errlen, "not valid JSON");
+		goto out;
+	}
+	if (!cJSON_IsObject(root)) {
+		seterr(err, errlen, "not a JSON object");
+		goto out;
+	}
+	const cJSON *digest = cJSON_GetObjectItemCaseSensitive(root, "digest");
+	if (!cJSON_IsString(digest) || !cache_view_valid_digest(digest->valuestring)) {
+		seterr(err, errlen, "\"digest\" is missing or not sha256:<64 hex digits>");
+		goto out;
+	}
+	memcpy(r.digest, digest->valuestring, CACHE_VIEW_DIGEST_LEN + 1);
+
+	const cJSON *state = cJSON_GetObjectItemCaseSensitive(root, "state");
+	if (!cJSON_IsString(state) || !state->valuestring[0] ||
+	    strlen(state->valuestring) >= sizeof(r.state) || !printable(state->valuestring)) {
+		seterr(err, errlen, "\"state\" is missing or not a short string");
+		goto out;
+	}
+	memcpy(r.state, state->valuestring, strlen(state->valuestring) + 1);
+
+	const cJSON *compat = cJSON_GetObjectItemCaseSensitive(root, "compatible");
+	if (!cJSON_IsBool(compat)) {
+		seterr(err, errlen, "\"compatible\" is missing or not a boolean");
+		goto out;
+	}
+	r.compatible = cJSON_IsTrue(compat);
+
+	const cJSON *gpus = cJSON_GetObjectItemCaseSensitive(root, "compatibleGPUs");
+	if (gpus && !cJSON_IsNull(gpus)) {
+		if (!cJSON_IsArray(gpus)) {
+			seterr(err, errlen, "\"compatibleGPUs\" is not an array");
+			goto out;
+		}
+		int n = cJSON_GetArraySize(gpus);
+		if (n > CACHE_VIEW_GPUS_MAX) {
+			seterr(err, errlen, "\"compatibleGPUs\" has more than %d entries",
+			       CACHE_VIEW_GPUS_MAX);
+			goto out;
+		}
+		if (n > 0) {
+			r.compatible_gpus = calloc((size_t)n, sizeof(char *));
+			if (!r.compatible_gpus) {
+				rc = -ENOMEM;
+				goto out;
+			}
+		}
+		const cJSON *g;
+		cJSON_ArrayForEach(g, gpus)
+		{
+			if (!cJSON_IsString(g) || strlen(g->valuestring) > GPU_ID_MAX ||
+			    !printable(g->valuestring)) {
+				seterr(err, errlen, "\"compatibleGPUs\" holds a non-string or overlong id");
+				goto out;
+			}
+			r.compatible_gpus[r.ncompatible_gpus] = strdup(g->valuestring);
+			if (!r.compatible_gpus[r.ncompatible_gpus]) {
+				rc = -ENOMEM;
+				goto out;
+			}
+			r.ncompatible_gpus++;
+		}
+	}
+
+	const char *reason, *message, *updated;
+	if (opt_string(root, "reason", REASON_MAX, &reason, err, errlen) ||
+	    opt_string(root, "message", MESSAGE_MAX, &message, err, errlen) ||
+	    opt_string(root, "updated", sizeof(r.updated) - 1, &updated, err, errlen))
+		goto out;
+	memcpy(r.updated, updated, strlen(updated) + 1);
+	r.reason = strdup(reason);
+	r.message = strdup(message);
+	if (!r.reason || !r.message) {
+		rc = -ENOMEM;
+		goto out;
+	}
+	*out = r;
+	memset(&r, 0, sizeof(r));
+	rc = 0;
+out:
+	cache_view_ready_free(&r);
+	cJSON_Delete(root);
+	return rc;
+}
+
+int cache_view_ready_read(const char *root, const char *ns, const char *name,
+                          struct cache_view_ready *out, char *err, size_t errlen)
+{
+	char dir[PATH_MAX], path[PATH_MAX];
+	char *text = NULL;
+	size_t len = 0;
+	int rc = cache_view_dir(dir, sizeof(dir), root, "caches", ns, name);
+	if (rc == 0)
+		rc = fmt_path(path, sizeof(path), "%s/%s", dir, CACHE_VIEW_READY);
+	if (rc) {
+		seterr(err, errlen, "invalid cache name or namespace");
+		return rc;
+	}
+	rc = cache_view_read_file(path, CACHE_VIEW_READY_MAX, &text, &len);
+	if (rc == -ENOENT || rc == -ENOTDIR) {
+		seterr(err, errlen, "no %s", path);
+		return -ENOENT;
+	}
+	if (rc) {
+		seterr(err, errlen, "cannot read %s: %s", path, strerror(-rc));
+		return rc;
+	}
+	char perr[256] = "";
+	rc = cache_view_ready_parse(text, len, out, perr, sizeof(perr));
+	if (rc)
+		seterr(err, errlen, "%s is malformed: %s", path, perr);
+	free(text);
+	return rc;
+}
+
+int cache_view_open_data(const char *root, const char *ns, const char *name, const char *digest,
+                         int *fd, char **path, char *err, size_t errlen)
+{
+	char dir[PATH_MAX], link[PATH_MAX], store[PATH_MAX];
+	char *rstore = NULL, *rdata = NULL;
+	int sfd = -1, efd = -1, rc;
+	struct stat st;
+
+	if (!cache_view_valid_digest(digest)) {
+		seterr(err, errlen, "invalid digest");
+		return -EINVAL;
+	}
+	rc = cache_view_dir(dir, sizeof(dir), root, "caches", ns, name);
+	if (rc == 0)
+		rc = fmt_path(link, sizeof(link), "%s/%s", dir, CACHE_VIEW_DATA);
+	if (rc == 0)
+		rc = fmt_path(store, sizeof(store), "%s/store/sha256", root);
+	if (rc) {
+		seterr(err, errlen, "invalid cache name, namespace or root");
+		return rc;
+	}
+	if (lstat(link, &st) != 0) {
+		rc = -errno;
+		seterr(err, errlen, "no data link %s", link);
+		return rc == -ENOTDIR ? -ENOENT : rc;
+	}
+	if (!S_ISLNK(st.st_mode)) {
+		seterr(err, errlen, "%s is not a symlink to the store", link);
+		return -EINVAL;
+	}
+	rstore = realpath(store, NULL);
+	if (!rstore) {
+		rc = -errno;
+		seterr(err, errlen, "store %s: %s", store, strerror(-rc));
+		goto out;
+	}
+	rdata = realpath(link, NULL);
+	if (!rdata) {
+		rc = -errno;
+		seterr(err, errlen, "data link %s does not resolve: %s", link, strerror(-rc));
+		goto out;
+	}
+	size_t sl = strlen(rstore);
+	const char *entry = rdata + sl + 1;
+	if (strncmp(rdata, rstore, sl) != 0 || rdata[sl] != '/' || !*entry || strchr(entry, '/')) {
+		rc = -EXDEV;
+		seterr(err, errlen, "data link %s resolves outside the store", link);
+		goto out;
+	}
+	if (strcmp(entry, digest + 7) != 0) {
+		rc = -ESTALE;
+		seterr(err, errlen, "data link names %.19s..., ready.json %.19s... (update in flight)",
+		       entry, digest + 7);
+		goto out;
+	}
+	/* Open the entry by digest from the store directory without following
+	 * links, so what gets mounted is the store entry and nothing else, even
+	 * if the view changes after the checks above. */
+	sfd = open(rstore, O_PATH | O_DIRECTORY | O_CLOEXEC);
+	if (sfd < 0) {
+		rc = -errno;
+		seterr(err, errlen, "store %s: %s", rstore, strerror(-rc));
+		goto out;
+	}
+	efd = openat(sfd, digest + 7, O_PATH | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+	if (efd < 0) {
+		rc = errno == ENOENT ? -ENOENT : -ENOTDIR;
+		seterr(err, errlen, "store entry %s/%s is %s", rstore, digest + 7,
+		       rc == -ENOENT ? "missing" : "not a directory");
+		goto out;
+	}
+	*fd = efd;
+	*path = rdata;
+	rdata = NULL;
+	efd = -1;
+	rc = 0;
+out:
+	if (sfd >= 0)
+		close(sfd);
+	free(rstore);
+	free(rdata);
+	return rc;
+}
+
+static cJSON *ready_to_json(const struct cache_view_ready *r)
+{
+	cJSON *o = cJSON_CreateObject();
+	if (!o)
+		return NULL;
+	cJSON *gpus = cJSON_AddArrayToObject(o, "compatibleGPUs");
+	bool ok = cJSON_AddStringToObject(o, "digest", r->digest) &&
+	          cJSON_AddStringToObject(o, "state", r->state) &&
+	          cJSON_AddBoolToObject(o, "compatible", r->compatible) && gpus &&
+	          cJSON_AddStringToObject(o, "reason", r->reason ? r->reason : "") &&
+	          cJSON_AddStringToObject(o, "message", r->message ? r->message : "") &&
+	          cJSON_AddStringToObject(o, "updated", r->updated);
+	for (size_t i = 0; ok && i < r->ncompatible_gpus; i++) {
+		cJSON *s = cJSON_CreateString(r->compatible_gpus[i]);
+		ok = s && cJSON_AddItemToArray(gpus, s);
+	}
+	if (!ok) {
+		cJSON_Delete(o);
+		return NULL;
+	}
+	return o;
+}
+
+int cache_view_publish(const char *root, const char *ns, const char *name,
+                       const struct cache_view_ready *r)
+{
+	char dir[PATH_MAX], entry[PATH_MAX], target[PATH_MAX], tmp[NAME_MAX + 1];
+	struct stat st;
+	int dfd = -1, rc;
+	char *text = NULL;
+	cJSON *j = NULL;
+
+	if (!r || !cache_view_valid_digest(r->digest))
+		return -EINVAL;
+	rc = cache_view_dir(dir, sizeof(dir), root, "caches", ns, name);
+	if (rc == 0)
+		rc = fmt_path(entry, sizeof(entry), "%s/store/sha256/%s", root, r->digest + 7);
+	if (rc == 0)
+		rc = fmt_path(target, sizeof(target), "../../../store/sha256/%s", r->digest + 7);
+	if (rc == 0)
+		rc = tmp_name(tmp, sizeof(tmp), CACHE_VIEW_DATA);
+	if (rc)
+		return rc;
+	if (lstat(entry, &st) != 0)
+		return -errno;
+	if (!S_ISDIR(st.st_mode))
+		return -ENOTDIR;
+	rc = cache_view_mkdirs(dir, 0755);
+	if (rc)
+		return rc;
+	dfd = open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+	if (dfd < 0)
+		return -errno;
+	if (symlinkat(target, dfd, tmp) != 0) {
+		rc = -errno;
+		goto out;
+	}
+	if (renameat(dfd, tmp, dfd, CACHE_VIEW_DATA) != 0) {
+		rc = -errno;
+		unlinkat(dfd, tmp, 0);
+		goto out;
+	}
+	j = ready_to_json(r);
+	text = j ? cJSON_PrintUnformatted(j) : NULL;
+	if (!text) {
+		rc = -ENOMEM;
+		goto out;
+	}
+	rc = write_atomic_at(dfd, CACHE_VIEW_READY, text, strlen(text), 0644);
+out:
+	cJSON_free(text);
+	cJSON_Delete(j);
+	close(dfd);
+	return rc;
+}
+
+int cache_view_unpublish(const char *root, const char *ns, const char *name)
+{
+	char dir[PATH_MAX];
+	int rc = cache_view_dir(dir, sizeof(dir), root, "caches", ns, name);
+	if (rc)
+		return rc;
+	int dfd = open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+	if (dfd < 0)
+		return errno == ENOENT ? 0 : -errno;
+	if (unlinkat(dfd, CACHE_VIEW_READY, 0) != 0 && errno != ENOENT)
+		rc = -errno;
+	if (rc == 0 && fsync(dfd) != 0)
+		rc = -errno;
+	if (rc == 0 && unlinkat(dfd, CACHE_VIEW_DATA, 0) != 0 && errno != ENOENT)
+		rc = -errno;
+	close(dfd);
+	if (rc == 0 && rmdir(dir) != 0 && errno != ENOENT)
+		rc = -errno;
+	return rc;
+}
+
+/* ---- usage.json ---- */
+
+static void pod_free(struct cache_view_pod *p)
+{
+	free(p->name);
+	free(p->namespace);
+	free(p->uid);
+	free(p->volume_id);
+	free(p->target_path);
+	free(p->digest);
+	memset(p, 0, sizeof(*p));
+}
+
+void cache_view_usage_free(struct cache_view_usage *u)
+{
+	if (!u)
+		return;
+	for (size_t i = 0; i < u->npods; i++)
+		pod_free(&u->pods[i]);
+	free(u->pods);
+	free(u->namespace);
+	free(u->name);
+	memset(u, 0, sizeof(*u));
+}
+
+void cache_view_usage_list_free(struct cache_view_usage *list, size_t n)
+{
+	for (size_t i = 0; i < n; i++)
+		cache_view_usage_free(&list[i]);
+	free(list);
+}
+
+static int pod_copy(struct cache_view_pod *dst, const struct cache_view_pod *src)
+{
+	struct cache_view_pod p = {
+		.name = strdup(src->name ? src->name : ""),
+		.namespace = strdup(src->namespace ? src->namespace : ""),
+		.uid = strdup(src->uid ? src->uid : ""),
+		.volume_id = strdup(src->volume_id ? src->volume_id : ""),
+		.target_path = strdup(src->target_path ? src->target_path : ""),
+		.digest = strdup(src->digest ? src->digest : ""),
+		.read_only = src->read_only,
+		.started = src->started,
+	};
+	if (!p.name || !p.namespace || !p.uid || !p.volume_id || !p.target_path || !p.digest) {
+		pod_free(&p);
+		return -ENOMEM;
+	}
+	*dst = p;
+	return 0;
+}
+
+static int pod_string(const cJSON *o, const char *key, size_t max, char **out)
+{
+	const cJSON *v = cJSON_GetObjectItemCaseSensitive(o, key);
+	if (!cJSON_IsString(v) || strlen(v->valuestring) > max)
+		return -EINVAL;
+	*out = strdup(v->valuestring);
+	return *out ? 0 : -ENOMEM;
+}
+
+static int parse_pod(const cJSON *o, struct cache_view_pod *out)
+{
+	struct cache_view_pod p;
+	memset(&p, 0, sizeof(p));
+	int rc = -EINVAL;
+	if (!cJSON_IsObject(o))
+		goto out;
+	if ((rc = pod_string(o, "name", POD_FIELD_MAX, &p.name)) ||
+	    (rc = pod_string(o, "namespace", POD_FIELD_MAX, &p.namespace)) ||
+	    (rc = pod_string(o, "uid", POD_FIELD_MAX, &p.uid)) ||
+	    (rc = pod_string(o, "volumeId", POD_FIELD_MAX, &p.volume_id)) ||
+	    (rc = pod_string(o, "targetPath", PATH_MAX, &p.target_path)) ||
+	    (rc = pod_string(o, "digest", CACHE_VIEW_DIGEST_LEN, &p.digest)))
+		goto out;
+	rc = -EINVAL;
+	const cJSON *ro = cJSON_GetObjectItemCaseSensitive(o, "readOnly");
+	const cJSON *started = cJSON_GetObjectItemCaseSensitive(o, "started");
+	if (!cJSON_IsBool(ro) || !cJSON_IsString(started) ||
+	    cache_view_parse_rfc3339(started->valuestring, &p.started) != 0)
+		goto out;
+	p.read_only = cJSON_IsTrue(ro);
+	*out = p;
+	return 0;
+out:
+	pod_free(&p);
+	return rc;
+}
+
+/* Parse usage.json text into the pods of u (namespace and name come from
+ * the directory the file lives in, not from its content). */
+static int parse_usage(const char *text, size_t len, struct cache_view_usage *u)
+{
+	int rc = -EINVAL;
+	cJSON *root = cJSON_ParseWithLength(text, len);
+	struct cache_view_pod *pods = NULL;
+	size_t n = 0;
+	const cJSON *arr = root ? cJSON_GetObjectItemCaseSensitive(root, "pods") : NULL;
+	if (!cJSON_IsArray(arr))
+		goto out;
+	int cnt = cJSON_GetArraySize(arr);
+	if (cnt > CACHE_VIEW_PODS_MAX)
+		goto out;
+	if (cnt > 0 && !(pods = calloc((size_t)cnt, sizeof(*pods)))) {
+		rc = -ENOMEM;
+		goto out;
+	}
+	const cJSON *o;
+	cJSON_ArrayForEach(o, arr)
+	{
+		if ((rc = parse_pod(o, &pods[n])) != 0)
+			goto out;
+		n++;
+	}
+	u->pods = pods;
+	u->npods = n;
+	pods = NULL;
+	n = 0;
+	rc = 0;
+out:
+	for (size_t i = 0; i < n; i++)
+		pod_free(&pods[i]);
+	free(pods);
+	cJSON_Delete(root);
+	return rc;
+}
+
+static char *usage_to_text(const struct cache_view_usage *u)
+{
+	char ts[40];
+	cJSON *o = cJSON_CreateObject();
+	cJSON *arr = o ? cJSON_AddArrayToObject(o, "pods") : NULL;
+	bool ok = arr && cJSON_AddStringToObject(o, "namespace", u->namespace) &&
+	          cJSON_AddStringToObject(o, "name", u->name);
+	for (size_t i = 0; ok && i < u->npods; i++) {
+		const struct cache_view_pod *p = &u->pods[i];
+		cJSON *e = cJSON_CreateObject();
+		cache_view_rfc3339(p->started, ts, sizeof(ts));
+		ok = e && cJSON_AddItemToArray(arr, e) && cJSON_AddStringToObject(e, "name", p->name) &&
+		     cJSON_AddStringToObject(e, "namespace", p->namespace) &&
+		     cJSON_AddStringToObject(e, "uid", p->uid) &&
+		     cJSON_AddStringToObject(e, "volumeId", p->volume_id) &&
+		     cJSON_AddStringToObject(e, "targetPath", p->target_path) &&
+		     cJSON_AddStringToObject(e, "digest", p->digest) &&
+		     cJSON_AddBoolToObject(e, "readOnly", p->read_only) &&
+		     cJSON_AddStringToObject(e, "started", ts);
+	}
+	cache_view_rfc3339(time(NULL), ts, sizeof(ts));
+	ok = ok && cJSON_AddStringToObject(o, "updated", ts);
+	char *text = ok ? cJSON_PrintUnformatted(o) : NULL;
+	cJSON_Delete(o);
+	return text;
+}
+
+static int usage_init(struct cache_view_usage *u, const char *ns, const char *name)
+{
+	memset(u, 0, sizeof(*u));
+	u->namespace = strdup(ns ? ns : "");
+	u->name = strdup(name);
+	if (!u->namespace || !u->name) {
+		cache_view_usage_free(u);
+		return -ENOMEM;
+	}
+	return 0;
+}
+
+/* Read dfd/usage.json into a fresh usage for (ns, name). */
+static int usage_read_at(int dfd, const char *ns, const char *name, struct cache_view_usage *out)
+{
+	struct cache_view_usage u;
+	char *text = NULL;
+	size_t len = 0;
+	int rc = usage_init(&u, ns, name);
+	if (rc)
+		return rc;
+	rc = read_file_at(dfd, CACHE_VIEW_USAGE, CACHE_VIEW_USAGE_MAX, &text, &len);
+	if (rc == -ENOENT || rc == -ENOTDIR)
+		rc = 0;
+	else if (rc == 0)
+		rc = parse_usage(text, len, &u);
+	free(text);
+	if (rc) {
+		cache_view_usage_free(&u);
+		return rc;
+	}
+	*out = u;
+	return 0;
+}
+
+int cache_view_usage_read(const char *run_dir, const char *ns, const char *name,
+                          struct cache_view_usage *out)
+{
+	char dir[PATH_MAX];
+	int rc = cache_view_dir(dir, sizeof(dir), run_dir, "usage", ns, name);
+	if (rc)
+		return rc;
+	int dfd = open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+	if (dfd < 0 && errno != ENOENT)
+		return -errno;
+	/* A missing directory reads as "nobody uses it" (dfd -1 fails with EBADF
+	 * in openat, so skip the read). */
+	if (dfd < 0)
+		return usage_init(out, ns, name);
+	rc = usage_read_at(dfd, ns, name, out);
+	close(dfd);
+	return rc;
+}
+
+/* Locked read-modify-write: drop the entry of volume_id (if any), then append
+ * add (if not NULL). */
+static int usage_update(const char *run_dir, const char *ns, const char *name,
+                        const char *volume_id, const struct cache_view_pod *add)
+{
+	char dir[PATH_MAX];
+	struct cache_view_usage u;
+	bool have_u = false;
+	char *text = NULL;
+	int dfd = -1;
+	int rc = cache_view_dir(dir, sizeof(dir), run_dir, "usage", ns, name);
+	if (rc)
+		return rc;
+	if (add) {
+		rc = cache_view_mkdirs(dir, 0755);
+		if (rc)
+			return rc;
+	}
+	dfd = open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+	if (dfd < 0)
+		return (!add && errno == ENOENT) ? 0 : -errno;
+	/* flock is per open file description, so it also orders threads of this
+	 * process that opened the directory themselves. */
+	while (flock(dfd, LOCK_EX) != 0) {
+		if (errno != EINTR) {
+			rc = -errno;
+			goto out;
+		}
+	}
+	rc = usage_read_at(dfd, ns, name, &u);
+	if (rc)
+		goto out;
+	have_u = true;
+	size_t kept = 0;
+	bool changed = false;
+	for (size_t i = 0; i < u.npods; i++) {
+		if (strcmp(u.pods[i].volume_id, volume_id) == 0) {
+			pod_free(&u.pods[i]);
+			changed = true;
+			continue;
+		}
+		u.pods[kept++] = u.pods[i];
+	}
+	u.npods = kept;
+	if (add) {
+		if (u.npods >= CACHE_VIEW_PODS_MAX) {
+			rc = -ENOSPC;
+			goto out;
+		}
+		struct cache_view_pod *np = realloc(u.pods, (u.npods + 1) * sizeof(*np));
+		if (!np) {
+			rc = -ENOMEM;
+			goto out;
+		}
+		u.pods = np;
+		rc = pod_copy(&u.pods[u.npods], add);
+		if (rc)
+			goto out;
+		u.npods++;
+		changed = true;
+	}
+	if (!changed)
+		goto out;
+	text = usage_to_text(&u);
+	if (!text) {
+		rc = -ENOMEM;
+		goto out;
+	}
+	rc = write_atomic_at(dfd, CACHE_VIEW_USAGE, text, strlen(text), 0644);
+out:
+	cJSON_free(text);
+	if (have_u)
+		cache_view_usage_free(&u);
+	close(dfd); /* releases the lock */
+	return rc;
+}
+
+int cache_view_usage_add(const char *run_dir, const char *ns, const char *name,
+                         const struct cache_view_pod *pod)
+{
+	if (!pod || !pod->volume_id || !*pod->volume_id)
+		return -EINVAL;
+	return usage_update(run_dir, ns, name, pod->volume_id, pod);
+}
+
+int cache_view_usage_remove(const char *run_dir, const char *ns, const char *name,
+                            const char *volume_id)
+{
+	if (!volume_id || !*volume_id)
+		return -EINVAL;
+	return usage_update(run_dir, ns, name, volume_id, NULL);
+}
+
+int cache_view_in_use(const char *run_dir, const char *ns, const char *name, size_t *pods)
+{
+	struct cache_view_usage u;
+	int rc = cache_view_usage_read(run_dir, ns, name, &u);
+	if (rc)
+		return rc;
+	*pods = u.npods;
+	cache_view_usage_free(&u);
+	return 0;
+}
+
+static int list_scope(const char *run_dir, const char *scope, struct cache_view_usage **list,
+                      size_t *n, size_t *cap)
+{
+	char dir[PATH_MAX];
+	int rc = fmt_path(dir, sizeof(dir), "%s/usage/%s", run_dir, scope);
+	if (rc)
+		return rc;
+	const char *ns = strcmp(scope, CACHE_VIEW_CLUSTER) == 0 ? "" : scope;
+	DIR *d = opendir(dir);
+	if (!d)
+		return errno == ENOENT ? 0 : -errno;
+	struct dirent *e;
+	while ((e = readdir(d)) != NULL) {
+		if (!cache_view_valid_name(e->d_name))
+			continue;
+		struct cache_view_usage u;
+		int r = cache_view_usage_read(run_dir, ns, e->d_name, &u);
+		if (r) {
+			log_warn("skipping unreadable usage file", "scope", scope, "cache", e->d_name,
+			         "error", strerror(-r));
+			continue;
+		}
+		if (*n == *cap) {
+			size_t ncap = *cap ? *cap * 2 : 16;
+			struct cache_view_usage *nl = realloc(*list, ncap * sizeof(*nl));
+			if (!nl) {
+				cache_view_usage_free(&u);
+				rc = -ENOMEM;
+				break;
+			}
+			*list = nl;
+			*cap = ncap;
+		}
+		(*list)[(*n)++] = u;
+	}
+	closedir(d);
+	return rc;
+}
+
+int cache_view_usage_list(const char *run_dir, struct cache_view_usage **out, size_t *nout)
+{
+	char dir[PATH_MAX];
+	struct cache_view_usage *list = NULL;
+	size_t n = 0, cap = 0;
+	int rc = fmt_path(dir, sizeof(dir), "%s/usage", run_dir);
+	if (rc)
+		return rc;
+	DIR *d = opendir(dir);
+	if (!d && errno != ENOENT)
+		return -errno;
+	struct dirent *e;
+	while (d && (e = readdir(d)) != NULL) {
+		if (strcmp(e->d_name, CACHE_VIEW_CLUSTER) != 0 &&
+		    !cache_view_valid_namespace(e->d_name))
+			continue;
+		rc = list_scope(run_dir, e->d_name, &list, &n, &cap);
+		if (rc)
+			break;
+	}
+	if (d)
+		closedir(d);
+	if (rc) {
+		cache_view_usage_list_free(list, n);
+		return rc;
+	}
+	*out = list;
+	*nout = n;
+	return 0;
+}
+
+int cache_view_digest_in_use(const char *run_dir, const char *digest, bool *used)
+{
+	struct cache_view_usage *list = NULL;
+	size_t n = 0;
+	if (!cache_view_valid_digest(digest))
+		return -EINVAL;
+	int rc = cache_view_usage_list(run_dir, &list, &n);
+	if (rc)
+		return rc;
+	bool found = false;
+	for (size_t i = 0; i < n && !found; i++)
+		for (size_t j = 0; j < list[i].npods && !found; j++)
+			found = strcmp(list[i].pods[j].digest, digest) == 0;
+	cache_view_usage_list_free(list, n);
+	*used = found;
+	return 0;
+}

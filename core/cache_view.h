@@ -1,0 +1,210 @@
+/* The on-node cache views: what the agent writes for the CSI plugin, and what
+ * the CSI plugin writes back for the agent. Both daemons run on the same node
+ * and never talk to each other directly; these files are the whole contract.
+ *
+ * Written by the agent, under the store root (--root, /var/lib/gkm):
+ *
+ *   <root>/store/sha256/<hex>/            one extracted image tree per digest,
+ *                                         immutable once renamed into place
+ *   <root>/caches/<scope>/<name>/         one view per cache
+ *       data        relative symlink to the store entry of the cache's digest,
+ *                   e.g. "../../../store/sha256/<hex>"
+ *       ready.json  the agent's verdict for this node:
+ *         {"digest": "sha256:<hex>",      required, the image digest
+ *          "state": "Ready",              required; only "Ready" is mounted
+ *                                          (others: Pending, Pulling, Verifying,
+ *                                          Extracting, Failed, Incompatible...)
+ *          "compatible": true,            required; false: no GPU here can use it
+ *          "compatibleGPUs": ["GPU-..."], optional, GPU ids that can use it
+ *          "reason": "", "message": "",   optional, why not ready / incompatible
+ *          "updated": "RFC3339"}          optional, when the agent wrote it
+ *         Unknown members are ignored (newer agents may add some).
+ *
+ *   <scope> is the namespace of a GKMCache, or "_cluster" for a
+ *   ClusterGKMCache ("_" can never start a namespace: namespaces are DNS
+ *   labels). <name> is the cache's object name (a DNS-1123 subdomain).
+ *
+ *   Update order (cache_view_publish() does it): the store entry exists
+ *   first; then `data` is replaced atomically (symlink + rename), then
+ *   ready.json (write, fsync, rename). A reader that finds `data` pointing at
+ *   another digest than ready.json names is looking at an update in flight
+ *   and must retry later; it never mounts anything but the store entry of
+ *   the digest ready.json names. Removal (cache_view_unpublish()) deletes
+ *   ready.json first, so a view disappears atomically for readers.
+ *
+ * Written by the CSI plugin, under the run directory (--run-dir, /run/gkm):
+ *
+ *   <run-dir>/usage/<scope>/<name>/usage.json   pods using the cache here:
+ *     {"namespace": "ns" | "", "name": "cache",
+ *      "pods": [{"name", "namespace", "uid", "volumeId", "targetPath",
+ *                "digest", "readOnly": bool, "started": "RFC3339"}],
+ *      "updated": "RFC3339"}
+ *
+ *   The agent's in-use guard (cache_view_in_use(), cache_view_digest_in_use())
+ *   keeps a cache and its store entry while any pod uses them; the agent
+ *   reports the pod list in node status (cache_view_usage_list()).
+ *
+ * Every file here is written atomically (temp file in the same directory,
+ * fsync, rename, fsync of the directory), so a reader sees the old or the new
+ * content, never a torn one, and a crash loses at most the last update.
+ *
+ * Everything read from these files or from API attributes is untrusted:
+ * names are validated before they become path components, sizes and counts
+ * are bounded, and `data` must resolve to the store entry of the digest.
+ */
+#ifndef GKM_CACHE_VIEW_H
+#define GKM_CACHE_VIEW_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <sys/types.h>
+#include <time.h>
+
+#define CACHE_VIEW_CLUSTER "_cluster"
+#define CACHE_VIEW_READY "ready.json"
+#define CACHE_VIEW_DATA "data"
+#define CACHE_VIEW_USAGE "usage.json"
+
+enum {
+	CACHE_VIEW_NAMESPACE_MAX = 63, /* DNS-1123 label */
+	CACHE_VIEW_NAME_MAX = 253,     /* DNS-1123 subdomain */
+	CACHE_VIEW_DIGEST_LEN = 71,    /* "sha256:" + 64 hex */
+	CACHE_VIEW_READY_MAX = 64 * 1024,
+	CACHE_VIEW_GPUS_MAX = 256,
+	CACHE_VIEW_USAGE_MAX = 8 * 1024 * 1024,
+	CACHE_VIEW_PODS_MAX = 8192,
+};
+
+/* Kubernetes name rules (lower-case alphanumerics and '-', plus '.' between
+ * labels for names). They also rule out "", ".", "..", "/" and "_cluster". */
+bool cache_view_valid_namespace(const char *s);
+bool cache_view_valid_name(const char *s);
+/* "sha256:" followed by exactly 64 lower-case hex digits. */
+bool cache_view_valid_digest(const char *s);
+
+/* ns NULL or "" means cluster-scoped. Writes "<base>/<sub>/<scope>/<name>"
+ * into buf; -EINVAL for an invalid ns or name, -ENAMETOOLONG. */
+__attribute__((warn_unused_result)) int cache_view_dir(char *buf, size_t size, const char *base,
+                                                       const char *sub, const char *ns,
+                                                       const char *name);
+
+/* ---- ready.json ---- */
+
+struct cache_view_ready {
+	char digest[CACHE_VIEW_DIGEST_LEN + 1];
+	char state[32];
+	bool compatible;
+	char **compatible_gpus; /* owned */
+	size_t ncompatible_gpus;
+	char *reason;  /* owned, "" when absent */
+	char *message; /* owned, "" when absent */
+	char updated[40];
+};
+
+/* Parse ready.json text. On failure returns -EINVAL (or -ENOMEM, -EFBIG) and
+ * writes a one-line reason into err (may be NULL); *out is untouched. On
+ * success the caller frees *out with cache_view_ready_free(). */
+__attribute__((warn_unused_result)) int cache_view_ready_parse(const char *json, size_t len,
+                                                               struct cache_view_ready *out,
+                                                               char *err, size_t errlen);
+void cache_view_ready_free(struct cache_view_ready *r);
+
+/* Read <root>/caches/<scope>/<name>/ready.json. -ENOENT when the cache has
+ * no view on this node; parse errors as above. */
+__attribute__((warn_unused_result)) int cache_view_ready_read(const char *root, const char *ns,
+                                                              const char *name,
+                                                              struct cache_view_ready *out,
+                                                              char *err, size_t errlen);
+
+/* Open the store entry the view's `data` link names, checking that it
+ * resolves to <root>/store/sha256/<hex of digest> and nothing else.
+ * On success *fd is an O_PATH directory descriptor of the entry (caller
+ * closes) and *path its canonical path (caller frees). Errors, with a reason
+ * in err: -ENOENT (no data link, or the store entry is missing), -EINVAL
+ * (data is not a symlink, or bad arguments), -EXDEV (it resolves outside the
+ * store), -ESTALE (it names another digest than `digest`: update in flight),
+ * -ENOTDIR (the entry is not a directory). */
+__attribute__((warn_unused_result)) int cache_view_open_data(const char *root, const char *ns,
+                                                             const char *name, const char *digest,
+                                                             int *fd, char **path, char *err,
+                                                             size_t errlen);
+
+/* Agent side: make the view of (ns, name) point at the store entry of
+ * r->digest (which must exist) and write ready.json, in the documented order. */
+__attribute__((warn_unused_result)) int cache_view_publish(const char *root, const char *ns,
+                                                           const char *name,
+                                                           const struct cache_view_ready *r);
+/* Agent side: remove the view (ready.json first). 0 also when it was gone. */
+__attribute__((warn_unused_result)) int cache_view_unpublish(const char *root, const char *ns,
+                                                             const char *name);
+
+/* ---- usage.json ---- */
+
+struct cache_view_pod {
+	char *name; /* all strings owned */
+	char *namespace;
+	char *uid;
+	char *volume_id;
+	char *target_path;
+	char *digest;
+	bool read_only;
+	time_t started;
+};
+
+struct cache_view_usage {
+	char *namespace; /* owned; "" for a cluster-scoped cache */
+	char *name;      /* owned */
+	struct cache_view_pod *pods;
+	size_t npods;
+};
+
+/* Read the usage of one cache. A cache nobody uses (no file) reads as 0 pods.
+ * Caller frees with cache_view_usage_free(). -EINVAL for a malformed file. */
+__attribute__((warn_unused_result)) int cache_view_usage_read(const char *run_dir, const char *ns,
+                                                              const char *name,
+                                                              struct cache_view_usage *out);
+void cache_view_usage_free(struct cache_view_usage *u);
+
+/* Add (or replace, keyed by volume id) one pod entry / remove one. Safe
+ * against concurrent callers in this and other processes (flock on the
+ * cache's usage directory). remove returns 0 when the entry was not there. */
+__attribute__((warn_unused_result)) int cache_view_usage_add(const char *run_dir, const char *ns,
+                                                             const char *name,
+                                                             const struct cache_view_pod *pod);
+__attribute__((warn_unused_result)) int cache_view_usage_remove(const char *run_dir,
+                                                                const char *ns, const char *name,
+                                                                const char *volume_id);
+
+/* In-use guard: number of pods using (ns, name) on this node. */
+__attribute__((warn_unused_result)) int cache_view_in_use(const char *run_dir, const char *ns,
+                                                          const char *name, size_t *pods);
+/* In-use guard for store entries: does any pod use a view of this digest? */
+__attribute__((warn_unused_result)) int cache_view_digest_in_use(const char *run_dir,
+                                                                 const char *digest, bool *used);
+/* Every cache with a usage file (including ones with 0 pods), for node
+ * status. Caller frees with cache_view_usage_list_free(). Malformed files
+ * are skipped (and logged), so one bad file does not hide the others. */
+__attribute__((warn_unused_result)) int cache_view_usage_list(const char *run_dir,
+                                                              struct cache_view_usage **out,
+                                                              size_t *n);
+void cache_view_usage_list_free(struct cache_view_usage *list, size_t n);
+
+/* ---- helpers shared with the CSI plugin ---- */
+
+/* Write data to path atomically (temp file in the same directory, fsync,
+ * rename, fsync of the directory). The directory must exist. */
+__attribute__((warn_unused_result)) int cache_view_write_atomic(const char *path, const void *data,
+                                                                size_t len, mode_t mode);
+/* Read a whole regular file of at most max bytes (-EFBIG beyond); *out is
+ * NUL-terminated, caller frees. */
+__attribute__((warn_unused_result)) int cache_view_read_file(const char *path, size_t max,
+                                                             char **out, size_t *len);
+/* mkdir -p with mode for the directories it creates. */
+__attribute__((warn_unused_result)) int cache_view_mkdirs(const char *path, mode_t mode);
+/* RFC 3339 UTC ("2024-05-01T12:00:00Z") into buf (>= 21 bytes). */
+void cache_view_rfc3339(time_t t, char *buf, size_t size);
+/* Parse what cache_view_rfc3339 writes; -EINVAL otherwise. */
+__attribute__((warn_unused_result)) int cache_view_parse_rfc3339(const char *s, time_t *out);
+
+#endif

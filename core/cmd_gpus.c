@@ -1,0 +1,196 @@
+/* gkm gpus: print the GPUs of this node as the agent sees them. */
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "cli.h"
+#include "cmd.h"
+#include "gpu_probe.h"
+
+static const char usage[] =
+    "Usage: gkm gpus [--source nvml|rocm|file|auto] [--file F] [--sysfs-root D] [-o table|json]\n"
+    "\n"
+    "Show the GPUs of this node (model, arch, driver, fabric clique) and the id\n"
+    "sets they group into, exactly as the agent reports them.\n"
+    "\n"
+    "  --source SRC        nvml (NVIDIA), rocm (AMD, KFD sysfs), file, or auto:\n"
+    "                      every source present on the node (default; file when\n"
+    "                      --file is given)\n"
+    "  --file F            read the inventory from the JSON file F (the shape\n"
+    "                      'gkm gpus -o json' prints)\n"
+    "  --sysfs-root D      where sysfs is mounted (default /sys)\n"
+    "  --nvml-library L    the NVML library to load (default libnvidia-ml.so.1)\n"
+    "  -o, --output FMT    table (default) or json\n";
+
+enum { OPT_SOURCE = CLI_OPT_FIRST_FREE, OPT_FILE, OPT_SYSFS, OPT_NVML };
+
+static void human_bytes(uint64_t b, char *buf, size_t len)
+{
+	if (!b) {
+		snprintf(buf, len, "-");
+		return;
+	}
+	const char *unit[] = {"B", "KiB", "MiB", "GiB", "TiB"};
+	double v = (double)b;
+	size_t u = 0;
+	while (v >= 1024 && u + 1 < sizeof(unit) / sizeof(unit[0])) {
+		v /= 1024;
+		u++;
+	}
+	snprintf(buf, len, "%.1f%s", v, unit[u]);
+}
+
+static const char *dash(const char *s)
+{
+	return s && *s ? s : "-";
+}
+
+static void print_table(const struct gpu_probe *p, const cJSON *groups)
+{
+	if (p->count == 0) {
+		printf("No GPUs found (source: %s).\n", p->source);
+		return;
+	}
+	printf("%-3s %-7s %-28s %-8s %-14s %-5s %-9s %-17s %s\n", "ID", "VENDOR", "NAME", "ARCH",
+	       "DRIVER", "CUDA", "MEMORY", "PCI", "CLIQUE");
+	for (size_t i = 0; i < p->count; i++) {
+		const struct gpu_info *g = &p->gpus[i];
+		char mem[24], clique[64], arch[96];
+		human_bytes(g->memory_bytes, mem, sizeof(mem));
+		gpu_info_clique(g, clique, sizeof(clique));
+		snprintf(arch, sizeof(arch), "%s%s%s", g->arch, g->features[0] ? ":" : "",
+		         g->features);
+		printf("%-3d %-7s %-28s %-8s %-14s %-5s %-9s %-17s %s\n", g->index, g->vendor,
+		       g->name, arch, dash(g->driver_version), dash(g->cuda_driver_version), mem,
+		       dash(g->pci_bus_id), dash(clique));
+	}
+	printf("\n%-12s %-28s %-8s %-14s %s\n", "GROUP IDS", "TYPE", "ARCH", "DRIVER", "CLIQUE");
+	const cJSON *grp;
+	cJSON_ArrayForEach(grp, groups)
+	{
+		char ids[64] = "";
+		size_t used = 0;
+		const cJSON *id;
+		cJSON_ArrayForEach(id, cJSON_GetObjectItem(grp, "ids"))
+		{
+			int n = snprintf(ids + used, sizeof(ids) - used, "%s%d", used ? "," : "",
+			                 id->valueint);
+			if (n < 0 || (size_t)n >= sizeof(ids) - used) {
+				/* long id lists end in an ellipsis rather than overflow */
+				snprintf(ids + sizeof(ids) - 4, 4, "...");
+				break;
+			}
+			used += (size_t)n;
+		}
+		printf("%-12s %-28s %-8s %-14s %s\n", ids,
+		       cJSON_GetStringValue(cJSON_GetObjectItem(grp, "gpuType")),
+		       dash(cJSON_GetStringValue(cJSON_GetObjectItem(grp, "arch"))),
+		       dash(cJSON_GetStringValue(cJSON_GetObjectItem(grp, "driverVersion"))),
+		       dash(cJSON_GetStringValue(cJSON_GetObjectItem(grp, "clique"))));
+	}
+}
+
+int cmd_gpus(int argc, char **argv)
+{
+	static const struct option opts[] = {
+	    CLI_COMMON_OPTIONS,
+	    {"source", required_argument, 0, OPT_SOURCE},
+	    {"file", required_argument, 0, OPT_FILE},
+	    {"sysfs-root", required_argument, 0, OPT_SYSFS},
+	    {"nvml-library", required_argument, 0, OPT_NVML},
+	    {"output", required_argument, 0, 'o'},
+	    {0, 0, 0, 0},
+	};
+	const char *cmd = "gkm gpus", *source = NULL, *file = NULL, *sysfs = NULL, *nvml = NULL;
+	bool json = false;
+	int opt;
+	cli_reset();
+	while ((opt = getopt_long(argc, argv, "ho:", opts, NULL)) != -1) {
+		switch (opt) {
+		case OPT_SOURCE:
+			source = optarg;
+			break;
+		case OPT_FILE:
+			file = optarg;
+			break;
+		case OPT_SYSFS:
+			sysfs = optarg;
+			break;
+		case OPT_NVML:
+			nvml = optarg;
+			break;
+		case 'o':
+			if (strcmp(optarg, "json") == 0)
+				json = true;
+			else if (strcmp(optarg, "table") == 0)
+				json = false;
+			else
+				return cli_usage_error(
+				    cmd, "invalid --output '%s' (want table or json)", optarg);
+			break;
+		default:
+			switch (cli_common(opt, optarg, cmd, usage)) {
+			case CLI_EXIT_OK:
+				return EXIT_OK;
+			case CLI_EXIT_USAGE:
+				return EXIT_USAGE;
+			case CLI_CONTINUE:
+				break;
+			}
+		}
+	}
+	if (optind < argc)
+		return cli_usage_error(cmd, "unexpected argument '%s'", argv[optind]);
+	if (!source)
+		source = file ? "file" : "auto";
+	if (strcmp(source, "file") == 0 && !file)
+		return cli_usage_error(cmd, "--source file needs --file F");
+	if (file && strcmp(source, "file") != 0)
+		return cli_usage_error(cmd, "--file goes with --source file, not '%s'", source);
+
+	struct gpu_probe *p = NULL;
+	char err[512] = "";
+	int r;
+	if (strcmp(source, "nvml") == 0)
+		r = gpu_nvml_probe(nvml, &p, err, sizeof(err));
+	else if (strcmp(source, "rocm") == 0)
+		r = gpu_rocm_probe(sysfs, &p, err, sizeof(err));
+	else if (strcmp(source, "file") == 0)
+		r = gpu_file_probe(file, &p, err, sizeof(err));
+	else if (strcmp(source, "auto") == 0)
+		r = gpu_probe_auto(nvml, sysfs, &p, err, sizeof(err));
+	else
+		return cli_usage_error(cmd, "invalid --source '%s' (want nvml, rocm, file or auto)",
+		                       source);
+	if (r < 0) {
+		fprintf(stderr, "%s: %s probe failed: %s\n", cmd, source, err);
+		return EXIT_FAIL;
+	}
+
+	int rc = EXIT_OK;
+	cJSON *doc = gpu_probe_to_json(p);
+	if (!doc) {
+		fprintf(stderr, "%s: out of memory\n", cmd);
+		rc = EXIT_FAIL;
+		goto out;
+	}
+	if (json) {
+		char *s = cJSON_Print(doc);
+		if (!s) {
+			fprintf(stderr, "%s: out of memory\n", cmd);
+			rc = EXIT_FAIL;
+			goto out;
+		}
+		printf("%s\n", s);
+		free(s);
+	} else {
+		print_table(p, cJSON_GetObjectItem(doc, "groups"));
+		for (size_t i = 0; i < p->nwarnings; i++)
+			fprintf(stderr, "warning: %s\n", p->warnings[i]);
+	}
+out:
+	cJSON_Delete(doc);
+	gpu_probe_free(p);
+	return rc;
+}

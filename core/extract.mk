@@ -1,0 +1,2 @@
+# The layer extractor inflates gzip with isa-l (core/extract.c).
+PKGS += libisal

@@ -1,0 +1,22 @@
+/* Small file-system helpers shared by the store, the views and standalone
+ * mode. All return 0 or -errno. */
+#ifndef GKM_FSUTIL_H
+#define GKM_FSUTIL_H
+
+#include <stddef.h>
+#include <sys/types.h>
+
+/* Whole file into a NUL-terminated buffer (caller frees); -EFBIG over max. */
+__attribute__((warn_unused_result)) int fsutil_read_file(const char *path, size_t max, char **out,
+                                                         size_t *len);
+/* Write a complete file: temporary file in the same directory, fsync,
+ * rename over path, fsync the directory. Readers see the old or the new
+ * content, never a part. */
+__attribute__((warn_unused_result)) int fsutil_write_atomic(const char *path, const void *data,
+                                                            size_t len, mode_t mode);
+/* mkdir -p. */
+__attribute__((warn_unused_result)) int fsutil_mkdirs(const char *path, mode_t mode);
+/* Append one line (a '\n' is added) with a single write(2) under O_APPEND. */
+__attribute__((warn_unused_result)) int fsutil_append_line(const char *path, const char *line);
+
+#endif

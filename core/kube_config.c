@@ -1,0 +1,744 @@
+/* kubeconfig and in-cluster configuration (see kube_config.h). */
+#include "kube_config.h"
+
+#include <cjson/cJSON.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <limits.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+#include <yaml.h>
+
+#include "log.h"
+
+#define CONFIG_MAX_BYTES (1u << 20) /* kubeconfig, token, CA and key files */
+#define YAML_MAX_DEPTH 64
+#define TOKEN_RECHECK_MS 1000ull   /* stat() the token file at most this often */
+#define TOKEN_REREAD_MS 60000ull   /* and read it at least this often */
+
+static void seterr(char *err, size_t errlen, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
+static void seterr(char *err, size_t errlen, const char *fmt, ...)
+{
+	if (!err || errlen == 0)
+		return;
+	va_list ap;
+	va_start(ap, fmt);
+	vsnprintf(err, errlen, fmt, ap);
+	va_end(ap);
+}
+
+static unsigned long long mono_ms(void)
+{
+	struct timespec ts;
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (unsigned long long)ts.tv_sec * 1000ull + (unsigned long long)ts.tv_nsec / 1000000ull;
+}
+
+/* Read a whole small file. *out is NUL-terminated (the NUL is not counted). */
+static int read_file(const char *path, size_t max, char **out, size_t *outlen)
+{
+	int fd = open(path, O_RDONLY | O_CLOEXEC);
+	if (fd < 0)
+		return -errno;
+	char *buf = NULL;
+	size_t len = 0, cap = 0;
+	int rc = 0;
+	for (;;) {
+		if (len + 4096 + 1 > cap) {
+			size_t ncap = cap ? cap * 2 : 8192;
+			char *n = realloc(buf, ncap);
+			if (!n) {
+				rc = -ENOMEM;
+				goto out;
+			}
+			buf = n;
+			cap = ncap;
+		}
+		ssize_t r = read(fd, buf + len, cap - len - 1);
+		if (r < 0) {
+			if (errno == EINTR)
+				continue;
+			rc = -errno;
+			goto out;
+		}
+		if (r == 0)
+			break;
+		len += (size_t)r;
+		if (len > max) {
+			rc = -EFBIG;
+			goto out;
+		}
+	}
+	if (!buf) {
+		buf = malloc(1);
+		if (!buf) {
+			rc = -ENOMEM;
+			goto out;
+		}
+	}
+	buf[len] = '\0';
+	*out = buf;
+	*outlen = len;
+	buf = NULL;
+out:
+	free(buf);
+	close(fd);
+	return rc;
+}
+
+/* ---- YAML -> cJSON ---- */
+
+static bool plain_int(const char *s)
+{
+	const char *p = s;
+	if (*p == '-' || *p == '+')
+		p++;
+	if (!*p || strlen(p) > 15)
+		return false;
+	for (; *p; p++)
+		if (*p < '0' || *p > '9')
+			return false;
+	return true;
+}
+
+/* YAML 1.2 core schema floats written with digits ("1.5", "-2e3"); never
+ * ".inf"/".nan", which JSON cannot carry. */
+static bool plain_float(const char *s)
+{
+	const char *p = s;
+	bool digits = false, dot = false;
+	if (*p == '-' || *p == '+')
+		p++;
+	for (; *p && *p != 'e' && *p != 'E'; p++) {
+		if (*p >= '0' && *p <= '9')
+			digits = true;
+		else if (*p == '.' && !dot)
+			dot = true;
+		else
+			return false;
+	}
+	if (!digits)
+		return false;
+	if (*p) {
+		p++;
+		if (*p == '-' || *p == '+')
+			p++;
+		if (!*p)
+			return false;
+		for (; *p; p++)
+			if (*p < '0' || *p > '9')
+				return false;
+	}
+	return strlen(s) < 32;
+}
+
+static cJSON *yaml_node_json(yaml_document_t *doc, yaml_node_t *n, int depth, char *err,
+                             size_t errlen)
+{
+	if (!n) {
+		seterr(err, errlen, "yaml: dangling node");
+		return NULL;
+	}
+	if (depth > YAML_MAX_DEPTH) {
+		seterr(err, errlen, "yaml: nested deeper than %d levels", YAML_MAX_DEPTH);
+		return NULL;
+	}
+	switch (n->type) {
+	case YAML_SCALAR_NODE: {
+		const char *v = (const char *)n->data.scalar.value;
+		bool plain = n->data.scalar.style == YAML_PLAIN_SCALAR_STYLE;
+		if (strlen(v) != n->data.scalar.length) {
+			seterr(err, errlen, "yaml: NUL byte in a scalar at line %zu",
+			       n->start_mark.line + 1);
+			return NULL;
+		}
+		if (plain) {
+			if (!strcmp(v, "true") || !strcmp(v, "True") || !strcmp(v, "TRUE"))
+				return cJSON_CreateTrue();
+			if (!strcmp(v, "false") || !strcmp(v, "False") || !strcmp(v, "FALSE"))
+				return cJSON_CreateFalse();
+			if (!strcmp(v, "null") || !strcmp(v, "~") || !*v)
+				return cJSON_CreateNull();
+			if (plain_int(v))
+				return cJSON_CreateNumber((double)strtoll(v, NULL, 10));
+			if (plain_float(v))
+				return cJSON_CreateNumber(strtod(v, NULL));
+		}
+		return cJSON_CreateString(v);
+	}
+	case YAML_SEQUENCE_NODE: {
+		cJSON *a = cJSON_CreateArray();
+		if (!a)
+			return NULL;
+		for (yaml_node_item_t *it = n->data.sequence.items.start;
+		     it < n->data.sequence.items.top; it++) {
+			cJSON *c = yaml_node_json(doc, yaml_document_get_node(doc, *it), depth + 1,
+			                          err, errlen);
+			if (!c) {
+				cJSON_Delete(a);
+				return NULL;
+			}
+			cJSON_AddItemToArray(a, c);
+		}
+		return a;
+	}
+	case YAML_MAPPING_NODE: {
+		cJSON *o = cJSON_CreateObject();
+		if (!o)
+			return NULL;
+		for (yaml_node_pair_t *p = n->data.mapping.pairs.start;
+		     p < n->data.mapping.pairs.top; p++) {
+			yaml_node_t *k = yaml_document_get_node(doc, p->key);
+			if (!k || k->type != YAML_SCALAR_NODE) {
+				seterr(err, errlen, "yaml: a mapping key is not a scalar (line %zu)",
+				       n->start_mark.line + 1);
+				cJSON_Delete(o);
+				return NULL;
+			}
+			const char *key = (const char *)k->data.scalar.value;
+			if (cJSON_GetObjectItemCaseSensitive(o, key)) {
+				seterr(err, errlen, "yaml: duplicate key \"%s\" at line %zu", key,
+				       k->start_mark.line + 1);
+				cJSON_Delete(o);
+				return NULL;
+			}
+			cJSON *v = yaml_node_json(doc, yaml_document_get_node(doc, p->value),
+			                          depth + 1, err, errlen);
+			if (!v) {
+				cJSON_Delete(o);
+				return NULL;
+			}
+			cJSON_AddItemToObject(o, key, v);
+		}
+		return o;
+	}
+	default:
+		seterr(err, errlen, "yaml: empty document");
+		return NULL;
+	}
+}
+
+int kube_config_yaml_to_json(const char *text, size_t len, cJSON **out, char *err, size_t errlen)
+{
+	if (len > CONFIG_MAX_BYTES) {
+		seterr(err, errlen, "yaml: document larger than %u bytes", CONFIG_MAX_BYTES);
+		return -EINVAL;
+	}
+	yaml_parser_t p;
+	yaml_document_t doc;
+	int rc = -EINVAL;
+	if (!yaml_parser_initialize(&p))
+		return -ENOMEM;
+	yaml_parser_set_input_string(&p, (const unsigned char *)text, len);
+	if (!yaml_parser_load(&p, &doc)) {
+		seterr(err, errlen, "yaml: %s at line %zu column %zu",
+		       p.problem ? p.problem : "syntax error", p.problem_mark.line + 1,
+		       p.problem_mark.column + 1);
+		yaml_parser_delete(&p);
+		return -EINVAL;
+	}
+	yaml_node_t *root = yaml_document_get_root_node(&doc);
+	if (!root) {
+		seterr(err, errlen, "yaml: empty document");
+	} else {
+		cJSON *j = yaml_node_json(&doc, root, 0, err, errlen);
+		if (j) {
+			*out = j;
+			rc = 0;
+		}
+	}
+	yaml_document_delete(&doc);
+	yaml_parser_delete(&p);
+	return rc;
+}
+
+/* ---- helpers over the parsed kubeconfig ---- */
+
+static const char *jstr(const cJSON *o, const char *key)
+{
+	const cJSON *v = cJSON_GetObjectItemCaseSensitive(o, key);
+	return cJSON_IsString(v) ? v->valuestring : NULL;
+}
+
+/* Find the entry of list `section` whose name is `name`, return its `field`. */
+static const cJSON *named(const cJSON *root, const char *section, const char *field,
+                          const char *name)
+{
+	const cJSON *list = cJSON_GetObjectItemCaseSensitive(root, section);
+	const cJSON *it;
+	cJSON_ArrayForEach(it, list)
+	{
+		const char *n = jstr(it, "name");
+		if (n && !strcmp(n, name))
+			return cJSON_GetObjectItemCaseSensitive(it, field);
+	}
+	return NULL;
+}
+
+static int b64val(int c)
+{
+	if (c >= 'A' && c <= 'Z')
+		return c - 'A';
+	if (c >= 'a' && c <= 'z')
+		return c - 'a' + 26;
+	if (c >= '0' && c <= '9')
+		return c - '0' + 52;
+	if (c == '+' || c == '-')
+		return 62;
+	if (c == '/' || c == '_')
+		return 63;
+	return -1;
+}
+
+/* Standard or URL-safe base64, whitespace ignored, padding optional. */
+static int b64decode(const char *in, struct kube_blob *out)
+{
+	size_t n = strlen(in);
+	unsigned char *buf = malloc(n / 4 * 3 + 4);
+	if (!buf)
+		return -ENOMEM;
+	size_t len = 0;
+	unsigned acc = 0;
+	int bits = 0, pad = 0;
+	for (const char *p = in; *p; p++) {
+		if (*p == ' ' || *p == '\n' || *p == '\r' || *p == '\t')
+			continue;
+		if (*p == '=') {
+			pad++;
+			continue;
+		}
+		int v = b64val((unsigned char)*p);
+		if (v < 0 || pad) {
+			free(buf);
+			return -EINVAL;
+		}
+		acc = (acc << 6) | (unsigned)v;
+		bits += 6;
+		if (bits >= 8) {
+			bits -= 8;
+			buf[len++] = (unsigned char)(acc >> bits);
+		}
+	}
+	if (pad > 2 || bits >= 6) {
+		free(buf);
+		return -EINVAL;
+	}
+	buf[len] = 0; /* PEM consumers like a terminator; not counted */
+	out->data = buf;
+	out->len = len;
+	return 0;
+}
+
+static char *xstrdup(const char *s)
+{
+	return s ? strdup(s) : NULL;
+}
+
+/* Resolve a path from the kubeconfig against its directory. */
+static char *resolve_path(const char *dir, const char *p)
+{
+	if (!p || !*p)
+		return NULL;
+	if (p[0] == '/' || !dir)
+		return strdup(p);
+	char *r = NULL;
+	if (asprintf(&r, "%s/%s", dir, p) < 0)
+		return NULL;
+	return r;
+}
+
+static struct kube_config *config_alloc(void)
+{
+	struct kube_config *c = calloc(1, sizeof(*c));
+	if (c)
+		pthread_mutex_init(&c->token_lock, NULL);
+	return c;
+}
+
+void kube_config_free(struct kube_config *c)
+{
+	if (!c)
+		return;
+	free(c->server);
+	free(c->namespace);
+	free(c->context);
+	free(c->tls_server_name);
+	free(c->ca_file);
+	free(c->ca_data.data);
+	free(c->cert_file);
+	free(c->key_file);
+	free(c->cert_data.data);
+	free(c->key_data.data);
+	free(c->username);
+	free(c->password);
+	if (c->token)
+		explicit_bzero(c->token, strlen(c->token));
+	free(c->token);
+	free(c->token_file);
+	pthread_mutex_destroy(&c->token_lock);
+	free(c);
+}
+
+/* Strip trailing whitespace/newlines (token files end with one). */
+static void rtrim(char *s)
+{
+	size_t n = strlen(s);
+	while (n && (s[n - 1] == '\n' || s[n - 1] == '\r' || s[n - 1] == ' ' || s[n - 1] == '\t'))
+		s[--n] = '\0';
+}
+
+/* Read the token file; caller holds token_lock (or owns c exclusively). */
+static int token_reload(struct kube_config *c, const struct stat *st)
+{
+	char *tok = NULL;
+	size_t len = 0;
+	int rc = read_file(c->token_file, 64 * 1024, &tok, &len);
+	if (rc < 0)
+		return rc;
+	if (strlen(tok) != len) {
+		free(tok);
+		return -EINVAL;
+	}
+	rtrim(tok);
+	if (c->token) {
+		explicit_bzero(c->token, strlen(c->token));
+		free(c->token);
+	}
+	c->token = tok;
+	c->token_mtime = st->st_mtim;
+	c->token_ino = (unsigned long long)st->st_ino;
+	c->token_size = (long long)st->st_size;
+	c->token_reread_ms = mono_ms();
+	return 0;
+}
+
+int kube_config_token(struct kube_config *c, char *buf, size_t len)
+{
+	int rc = 0;
+	if (len == 0)
+		return -ENOSPC;
+	pthread_mutex_lock(&c->token_lock);
+	if (c->token_file) {
+		unsigned long long now = mono_ms();
+		if (now - c->token_checked_ms >= TOKEN_RECHECK_MS || !c->token) {
+			c->token_checked_ms = now;
+			struct stat st;
+			if (stat(c->token_file, &st) < 0) {
+				rc = -errno;
+			} else if (!c->token || st.st_mtim.tv_sec != c->token_mtime.tv_sec ||
+			           st.st_mtim.tv_nsec != c->token_mtime.tv_nsec ||
+			           (unsigned long long)st.st_ino != c->token_ino ||
+			           (long long)st.st_size != c->token_size ||
+			           now - c->token_reread_ms >= TOKEN_REREAD_MS) {
+				rc = token_reload(c, &st);
+				if (rc == 0)
+					log_debug("kube: bearer token re-read", "file", c->token_file);
+			}
+			if (rc < 0)
+				log_warn("kube: cannot re-read the token file, keeping the last token",
+				         "file", c->token_file, "error", strerror(-rc));
+		}
+	}
+	const char *t = c->token ? c->token : "";
+	size_t tl = strlen(t);
+	if (tl + 1 > len) {
+		rc = -ENOSPC;
+	} else {
+		memcpy(buf, t, tl + 1);
+		if (c->token)
+			rc = 0; /* a read error with a last good token is only logged */
+	}
+	pthread_mutex_unlock(&c->token_lock);
+	return rc;
+}
+
+/* Set a field from "<name>" (path) and "<name>-data" (base64). */
+static int file_or_data(const cJSON *o, const char *fkey, const char *dkey, const char *dir,
+                        char **file, struct kube_blob *data, char *err, size_t errlen,
+                        const char *where)
+{
+	const char *d = jstr(o, dkey);
+	if (d && *d) {
+		if (b64decode(d, data) < 0) {
+			seterr(err, errlen, "%s: %s is not valid base64", where, dkey);
+			return -EINVAL;
+		}
+		return 0;
+	}
+	const char *f = jstr(o, fkey);
+	if (f && *f) {
+		*file = resolve_path(dir, f);
+		if (!*file)
+			return -ENOMEM;
+		if (access(*file, R_OK) < 0) {
+			int e = errno;
+			seterr(err, errlen, "%s: %s %s: %s", where, fkey, *file, strerror(e));
+			return -e;
+		}
+	}
+	return 0;
+}
+
+static bool is_true(const cJSON *v)
+{
+	return cJSON_IsTrue(v) || (cJSON_IsString(v) && !strcmp(v->valuestring, "true"));
+}
+
+int kube_config_load_file(const char *path, const char *context, struct kube_config **out,
+                          char *err, size_t errlen)
+{
+	char *text = NULL, *dir = NULL, *home_path = NULL, *env_copy = NULL;
+	size_t len = 0;
+	cJSON *root = NULL;
+	struct kube_config *c = NULL;
+	int rc;
+	char where[PATH_MAX + 32];
+
+	if (!path) {
+		const char *env = getenv("KUBECONFIG");
+		if (env && *env) {
+			env_copy = strdup(env);
+			if (!env_copy)
+				return -ENOMEM;
+			char *save = NULL;
+			for (char *p = strtok_r(env_copy, ":", &save); p;
+			     p = strtok_r(NULL, ":", &save)) {
+				if (access(p, R_OK) == 0) {
+					path = p;
+					break;
+				}
+			}
+		}
+		if (!path) {
+			const char *home = getenv("HOME");
+			if (!home || asprintf(&home_path, "%s/.kube/config", home) < 0) {
+				home_path = NULL;
+				seterr(err, errlen, "no kubeconfig: set KUBECONFIG or HOME");
+				rc = -ENOENT;
+				goto out;
+			}
+			path = home_path;
+		}
+	}
+	snprintf(where, sizeof(where), "kubeconfig %s", path);
+	rc = read_file(path, CONFIG_MAX_BYTES, &text, &len);
+	if (rc < 0) {
+		seterr(err, errlen, "%s: %s", where, strerror(-rc));
+		goto out;
+	}
+	char yerr[256] = "";
+	rc = kube_config_yaml_to_json(text, len, &root, yerr, sizeof(yerr));
+	if (rc < 0) {
+		seterr(err, errlen, "%s: %s", where, yerr);
+		goto out;
+	}
+	if (!cJSON_IsObject(root)) {
+		seterr(err, errlen, "%s: not a mapping", where);
+		rc = -EINVAL;
+		goto out;
+	}
+	const char *slash = strrchr(path, '/');
+	if (slash)
+		dir = strndup(path, (size_t)(slash - path ? slash - path : 1));
+
+	const char *ctxname = context ? context : jstr(root, "current-context");
+	if (!ctxname || !*ctxname) {
+		seterr(err, errlen, "%s: no current-context and no context given", where);
+		rc = -EINVAL;
+		goto out;
+	}
+	const cJSON *ctx = named(root, "contexts", "context", ctxname);
+	if (!cJSON_IsObject(ctx)) {
+		seterr(err, errlen, "%s: context \"%s\" not found", where, ctxname);
+		rc = -ENOENT;
+		goto out;
+	}
+	const char *clname = jstr(ctx, "cluster");
+	const char *username = jstr(ctx, "user");
+	const cJSON *cl = clname ? named(root, "clusters", "cluster", clname) : NULL;
+	if (!cJSON_IsObject(cl)) {
+		seterr(err, errlen, "%s: cluster \"%s\" of context \"%s\" not found", where,
+		       clname ? clname : "", ctxname);
+		rc = -ENOENT;
+		goto out;
+	}
+	const cJSON *user = username ? named(root, "users", "user", username) : NULL;
+	if (username && *username && !cJSON_IsObject(user)) {
+		seterr(err, errlen, "%s: user \"%s\" of context \"%s\" not found", where, username,
+		       ctxname);
+		rc = -ENOENT;
+		goto out;
+	}
+	const char *server = jstr(cl, "server");
+	if (!server || (strncmp(server, "https://", 8) && strncmp(server, "http://", 7))) {
+		seterr(err, errlen, "%s: cluster \"%s\" has no http(s) server URL", where, clname);
+		rc = -EINVAL;
+		goto out;
+	}
+
+	c = config_alloc();
+	if (!c) {
+		rc = -ENOMEM;
+		goto out;
+	}
+	c->server = strdup(server);
+	c->context = strdup(ctxname);
+	const char *ns = jstr(ctx, "namespace");
+	c->namespace = strdup(ns && *ns ? ns : "default");
+	if (!c->server || !c->context || !c->namespace) {
+		rc = -ENOMEM;
+		goto out;
+	}
+	size_t sl = strlen(c->server);
+	while (sl > 0 && c->server[sl - 1] == '/')
+		c->server[--sl] = '\0';
+	c->insecure = is_true(cJSON_GetObjectItemCaseSensitive(cl, "insecure-skip-tls-verify"));
+	c->tls_server_name = xstrdup(jstr(cl, "tls-server-name"));
+	rc = file_or_data(cl, "certificate-authority", "certificate-authority-data", dir,
+	                  &c->ca_file, &c->ca_data, err, errlen, where);
+	if (rc < 0)
+		goto out;
+	if (user) {
+		rc = file_or_data(user, "client-certificate", "client-certificate-data", dir,
+		                  &c->cert_file, &c->cert_data, err, errlen, where);
+		if (rc < 0)
+			goto out;
+		rc = file_or_data(user, "client-key", "client-key-data", dir, &c->key_file,
+		                  &c->key_data, err, errlen, where);
+		if (rc < 0)
+			goto out;
+		bool has_cert = c->cert_file || c->cert_data.data;
+		bool has_key = c->key_file || c->key_data.data;
+		if (has_cert != has_key) {
+			seterr(err, errlen, "%s: user \"%s\" has a client %s without its %s", where,
+			       username, has_cert ? "certificate" : "key",
+			       has_cert ? "key" : "certificate");
+			rc = -EINVAL;
+			goto out;
+		}
+		const char *tok = jstr(user, "token");
+		const char *tokfile = jstr(user, "tokenFile");
+		if (tok && *tok) {
+			c->token = strdup(tok);
+			if (!c->token) {
+				rc = -ENOMEM;
+				goto out;
+			}
+		} else if (tokfile && *tokfile) {
+			c->token_file = resolve_path(dir, tokfile);
+			if (!c->token_file) {
+				rc = -ENOMEM;
+				goto out;
+			}
+			char tb[8];
+			rc = kube_config_token(c, tb, sizeof(tb));
+			if (rc < 0 && rc != -ENOSPC) {
+				seterr(err, errlen, "%s: tokenFile %s: %s", where, c->token_file,
+				       strerror(-rc));
+				goto out;
+			}
+			rc = 0;
+		}
+		c->username = xstrdup(jstr(user, "username"));
+		c->password = xstrdup(jstr(user, "password"));
+		if (cJSON_GetObjectItemCaseSensitive(user, "exec") ||
+		    cJSON_GetObjectItemCaseSensitive(user, "auth-provider"))
+			log_warn("kube: kubeconfig exec and auth-provider plugins are not supported",
+			         "user", username);
+	}
+	*out = c;
+	c = NULL;
+	rc = 0;
+out:
+	kube_config_free(c);
+	cJSON_Delete(root);
+	free(text);
+	free(dir);
+	free(home_path);
+	free(env_copy);
+	return rc;
+}
+
+int kube_config_load_incluster(const char *sa_dir, struct kube_config **out, char *err,
+                               size_t errlen)
+{
+	const char *host = getenv("KUBERNETES_SERVICE_HOST");
+	const char *port = getenv("KUBERNETES_SERVICE_PORT");
+	if (!sa_dir)
+		sa_dir = KUBE_SA_DIR;
+	if (!host || !*host || !port || !*port) {
+		seterr(err, errlen,
+		       "not running in a cluster: KUBERNETES_SERVICE_HOST/PORT are not set");
+		return -ENOENT;
+	}
+	for (const char *p = port; *p; p++)
+		if (*p < '0' || *p > '9') {
+			seterr(err, errlen, "KUBERNETES_SERVICE_PORT \"%s\" is not a port", port);
+			return -EINVAL;
+		}
+	struct kube_config *c = config_alloc();
+	char *nsbuf = NULL;
+	size_t nslen = 0;
+	int rc = -ENOMEM;
+	if (!c)
+		return -ENOMEM;
+	bool v6 = strchr(host, ':') != NULL;
+	if (asprintf(&c->server, v6 ? "https://[%s]:%s" : "https://%s:%s", host, port) < 0) {
+		c->server = NULL;
+		goto out;
+	}
+	if (asprintf(&c->token_file, "%s/token", sa_dir) < 0) {
+		c->token_file = NULL;
+		goto out;
+	}
+	char tb[8];
+	rc = kube_config_token(c, tb, sizeof(tb));
+	if (rc < 0 && rc != -ENOSPC) {
+		seterr(err, errlen, "service account token %s: %s", c->token_file, strerror(-rc));
+		goto out;
+	}
+	if (asprintf(&c->ca_file, "%s/ca.crt", sa_dir) < 0) {
+		c->ca_file = NULL;
+		rc = -ENOMEM;
+		goto out;
+	}
+	if (access(c->ca_file, R_OK) < 0) {
+		rc = -errno;
+		seterr(err, errlen, "service account CA bundle %s: %s", c->ca_file, strerror(-rc));
+		goto out;
+	}
+	char nspath[PATH_MAX];
+	snprintf(nspath, sizeof(nspath), "%s/namespace", sa_dir);
+	if (read_file(nspath, 4096, &nsbuf, &nslen) == 0) {
+		rtrim(nsbuf);
+		c->namespace = nsbuf;
+		nsbuf = NULL;
+	}
+	if (!c->namespace || !*c->namespace) {
+		free(c->namespace);
+		c->namespace = strdup("default");
+		if (!c->namespace) {
+			rc = -ENOMEM;
+			goto out;
+		}
+	}
+	*out = c;
+	c = NULL;
+	rc = 0;
+out:
+	free(nsbuf);
+	kube_config_free(c);
+	return rc;
+}
+
+int kube_config_load(const char *path, const char *context, struct kube_config **out, char *err,
+                     size_t errlen)
+{
+	if (!path && getenv("KUBERNETES_SERVICE_HOST"))
+		return kube_config_load_incluster(NULL, out, err, errlen);
+	return kube_config_load_file(path, context, out, err, errlen);
+}

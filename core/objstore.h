@@ -1,0 +1,84 @@
+/* Where the control loops read and write their objects: the Kubernetes API
+ * server (objstore_kube.c) or, in standalone mode, a directory of YAML files
+ * (objstore_file.c). The loops (core/agent.c, core/operator.c) see only this
+ * interface, so `gkm up` runs exactly the code the daemons run.
+ *
+ * Threads: watch() and the event callbacks run on the loop thread. apply(),
+ * remove() and event() block: call them from worker threads. */
+#ifndef GKM_OBJSTORE_H
+#define GKM_OBJSTORE_H
+
+#include <cjson/cJSON.h>
+#include <stdbool.h>
+#include <stddef.h>
+
+#include "loop.h"
+
+#define GKM_GROUP "gkm.io"
+#define GKM_API_VERSION "gkm.io/v1alpha1"
+
+enum objstore_event_type { OBJSTORE_ADDED = 1, OBJSTORE_MODIFIED, OBJSTORE_DELETED };
+
+/* obj is borrowed for the call. */
+typedef void (*objstore_event_fn)(void *ud, enum objstore_event_type type, const cJSON *obj);
+/* Called once, on the loop thread, after the initial list was delivered. */
+typedef void (*objstore_synced_fn)(void *ud);
+
+struct objstore_watch {
+	const char *api_version; /* "gkm.io/v1alpha1", "v1" */
+	const char *kind;        /* "GKMCache", "Node", "ConfigMap" */
+	const char *namespace_;  /* NULL: all namespaces */
+	const char *label_selector;
+	const char *field_selector;
+	objstore_event_fn on_event;
+	objstore_synced_fn on_synced; /* may be NULL */
+	void *ud;
+};
+
+struct objstore;
+
+struct objstore_ops {
+	/* Start delivering events; objects already there arrive as ADDED. */
+	int (*watch)(struct objstore *s, const struct objstore_watch *w);
+	/* Server-side apply of obj (apiVersion, kind, metadata.name[,namespace]
+	 * and the fields this manager owns); status selects the status
+	 * subresource. On success *result (may be NULL) gets the stored object
+	 * (caller frees). */
+	int (*apply)(struct objstore *s, const cJSON *obj, const char *manager, bool status,
+	             cJSON **result, char *err, size_t errlen);
+	/* Read one object (with its status); -ENOENT when absent. Caller frees *out. */
+	int (*get)(struct objstore *s, const char *api_version, const char *kind, const char *ns,
+	           const char *name, cJSON **out, char *err, size_t errlen);
+	/* Delete; -ENOENT when already gone. */
+	int (*remove)(struct objstore *s, const char *api_version, const char *kind, const char *ns,
+	              const char *name, char *err, size_t errlen);
+	/* Record an Event about obj (type "Normal" or "Warning"). */
+	int (*event)(struct objstore *s, const cJSON *obj, const char *type, const char *reason,
+	             const char *message, const char *component);
+	void (*free)(struct objstore *s);
+};
+
+struct objstore {
+	const struct objstore_ops *ops;
+};
+
+/* Standalone mode: objects live under dir (created if missing), one YAML
+ * file per object written by `gkm apply`, the status beside it written by
+ * the loops, events in dir/events.jsonl. Watches poll the directory from the
+ * loop every poll_ms. Caller frees with s->ops->free(s). */
+__attribute__((warn_unused_result)) int objstore_file_new(const char *dir, struct loop *l,
+                                                          unsigned poll_ms, struct objstore **out);
+
+/* Helpers on plain objects. Borrowed strings; "" when absent. */
+const char *obj_str(const cJSON *obj, const char *path); /* "metadata.name" */
+/* A stable key "namespace/name" or "name" (cluster-scoped). buf >= 320 bytes. */
+void obj_key(const cJSON *obj, char *buf, size_t len);
+/* Is s a valid DNS-1123 subdomain (names) / label (namespaces)? */
+bool obj_valid_name(const char *s);
+bool obj_valid_label(const char *s);
+/* Set obj[key] = item (replacing any value); takes ownership of item. */
+void obj_set(cJSON *obj, const char *key, cJSON *item);
+/* RFC 3339 UTC time now, "2026-11-21T10:00:00Z". buf >= 32 bytes. */
+void obj_now(char *buf, size_t len);
+
+#endif

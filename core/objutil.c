@@ -1,0 +1,89 @@
+/* Helpers on plain Kubernetes objects (see objstore.h). */
+#include <stdio.h>
+#include <string.h>
+#include <time.h>
+
+#include "objstore.h"
+
+const char *obj_str(const cJSON *obj, const char *path)
+{
+	char part[128];
+	const cJSON *cur = obj;
+	while (cur && *path) {
+		const char *dot = strchr(path, '.');
+		size_t n = dot ? (size_t)(dot - path) : strlen(path);
+		if (n >= sizeof(part))
+			return "";
+		memcpy(part, path, n);
+		part[n] = '\0';
+		cur = cJSON_GetObjectItemCaseSensitive(cur, part);
+		path += n + (dot ? 1 : 0);
+	}
+	return cJSON_IsString(cur) ? cur->valuestring : "";
+}
+
+void obj_key(const cJSON *obj, char *buf, size_t len)
+{
+	const char *ns = obj_str(obj, "metadata.namespace");
+	if (*ns)
+		snprintf(buf, len, "%s/%s", ns, obj_str(obj, "metadata.name"));
+	else
+		snprintf(buf, len, "%s", obj_str(obj, "metadata.name"));
+}
+
+static bool alnum_lower(char c)
+{
+	return (c >= 'a' && c <= 'z') || (c >= '0' && c <= '9');
+}
+
+bool obj_valid_label(const char *s)
+{
+	size_t n = strlen(s);
+	if (n == 0 || n > 63 || !alnum_lower(s[0]) || !alnum_lower(s[n - 1]))
+		return false;
+	for (size_t i = 0; i < n; i++)
+		if (!alnum_lower(s[i]) && s[i] != '-')
+			return false;
+	return true;
+}
+
+bool obj_valid_name(const char *s)
+{
+	size_t n = strlen(s);
+	if (n == 0 || n > 253)
+		return false;
+	char part[64];
+	const char *p = s;
+	while (*p) {
+		const char *dot = strchr(p, '.');
+		size_t m = dot ? (size_t)(dot - p) : strlen(p);
+		if (m == 0 || m >= sizeof(part))
+			return false;
+		memcpy(part, p, m);
+		part[m] = '\0';
+		if (!obj_valid_label(part))
+			return false;
+		p += m + (dot ? 1 : 0);
+		if (dot && !*p)
+			return false;
+	}
+	return true;
+}
+
+void obj_now(char *buf, size_t len)
+{
+	time_t t = time(NULL);
+	struct tm tm;
+	gmtime_r(&t, &tm);
+	strftime(buf, len, "%Y-%m-%dT%H:%M:%SZ", &tm);
+}
+
+void obj_set(cJSON *obj, const char *key, cJSON *item)
+{
+	if (!item)
+		return;
+	if (cJSON_GetObjectItemCaseSensitive(obj, key))
+		cJSON_ReplaceItemInObjectCaseSensitive(obj, key, item);
+	else
+		cJSON_AddItemToObject(obj, key, item);
+}

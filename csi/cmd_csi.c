@@ -1,0 +1,205 @@
+/* gkm csi: the CSI node plugin daemon (DaemonSet, next to the agent). */
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "cli.h"
+#include "cmd.h"
+#include "csi_node.h"
+#include "csi_server.h"
+#include "health.h"
+#include "log.h"
+#include "loop.h"
+
+static const char usage[] =
+	"Usage: gkm csi --node-id NAME [flags]\n"
+	"\n"
+	"Serve the CSI node plugin (driver " CSI_DRIVER_NAME ") on a unix socket: mount the caches\n"
+	"the agent marked ready into pods, read-only or as a private overlay, and\n"
+	"record which pods use which cache.\n"
+	"\n"
+	"Flags:\n"
+	"  --endpoint ADDR        unix:///path/csi.sock (default $CSI_ENDPOINT, else\n"
+	"                         unix:///run/gkm/csi.sock)\n"
+	"  --node-id NAME         this node's name, as NodeGetInfo reports it (default $NODE_NAME)\n"
+	"  --root DIR             the agent's store root (default /var/lib/gkm)\n"
+	"  --run-dir DIR          volume state and usage files (default /run/gkm)\n"
+	"  --state-dir DIR        upper layers of writable volumes (default ROOT/csi)\n"
+	"  --health-listen ADDR   serve /healthz, /readyz, /metrics on [HOST]:PORT\n"
+	"  --threads N            calls answered concurrently (default 4)\n"
+	"  --drain-timeout SEC    on SIGTERM, how long calls in flight may finish (default 10)\n";
+
+enum {
+	OPT_ENDPOINT = CLI_OPT_FIRST_FREE,
+	OPT_NODE_ID,
+	OPT_ROOT,
+	OPT_RUN_DIR,
+	OPT_STATE_DIR,
+	OPT_HEALTH,
+	OPT_THREADS,
+	OPT_DRAIN,
+};
+
+struct daemon {
+	struct loop *loop;
+	struct health_server *health;
+};
+
+static void beat(struct loop *l, void *ud)
+{
+	struct daemon *d = ud;
+	health_beat(d->health, 10000);
+	if (!loop_stopping(l) && loop_add_timer(l, 1000, beat, d) == 0)
+		log_error("cannot re-arm the health heartbeat");
+}
+
+static void handle(void *ud, const char *method, const uint8_t *req, size_t len,
+                   struct csi_reply *reply)
+{
+	csi_node_call(ud, method, req, len, reply);
+}
+
+static void on_shutdown(struct loop *l, int signo, void *ud)
+{
+	(void)l;
+	(void)signo; /* the loop logs it */
+	struct daemon *d = ud;
+	if (d->health)
+		health_set_ready(d->health, false, "shutting down");
+}
+
+int cmd_csi(int argc, char **argv)
+{
+	static const struct option opts[] = {
+		CLI_COMMON_OPTIONS,
+		{"endpoint", required_argument, 0, OPT_ENDPOINT},
+		{"node-id", required_argument, 0, OPT_NODE_ID},
+		{"root", required_argument, 0, OPT_ROOT},
+		{"run-dir", required_argument, 0, OPT_RUN_DIR},
+		{"state-dir", required_argument, 0, OPT_STATE_DIR},
+		{"health-listen", required_argument, 0, OPT_HEALTH},
+		{"threads", required_argument, 0, OPT_THREADS},
+		{"drain-timeout", required_argument, 0, OPT_DRAIN},
+		{0, 0, 0, 0},
+	};
+	const char *cmd = "gkm csi";
+	const char *endpoint = getenv("CSI_ENDPOINT"), *node_id = getenv("NODE_NAME");
+	const char *root = "/var/lib/gkm", *run_dir = "/run/gkm", *state_dir = NULL, *health = NULL;
+	unsigned long long threads = 4, drain = 10;
+	int opt;
+
+	cli_reset();
+	while ((opt = getopt_long(argc, argv, "h", opts, NULL)) != -1) {
+		switch (opt) {
+		case OPT_ENDPOINT:
+			endpoint = optarg;
+			break;
+		case OPT_NODE_ID:
+			node_id = optarg;
+			break;
+		case OPT_ROOT:
+			root = optarg;
+			break;
+		case OPT_RUN_DIR:
+			run_dir = optarg;
+			break;
+		case OPT_STATE_DIR:
+			state_dir = optarg;
+			break;
+		case OPT_HEALTH:
+			health = optarg;
+			break;
+		case OPT_THREADS:
+			if (cli_parse_u64(optarg, 64, &threads) != 0 || threads == 0)
+				return cli_usage_error(cmd, "--threads wants 1 to 64, not '%s'", optarg);
+			break;
+		case OPT_DRAIN:
+			if (cli_parse_u64(optarg, 3600, &drain) != 0)
+				return cli_usage_error(cmd, "--drain-timeout wants 0 to 3600 seconds, not '%s'",
+				                       optarg);
+			break;
+		default:
+			switch (cli_common(opt, optarg, cmd, usage)) {
+			case CLI_CONTINUE:
+				break;
+			case CLI_EXIT_OK:
+				return EXIT_OK;
+			case CLI_EXIT_USAGE:
+				return EXIT_USAGE;
+			}
+		}
+	}
+	if (optind < argc)
+		return cli_usage_error(cmd, "unexpected argument '%s'", argv[optind]);
+	if (!node_id || !*node_id)
+		return cli_usage_error(cmd, "--node-id is required (or set NODE_NAME)");
+	if (!endpoint || !*endpoint)
+		endpoint = "unix:///run/gkm/csi.sock";
+	char sock[256];
+	if (csi_server_parse_endpoint(endpoint, sock, sizeof(sock)) != 0)
+		return cli_usage_error(cmd, "--endpoint '%s' is not unix:///absolute/path", endpoint);
+	if (root[0] != '/' || run_dir[0] != '/' || (state_dir && state_dir[0] != '/'))
+		return cli_usage_error(cmd, "--root, --run-dir and --state-dir must be absolute paths");
+
+	struct daemon d = {0};
+	struct csi_node *node = NULL;
+	struct csi_server *srv = NULL;
+	int rc = EXIT_FAIL, err;
+
+	/* First, so that every thread started later has the signals blocked. */
+	if ((err = loop_new(&d.loop)) != 0) {
+		log_error("cannot create the event loop", "error", strerror(-err));
+		return EXIT_FAIL;
+	}
+	struct csi_node_config cfg = {
+		.node_id = node_id,
+		.root = root,
+		.run_dir = run_dir,
+		.state_dir = state_dir,
+		.version = GKM_VERSION,
+	};
+	if ((err = csi_node_new(&cfg, &node)) != 0) {
+		log_error("cannot start the CSI node service", "run_dir", run_dir, "error",
+		          strerror(-err));
+		goto out;
+	}
+	if (health) {
+		if ((err = health_start(health, &d.health)) != 0) {
+			log_error("cannot serve health endpoint", "listen", health, "error", strerror(-err));
+			goto out;
+		}
+		char port[8];
+		snprintf(port, sizeof(port), "%u", (unsigned)health_port(d.health));
+		log_info("health endpoint listening", "port", port);
+		health_beat(d.health, 10000);
+		if (loop_add_timer(d.loop, 1000, beat, &d) == 0)
+			goto out;
+	}
+	err = csi_server_start(endpoint, (unsigned)threads, handle, node,
+	                       &srv);
+	if (err) {
+		log_error("cannot serve CSI", "endpoint", endpoint, "error",
+		          err == -EADDRINUSE ? "another process serves this socket" : strerror(-err));
+		goto out;
+	}
+	if (d.health)
+		health_set_ready(d.health, true, NULL);
+	loop_on_shutdown(d.loop, on_shutdown, &d);
+	log_info("CSI node plugin ready", "node", node_id, "root", root, "run_dir", run_dir);
+	if ((err = loop_run(d.loop)) != 0)
+		log_error("event loop failed", "error", strerror(-err));
+	else
+		rc = EXIT_OK;
+out:
+	if (srv) {
+		unsigned cancelled = csi_server_stop(srv, (unsigned)drain * 1000u);
+		if (cancelled)
+			rc = EXIT_FAIL;
+	}
+	health_stop(d.health);
+	csi_node_free(node);
+	loop_free(d.loop);
+	log_info("CSI node plugin stopped");
+	return rc;
+}

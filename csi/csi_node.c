@@ -1,0 +1,1184 @@
+#include "csi_node.h"
+
+#include <dirent.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <limits.h>
+#include <pthread.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <sys/statvfs.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "cache_view.h"
+#include "csi.pb-c.h"
+#include "csi_mount.h"
+#include "csi_volume.h"
+#include "log.h"
+#include "metrics.h"
+
+enum {
+	ATTRS_MAX = 64,       /* volume_context entries */
+	ATTR_VALUE_MAX = 253, /* the values gkm reads */
+	POD_UID_MAX = 64,
+	USAGE_CACHE = 64, /* store entries whose size is remembered */
+};
+
+static const char ctx_prefix[] = "csi.storage.k8s.io/";
+
+struct entry {
+	struct csi_volume v;
+	bool busy;        /* a call for this volume is in flight */
+	bool placeholder; /* reserved by a publish that has not finished */
+};
+
+struct tree_size {
+	char digest[CACHE_VIEW_DIGEST_LEN + 1];
+	uint64_t bytes, inodes;
+};
+
+struct csi_node {
+	char *node_id, *root, *run_dir, *state_dir, *volumes_dir, *version;
+	pthread_mutex_t lock;
+	struct entry **vols;
+	size_t nvols, cap;
+	/* Store entries never change once in place, so their size is computed
+	 * once per digest (stats are polled every minute per volume). */
+	struct tree_size sizes[USAGE_CACHE];
+	size_t next_size;
+	bool ready;
+};
+
+static struct metric *m_calls, *m_seconds, *m_volumes;
+
+const char *csi_code_name(int code)
+{
+	static const char *const names[] = {
+		"OK",        "CANCELLED",        "UNKNOWN",           "INVALID_ARGUMENT",
+		"DEADLINE_EXCEEDED", "NOT_FOUND", "ALREADY_EXISTS",   "PERMISSION_DENIED",
+		"RESOURCE_EXHAUSTED", "FAILED_PRECONDITION", "ABORTED", "OUT_OF_RANGE",
+		"UNIMPLEMENTED", "INTERNAL",     "UNAVAILABLE",
+	};
+	if (code < 0 || (size_t)code >= sizeof(names) / sizeof(names[0]))
+		return "UNKNOWN";
+	return names[code];
+}
+
+/* ---- replies ---- */
+
+static void fail(struct csi_reply *r, int code, const char *fmt, ...)
+	__attribute__((format(printf, 3, 4)));
+static void fail(struct csi_reply *r, int code, const char *fmt, ...)
+{
+	va_list ap;
+	va_start(ap, fmt);
+	vsnprintf(r->message, sizeof(r->message), fmt, ap);
+	va_end(ap);
+	r->code = code;
+	free(r->body);
+	r->body = NULL;
+	r->body_len = 0;
+}
+
+static void reply_msg(struct csi_reply *r, const ProtobufCMessage *m)
+{
+	size_t len = protobuf_c_message_get_packed_size(m);
+	uint8_t *buf = malloc(len ? len : 1);
+	if (!buf) {
+		fail(r, CSI_RESOURCE_EXHAUSTED, "out of memory");
+		return;
+	}
+	protobuf_c_message_pack(m, buf);
+	r->code = CSI_OK;
+	r->message[0] = '\0';
+	r->body = buf;
+	r->body_len = len;
+}
+
+/* Untrusted text quoted in a message: bounded, control characters replaced. */
+static const char *shown(const char *s, char *buf, size_t size)
+{
+	size_t i = 0;
+	for (; s && s[i] && i + 1 < size; i++)
+		buf[i] = ((unsigned char)s[i] < 0x20 || s[i] == 0x7f) ? '?' : s[i];
+	buf[i] = '\0';
+	return buf;
+}
+
+/* ---- the volume table (callers hold n->lock) ---- */
+
+static struct entry *find_id(struct csi_node *n, const char *id)
+{
+	for (size_t i = 0; i < n->nvols; i++)
+		if (strcmp(n->vols[i]->v.volume_id, id) == 0)
+			return n->vols[i];
+	return NULL;
+}
+
+static struct entry *find_target(struct csi_node *n, const char *target)
+{
+	for (size_t i = 0; i < n->nvols; i++)
+		if (strcmp(n->vols[i]->v.target_path, target) == 0)
+			return n->vols[i];
+	return NULL;
+}
+
+static int add_entry(struct csi_node *n, struct entry *e)
+{
+	if (n->nvols == n->cap) {
+		size_t ncap = n->cap ? n->cap * 2 : 64;
+		struct entry **nv = realloc(n->vols, ncap * sizeof(*nv));
+		if (!nv)
+			return -ENOMEM;
+		n->vols = nv;
+		n->cap = ncap;
+	}
+	n->vols[n->nvols++] = e;
+	return 0;
+}
+
+static void drop_entry(struct csi_node *n, struct entry *e)
+{
+	for (size_t i = 0; i < n->nvols; i++) {
+		if (n->vols[i] == e) {
+			n->vols[i] = n->vols[--n->nvols];
+			break;
+		}
+	}
+	csi_volume_clear(&e->v);
+	free(e);
+}
+
+static void count_volumes(struct csi_node *n)
+{
+	size_t c = 0;
+	for (size_t i = 0; i < n->nvols; i++)
+		c += !n->vols[i]->placeholder;
+	metrics_set(m_volumes, NULL, (double)c);
+}
+
+size_t csi_node_volume_count(struct csi_node *n)
+{
+	pthread_mutex_lock(&n->lock);
+	size_t c = 0;
+	for (size_t i = 0; i < n->nvols; i++)
+		c += !n->vols[i]->placeholder;
+	pthread_mutex_unlock(&n->lock);
+	return c;
+}
+
+/* ---- paths ---- */
+
+static bool valid_abs_path(const char *p)
+{
+	size_t n = strlen(p);
+	if (n < 2 || n >= PATH_MAX || p[0] != '/' || p[n - 1] == '/')
+		return false;
+	for (size_t i = 0; i < n; i++)
+		if ((unsigned char)p[i] < 0x20 || p[i] == 0x7f)
+			return false;
+	/* Normalised: no empty, "." or ".." components. */
+	for (const char *c = p; c && *c;) {
+		const char *next = strchr(c + 1, '/');
+		size_t len = next ? (size_t)(next - c - 1) : strlen(c + 1);
+		if (len == 0 || (len == 1 && c[1] == '.') || (len == 2 && c[1] == '.' && c[2] == '.'))
+			return false;
+		c = next;
+	}
+	return true;
+}
+
+static int overlay_dir(const struct csi_node *n, const char *volume_id, const char *sub, char *buf,
+                       size_t size)
+{
+	int len = sub ? snprintf(buf, size, "%s/volumes/%s/%s", n->state_dir, volume_id, sub)
+	              : snprintf(buf, size, "%s/volumes/%s", n->state_dir, volume_id);
+	return (len < 0 || (size_t)len >= size) ? -ENAMETOOLONG : 0;
+}
+
+static void describe(const struct csi_volume *v, char *buf, size_t size)
+{
+	if (v->cache_namespace[0])
+		snprintf(buf, size, "GKMCache %s/%s", v->cache_namespace, v->cache_name);
+	else
+		snprintf(buf, size, "ClusterGKMCache %s", v->cache_name);
+}
+
+/* ---- publish: request parsing ---- */
+
+struct attrs {
+	const char *name, *ns, *read_only, *pod_name, *pod_ns, *pod_uid;
+};
+
+/* One of two spellings; both given and different is an error. */
+static int set_attr(const char **slot, const char *key, const char *val, struct csi_reply *r)
+{
+	char b1[80], b2[80];
+	if (*slot && strcmp(*slot, val) != 0) {
+		fail(r, CSI_INVALID_ARGUMENT, "volume attribute %s=%s contradicts an earlier spelling (%s)",
+		     key, shown(val, b1, sizeof(b1)), shown(*slot, b2, sizeof(b2)));
+		return -EINVAL;
+	}
+	if (strlen(val) > ATTR_VALUE_MAX) {
+		fail(r, CSI_INVALID_ARGUMENT, "volume attribute %s is longer than %d bytes", key,
+		     ATTR_VALUE_MAX);
+		return -EINVAL;
+	}
+	*slot = val;
+	return 0;
+}
+
+static int read_attrs(const Csi__V1__NodePublishVolumeRequest *req, struct attrs *a,
+                      struct csi_reply *r)
+{
+	char b[80];
+	memset(a, 0, sizeof(*a));
+	if (req->n_volume_context > ATTRS_MAX) {
+		fail(r, CSI_INVALID_ARGUMENT, "more than %d volume attributes", ATTRS_MAX);
+		return -EINVAL;
+	}
+	for (size_t i = 0; i < req->n_volume_context; i++) {
+		const char *k = req->volume_context[i]->key, *v = req->volume_context[i]->value;
+		const char **slot = NULL;
+		if (strcmp(k, "cacheName") == 0 || strcmp(k, "csi.gkm.io/GKMCache") == 0)
+			slot = &a->name;
+		else if (strcmp(k, "cacheNamespace") == 0 || strcmp(k, "csi.gkm.io/namespace") == 0)
+			slot = &a->ns;
+		else if (strcmp(k, "readOnly") == 0)
+			slot = &a->read_only;
+		else if (strcmp(k, "csi.storage.k8s.io/pod.name") == 0)
+			slot = &a->pod_name;
+		else if (strcmp(k, "csi.storage.k8s.io/pod.namespace") == 0)
+			slot = &a->pod_ns;
+		else if (strcmp(k, "csi.storage.k8s.io/pod.uid") == 0)
+			slot = &a->pod_uid;
+		else if (strncmp(k, ctx_prefix, sizeof(ctx_prefix) - 1) == 0)
+			continue; /* other kubelet-provided information */
+		if (!slot) {
+			fail(r, CSI_INVALID_ARGUMENT,
+			     "unknown volume attribute '%s' (gkm reads cacheName, cacheNamespace, "
+			     "readOnly, and the older csi.gkm.io/GKMCache, csi.gkm.io/namespace)",
+			     shown(k, b, 64));
+			return -EINVAL;
+		}
+		if (set_attr(slot, k, v, r))
+			return -EINVAL;
+	}
+	return 0;
+}
+
+static bool valid_uid(const char *s)
+{
+	size_t n = strlen(s);
+	if (n > POD_UID_MAX)
+		return false;
+	for (size_t i = 0; i < n; i++)
+		if (!((s[i] >= '0' && s[i] <= '9') || (s[i] >= 'a' && s[i] <= 'z') ||
+		      (s[i] >= 'A' && s[i] <= 'Z') || s[i] == '-'))
+			return false;
+	return true;
+}
+
+static int check_volume_id(const char *id, struct csi_reply *r)
+{
+	char b[80];
+	if (!id || !*id) {
+		fail(r, CSI_INVALID_ARGUMENT, "volume_id is required");
+		return -EINVAL;
+	}
+	if (!csi_volume_valid_id(id)) {
+		fail(r, CSI_INVALID_ARGUMENT,
+		     "volume_id '%s' is not usable (want 1-%d of A-Z a-z 0-9 . _ -, not starting with .)",
+		     shown(id, b, 64), CSI_VOLUME_ID_MAX);
+		return -EINVAL;
+	}
+	return 0;
+}
+
+static int check_path(const char *field, const char *p, struct csi_reply *r)
+{
+	char b[160];
+	if (!p || !*p) {
+		fail(r, CSI_INVALID_ARGUMENT, "%s is required", field);
+		return -EINVAL;
+	}
+	if (!valid_abs_path(p)) {
+		fail(r, CSI_INVALID_ARGUMENT, "%s '%s' is not an absolute, normalised path", field,
+		     shown(p, b, 128));
+		return -EINVAL;
+	}
+	return 0;
+}
+
+/* Validate a publish request into *v (strings borrowed from req: copy before
+ * keeping). Fails with INVALID_ARGUMENT or PERMISSION_DENIED. */
+static int parse_publish(const Csi__V1__NodePublishVolumeRequest *req, struct csi_volume *v,
+                         struct csi_reply *r)
+{
+	struct attrs a;
+	char b[80];
+	if (check_volume_id(req->volume_id, r) || check_path("target_path", req->target_path, r))
+		return -EINVAL;
+	const Csi__V1__VolumeCapability *cap = req->volume_capability;
+	if (!cap) {
+		fail(r, CSI_INVALID_ARGUMENT, "volume_capability is required");
+		return -EINVAL;
+	}
+	if (cap->access_type_case == CSI__V1__VOLUME_CAPABILITY__ACCESS_TYPE_BLOCK) {
+		fail(r, CSI_INVALID_ARGUMENT, "block access is not supported: gkm volumes are file systems");
+		return -EINVAL;
+	}
+	if (cap->access_type_case != CSI__V1__VOLUME_CAPABILITY__ACCESS_TYPE_MOUNT) {
+		fail(r, CSI_INVALID_ARGUMENT, "volume_capability needs an access type (mount)");
+		return -EINVAL;
+	}
+	if (!cap->access_mode) {
+		fail(r, CSI_INVALID_ARGUMENT, "volume_capability.access_mode is required");
+		return -EINVAL;
+	}
+	if (read_attrs(req, &a, r))
+		return -EINVAL;
+	if (!a.name || !*a.name) {
+		fail(r, CSI_INVALID_ARGUMENT, "volume attribute cacheName is required");
+		return -EINVAL;
+	}
+	if (!cache_view_valid_name(a.name)) {
+		fail(r, CSI_INVALID_ARGUMENT,
+		     "cacheName '%s' is not a valid object name (lower-case DNS-1123 subdomain)",
+		     shown(a.name, b, 64));
+		return -EINVAL;
+	}
+	if (a.ns && *a.ns && !cache_view_valid_namespace(a.ns)) {
+		fail(r, CSI_INVALID_ARGUMENT,
+		     "cacheNamespace '%s' is not a valid namespace (lower-case DNS-1123 label)",
+		     shown(a.ns, b, 64));
+		return -EINVAL;
+	}
+	bool writable = false;
+	if (a.read_only && strcmp(a.read_only, "false") == 0)
+		writable = true;
+	else if (a.read_only && strcmp(a.read_only, "true") != 0) {
+		fail(r, CSI_INVALID_ARGUMENT, "readOnly must be \"true\" or \"false\", not '%s'",
+		     shown(a.read_only, b, 64));
+		return -EINVAL;
+	}
+	if (req->readonly) /* the pod spec's readOnly wins */
+		writable = false;
+	if (a.pod_ns && !cache_view_valid_namespace(a.pod_ns)) {
+		fail(r, CSI_INVALID_ARGUMENT, "pod namespace '%s' is not a valid namespace",
+		     shown(a.pod_ns, b, 64));
+		return -EINVAL;
+	}
+	if (a.pod_name && !cache_view_valid_name(a.pod_name)) {
+		fail(r, CSI_INVALID_ARGUMENT, "pod name '%s' is not a valid object name",
+		     shown(a.pod_name, b, 64));
+		return -EINVAL;
+	}
+	if (a.pod_uid && !valid_uid(a.pod_uid)) {
+		fail(r, CSI_INVALID_ARGUMENT, "pod uid '%s' is not a valid uid", shown(a.pod_uid, b, 64));
+		return -EINVAL;
+	}
+	if (a.ns && *a.ns) {
+		if (!a.pod_ns) {
+			fail(r, CSI_PERMISSION_DENIED,
+			     "GKMCache %s/%s: the pod's namespace is unknown (the CSIDriver needs "
+			     "podInfoOnMount: true); only ClusterGKMCaches can be mounted without it",
+			     a.ns, a.name);
+			return -EPERM;
+		}
+		if (strcmp(a.pod_ns, a.ns) != 0) {
+			fail(r, CSI_PERMISSION_DENIED,
+			     "a pod in namespace %s may not mount GKMCache %s/%s: pods mount GKMCaches "
+			     "of their own namespace or ClusterGKMCaches",
+			     a.pod_ns, a.ns, a.name);
+			return -EPERM;
+		}
+	}
+	memset(v, 0, sizeof(*v));
+	v->volume_id = req->volume_id;
+	v->target_path = req->target_path;
+	v->cache_namespace = (char *)(a.ns ? a.ns : "");
+	v->cache_name = (char *)a.name;
+	v->pod_name = (char *)(a.pod_name ? a.pod_name : "");
+	v->pod_namespace = (char *)(a.pod_ns ? a.pod_ns : "");
+	v->pod_uid = (char *)(a.pod_uid ? a.pod_uid : "");
+	v->digest = "";
+	v->writable = writable;
+	return 0;
+}
+
+/* ---- publish: the cache ---- */
+
+/* Check the agent's verdict and open the store entry. On success *fd is the
+ * entry (caller closes) and digest is set. */
+static int resolve_cache(struct csi_node *n, const struct csi_volume *v, int *fd,
+                         char digest[CACHE_VIEW_DIGEST_LEN + 1], struct csi_reply *r)
+{
+	struct cache_view_ready ready;
+	char what[CACHE_VIEW_NAME_MAX + 96], err[384];
+	char *path = NULL;
+	describe(v, what, sizeof(what));
+	int rc = cache_view_ready_read(n->root, v->cache_namespace, v->cache_name, &ready, err,
+	                               sizeof(err));
+	if (rc == -ENOENT) {
+		fail(r, CSI_FAILED_PRECONDITION,
+		     "%s is not on this node: the agent has not prepared it here (no ready marker)", what);
+		return rc;
+	}
+	if (rc) {
+		fail(r, CSI_FAILED_PRECONDITION, "%s: %s", what, err);
+		return rc;
+	}
+	if (!ready.compatible) {
+		fail(r, CSI_FAILED_PRECONDITION,
+		     "%s is incompatible with this node's GPUs (%s%s%s)", what,
+		     ready.reason[0] ? ready.reason : "no reason given", ready.message[0] ? ": " : "",
+		     ready.message);
+		rc = -EPERM;
+		goto out;
+	}
+	if (strcmp(ready.state, "Ready") != 0) {
+		fail(r, CSI_FAILED_PRECONDITION, "%s is not ready on this node yet (state %s%s%s)", what,
+		     ready.state, ready.message[0] ? ": " : "", ready.message);
+		rc = -EAGAIN;
+		goto out;
+	}
+	rc = cache_view_open_data(n->root, v->cache_namespace, v->cache_name, ready.digest, fd, &path,
+	                          err, sizeof(err));
+	if (rc) {
+		fail(r, CSI_FAILED_PRECONDITION, "%s is marked ready but its data is unusable: %s", what,
+		     err);
+		goto out;
+	}
+	free(path);
+	memcpy(digest, ready.digest, CACHE_VIEW_DIGEST_LEN + 1);
+out:
+	cache_view_ready_free(&ready);
+	return rc;
+}
+
+static int usage_add(struct csi_node *n, const struct csi_volume *v)
+{
+	struct cache_view_pod p = {
+		.name = v->pod_name,
+		.namespace = v->pod_namespace,
+		.uid = v->pod_uid,
+		.volume_id = v->volume_id,
+		.target_path = v->target_path,
+		.digest = v->digest,
+		.read_only = !v->writable,
+		.started = v->started,
+	};
+	return cache_view_usage_add(n->run_dir, v->cache_namespace, v->cache_name, &p);
+}
+
+/* Mount the store entry at the volume's target (which exists). */
+static int mount_volume(struct csi_node *n, const struct csi_volume *v, int fd, struct csi_reply *r)
+{
+	char vdir[PATH_MAX], upper[PATH_MAX], work[PATH_MAX];
+	int rc;
+	if (!v->writable) {
+		rc = csi_mount_bind_ro(fd, v->target_path);
+		if (rc)
+			fail(r, CSI_INTERNAL, "read-only bind mount at %s failed: %s", v->target_path,
+			     strerror(-rc));
+		return rc;
+	}
+	if ((rc = overlay_dir(n, v->volume_id, NULL, vdir, sizeof(vdir))) ||
+	    (rc = overlay_dir(n, v->volume_id, "upper", upper, sizeof(upper))) ||
+	    (rc = overlay_dir(n, v->volume_id, "work", work, sizeof(work)))) {
+		fail(r, CSI_INTERNAL, "overlay directories: %s", strerror(-rc));
+		return rc;
+	}
+	/* Start from empty layers: leftovers of an attempt that never got
+	 * mounted hold nothing anyone wrote. */
+	if ((rc = csi_mount_remove_tree(vdir)) || (rc = cache_view_mkdirs(upper, 0700)) ||
+	    (rc = cache_view_mkdirs(work, 0700))) {
+		fail(r, CSI_INTERNAL, "overlay directories under %s: %s", vdir, strerror(-rc));
+		return rc;
+	}
+	/* The upper root becomes the volume's root: writable by the pod's
+	 * user whoever that is (the layer is private to this one volume). */
+	if (chmod(upper, 0777) != 0) {
+		rc = -errno;
+		fail(r, CSI_INTERNAL, "chmod %s: %s", upper, strerror(-rc));
+		return rc;
+	}
+	rc = csi_mount_overlay(fd, upper, work, v->target_path);
+	if (rc) {
+		fail(r, CSI_INTERNAL, "overlay mount at %s failed: %s", v->target_path, strerror(-rc));
+		if (csi_mount_remove_tree(vdir) != 0)
+			log_warn("cannot remove overlay directories", "dir", vdir);
+	}
+	return rc;
+}
+
+/* The target directory: created when missing (CSI leaves that to the
+ * plugin), refused when it is not a plain directory. */
+static int prepare_target(const char *target, bool *created, struct csi_reply *r)
+{
+	struct stat st;
+	*created = false;
+	if (lstat(target, &st) != 0) {
+		if (errno != ENOENT) {
+			fail(r, CSI_INTERNAL, "target %s: %s", target, strerror(errno));
+			return -errno;
+		}
+		if (mkdir(target, 0750) != 0) {
+			int e = errno;
+			fail(r, e == ENOENT ? CSI_INVALID_ARGUMENT : CSI_INTERNAL,
+			     "cannot create target %s: %s", target, strerror(e));
+			return -e;
+		}
+		*created = true;
+		return 0;
+	}
+	if (!S_ISDIR(st.st_mode)) {
+		fail(r, CSI_INVALID_ARGUMENT, "target %s exists and is not a directory", target);
+		return -ENOTDIR;
+	}
+	return 0;
+}
+
+static void undo_target(const char *target, bool created)
+{
+	if (csi_mount_unmount(target) != 0)
+		log_error("cannot unmount after a failed publish", "target", target);
+	if (created && rmdir(target) != 0 && errno != ENOENT)
+		log_warn("cannot remove target after a failed publish", "target", target, "error",
+		         strerror(errno));
+}
+
+/* A new volume (e is a busy placeholder owned by this call). */
+static int publish_new(struct csi_node *n, struct entry *e, struct csi_reply *r)
+{
+	struct csi_volume *v = &e->v;
+	char digest[CACHE_VIEW_DIGEST_LEN + 1];
+	bool created = false;
+	int fd = -1;
+	int rc = resolve_cache(n, v, &fd, digest, r);
+	if (rc)
+		return rc;
+	char *d = strdup(digest);
+	if (!d) {
+		rc = -ENOMEM;
+		fail(r, CSI_RESOURCE_EXHAUSTED, "out of memory");
+		goto out;
+	}
+	free(v->digest);
+	v->digest = d;
+	v->started = time(NULL);
+	rc = csi_mount_is_mountpoint(v->target_path);
+	if (rc == 1) {
+		fail(r, CSI_ALREADY_EXISTS, "target %s already has something else mounted on it",
+		     v->target_path);
+		rc = -EEXIST;
+		goto out;
+	}
+	/* State first: a plugin killed from here on finds the volume again. */
+	rc = csi_volume_save(n->volumes_dir, v);
+	if (rc) {
+		fail(r, CSI_INTERNAL, "cannot record volume state: %s", strerror(-rc));
+		goto out;
+	}
+	if ((rc = prepare_target(v->target_path, &created, r)) ||
+	    (rc = mount_volume(n, v, fd, r)))
+		goto undo;
+	rc = usage_add(n, v);
+	if (rc) {
+		fail(r, CSI_INTERNAL, "cannot record usage: %s", strerror(-rc));
+		goto undo;
+	}
+	goto out;
+undo:
+	undo_target(v->target_path, created);
+	if (v->writable) {
+		char vdir[PATH_MAX];
+		if (overlay_dir(n, v->volume_id, NULL, vdir, sizeof(vdir)) == 0 &&
+		    csi_mount_remove_tree(vdir) != 0)
+			log_warn("cannot remove overlay directories", "dir", vdir);
+	}
+	if (csi_volume_remove(n->volumes_dir, v->volume_id) != 0)
+		log_error("cannot remove volume state after a failed publish", "volume", v->volume_id);
+out:
+	if (fd >= 0)
+		close(fd);
+	return rc;
+}
+
+/* A repeated publish of a known volume: make sure it is mounted and
+ * recorded (a previous attempt may have been cut short by a restart). */
+static int publish_again(struct csi_node *n, struct entry *e, struct csi_reply *r)
+{
+	struct csi_volume *v = &e->v;
+	int rc = csi_mount_is_mountpoint(v->target_path);
+	if (rc != 1) {
+		char digest[CACHE_VIEW_DIGEST_LEN + 1];
+		bool created = false;
+		int fd = -1;
+		if ((rc = resolve_cache(n, v, &fd, digest, r)))
+			return rc;
+		char *d = strdup(digest);
+		if (d) {
+			free(v->digest);
+			v->digest = d;
+		}
+		rc = d ? csi_volume_save(n->volumes_dir, v) : -ENOMEM;
+		if (rc)
+			fail(r, CSI_INTERNAL, "cannot record volume state: %s", strerror(-rc));
+		else if ((rc = prepare_target(v->target_path, &created, r)) == 0 &&
+		         (rc = mount_volume(n, v, fd, r)) != 0)
+			undo_target(v->target_path, created);
+		close(fd);
+		if (rc)
+			return rc;
+	}
+	rc = usage_add(n, v);
+	if (rc)
+		fail(r, CSI_INTERNAL, "cannot record usage: %s", strerror(-rc));
+	return rc;
+}
+
+static void node_publish(struct csi_node *n, const uint8_t *data, size_t len, struct csi_reply *r)
+{
+	Csi__V1__NodePublishVolumeRequest *req =
+		csi__v1__node_publish_volume_request__unpack(NULL, len, data);
+	struct csi_volume want;
+	struct entry *e = NULL;
+	bool fresh = false;
+	char what[CACHE_VIEW_NAME_MAX + 96];
+	if (!req) {
+		fail(r, CSI_INVALID_ARGUMENT, "malformed NodePublishVolumeRequest");
+		return;
+	}
+	if (parse_publish(req, &want, r))
+		goto out;
+
+	pthread_mutex_lock(&n->lock);
+	e = find_id(n, want.volume_id);
+	if (e && e->busy) {
+		fail(r, CSI_ABORTED, "an operation on volume %s is in progress", want.volume_id);
+		e = NULL;
+	} else if (e && strcmp(e->v.target_path, want.target_path) != 0) {
+		fail(r, CSI_FAILED_PRECONDITION, "volume %s is already published at %s", want.volume_id,
+		     e->v.target_path);
+		e = NULL;
+	} else if (e && !csi_volume_same(&e->v, &want)) {
+		describe(&e->v, what, sizeof(what));
+		fail(r, CSI_ALREADY_EXISTS,
+		     "volume %s is already published at %s with other attributes (%s, %s)",
+		     want.volume_id, want.target_path, what, e->v.writable ? "writable" : "read-only");
+		e = NULL;
+	} else if (!e) {
+		struct entry *other = find_target(n, want.target_path);
+		if (other) {
+			fail(r, CSI_ALREADY_EXISTS, "target %s already holds volume %s", want.target_path,
+			     other->v.volume_id);
+		} else if (!(e = calloc(1, sizeof(*e))) || csi_volume_copy(&e->v, &want) != 0 ||
+		           add_entry(n, e) != 0) {
+			if (e)
+				csi_volume_clear(&e->v);
+			free(e);
+			e = NULL;
+			fail(r, CSI_RESOURCE_EXHAUSTED, "out of memory");
+		} else {
+			e->placeholder = true;
+			fresh = true;
+		}
+	}
+	if (e)
+		e->busy = true;
+	pthread_mutex_unlock(&n->lock);
+	if (!e)
+		goto out;
+
+	int rc = fresh ? publish_new(n, e, r) : publish_again(n, e, r);
+
+	describe(&e->v, what, sizeof(what));
+	if (rc == 0)
+		log_info(fresh ? "published volume" : "volume already published", "volume",
+		         e->v.volume_id, "cache", what, "mode", e->v.writable ? "overlay" : "read-only",
+		         "target", e->v.target_path, "pod_namespace", e->v.pod_namespace, "pod",
+		         e->v.pod_name);
+	pthread_mutex_lock(&n->lock);
+	if (rc && fresh) {
+		drop_entry(n, e);
+	} else {
+		e->busy = false;
+		e->placeholder = false;
+	}
+	count_volumes(n);
+	pthread_mutex_unlock(&n->lock);
+	if (rc == 0) {
+		Csi__V1__NodePublishVolumeResponse resp = CSI__V1__NODE_PUBLISH_VOLUME_RESPONSE__INIT;
+		reply_msg(r, &resp.base);
+	}
+out:
+	csi__v1__node_publish_volume_request__free_unpacked(req, NULL);
+}
+
+/* ---- unpublish ---- */
+
+static int teardown(struct csi_node *n, const struct csi_volume *v, struct csi_reply *r)
+{
+	int rc = csi_mount_unmount(v->target_path);
+	if (rc) {
+		fail(r, CSI_INTERNAL, "cannot unmount %s: %s", v->target_path, strerror(-rc));
+		return rc;
+	}
+	if (rmdir(v->target_path) != 0 && errno != ENOENT)
+		log_warn("target directory left in place", "target", v->target_path, "error",
+		         strerror(errno));
+	if (v->writable) {
+		char vdir[PATH_MAX];
+		if (overlay_dir(n, v->volume_id, NULL, vdir, sizeof(vdir)) == 0 &&
+		    csi_mount_remove_tree(vdir) != 0)
+			log_warn("cannot remove overlay directories (removed at next start)", "dir", vdir);
+	}
+	rc = cache_view_usage_remove(n->run_dir, v->cache_namespace, v->cache_name, v->volume_id);
+	if (rc) {
+		fail(r, CSI_INTERNAL, "cannot release usage of volume %s: %s", v->volume_id,
+		     strerror(-rc));
+		return rc;
+	}
+	rc = csi_volume_remove(n->volumes_dir, v->volume_id);
+	if (rc)
+		fail(r, CSI_INTERNAL, "cannot remove state of volume %s: %s", v->volume_id, strerror(-rc));
+	return rc;
+}
+
+static void node_unpublish(struct csi_node *n, const uint8_t *data, size_t len, struct csi_reply *r)
+{
+	Csi__V1__NodeUnpublishVolumeRequest *req =
+		csi__v1__node_unpublish_volume_request__unpack(NULL, len, data);
+	struct entry *e = NULL;
+	bool known = false;
+	if (!req) {
+		fail(r, CSI_INVALID_ARGUMENT, "malformed NodeUnpublishVolumeRequest");
+		return;
+	}
+	if (check_volume_id(req->volume_id, r) || check_path("target_path", req->target_path, r))
+		goto out;
+	pthread_mutex_lock(&n->lock);
+	e = find_id(n, req->volume_id);
+	if (e && e->busy) {
+		fail(r, CSI_ABORTED, "an operation on volume %s is in progress", req->volume_id);
+		known = true;
+		e = NULL;
+	} else if (e && strcmp(e->v.target_path, req->target_path) != 0) {
+		fail(r, CSI_NOT_FOUND, "volume %s is published at %s, not at %s", req->volume_id,
+		     e->v.target_path, req->target_path);
+		known = true;
+		e = NULL;
+	} else if (e) {
+		e->busy = true;
+	}
+	pthread_mutex_unlock(&n->lock);
+
+	if (!e && known)
+		goto out;
+	if (!e) {
+		/* Unknown here: either already unpublished (a repeat) or never ours.
+		 * Never unmount what this plugin did not mount. */
+		if (csi_mount_is_mountpoint(req->target_path) == 1) {
+			fail(r, CSI_NOT_FOUND,
+			     "volume %s is not published by this plugin, and %s is mounted by something "
+			     "else: not unmounting it",
+			     req->volume_id, req->target_path);
+			goto out;
+		}
+		Csi__V1__NodeUnpublishVolumeResponse resp = CSI__V1__NODE_UNPUBLISH_VOLUME_RESPONSE__INIT;
+		reply_msg(r, &resp.base);
+		goto out;
+	}
+	int rc = teardown(n, &e->v, r);
+	if (rc == 0)
+		log_info("unpublished volume", "volume", e->v.volume_id, "target", e->v.target_path);
+	pthread_mutex_lock(&n->lock);
+	if (rc == 0)
+		drop_entry(n, e);
+	else
+		e->busy = false;
+	count_volumes(n);
+	pthread_mutex_unlock(&n->lock);
+	if (rc == 0) {
+		Csi__V1__NodeUnpublishVolumeResponse resp = CSI__V1__NODE_UNPUBLISH_VOLUME_RESPONSE__INIT;
+		reply_msg(r, &resp.base);
+	}
+out:
+	csi__v1__node_unpublish_volume_request__free_unpacked(req, NULL);
+}
+
+/* ---- stats ---- */
+
+static int store_usage(struct csi_node *n, const char *digest, uint64_t *bytes, uint64_t *inodes)
+{
+	pthread_mutex_lock(&n->lock);
+	for (size_t i = 0; i < USAGE_CACHE; i++) {
+		if (strcmp(n->sizes[i].digest, digest) == 0) {
+			*bytes = n->sizes[i].bytes;
+			*inodes = n->sizes[i].inodes;
+			pthread_mutex_unlock(&n->lock);
+			return 0;
+		}
+	}
+	pthread_mutex_unlock(&n->lock);
+	char path[PATH_MAX];
+	int len = snprintf(path, sizeof(path), "%s/store/sha256/%s", n->root, digest + 7);
+	if (len < 0 || (size_t)len >= sizeof(path))
+		return -ENAMETOOLONG;
+	int rc = csi_mount_tree_usage(path, bytes, inodes);
+	if (rc)
+		return rc;
+	pthread_mutex_lock(&n->lock);
+	struct tree_size *s = &n->sizes[n->next_size++ % USAGE_CACHE];
+	memcpy(s->digest, digest, CACHE_VIEW_DIGEST_LEN + 1);
+	s->bytes = *bytes;
+	s->inodes = *inodes;
+	pthread_mutex_unlock(&n->lock);
+	return 0;
+}
+
+static int64_t clamp64(uint64_t v)
+{
+	return v > (uint64_t)INT64_MAX ? INT64_MAX : (int64_t)v;
+}
+
+static void node_stats(struct csi_node *n, const uint8_t *data, size_t len, struct csi_reply *r)
+{
+	Csi__V1__NodeGetVolumeStatsRequest *req =
+		csi__v1__node_get_volume_stats_request__unpack(NULL, len, data);
+	struct csi_volume v;
+	bool found = false, at_path = false;
+	memset(&v, 0, sizeof(v));
+	if (!req) {
+		fail(r, CSI_INVALID_ARGUMENT, "malformed NodeGetVolumeStatsRequest");
+		return;
+	}
+	if (check_volume_id(req->volume_id, r) || check_path("volume_path", req->volume_path, r))
+		goto out;
+	pthread_mutex_lock(&n->lock);
+	struct entry *e = find_id(n, req->volume_id);
+	if (e && !e->placeholder) {
+		found = true;
+		at_path = strcmp(e->v.target_path, req->volume_path) == 0;
+		if (at_path && csi_volume_copy(&v, &e->v) != 0)
+			found = false;
+	}
+	pthread_mutex_unlock(&n->lock);
+	if (!found) {
+		fail(r, CSI_NOT_FOUND, "volume %s is not published on this node", req->volume_id);
+		goto out;
+	}
+	if (!at_path) {
+		fail(r, CSI_NOT_FOUND, "volume %s is not published at %s", req->volume_id,
+		     req->volume_path);
+		goto out;
+	}
+	if (csi_mount_is_mountpoint(v.target_path) != 1) {
+		fail(r, CSI_NOT_FOUND, "volume %s is not mounted at %s", v.volume_id, v.target_path);
+		goto out;
+	}
+	uint64_t bytes = 0, inodes = 0, ubytes = 0, uinodes = 0, avail = 0, iavail = 0;
+	int rc = store_usage(n, v.digest, &bytes, &inodes);
+	if (rc == 0 && v.writable) {
+		char upper[PATH_MAX];
+		struct statvfs sv;
+		rc = overlay_dir(n, v.volume_id, "upper", upper, sizeof(upper));
+		if (rc == 0)
+			rc = csi_mount_tree_usage(upper, &ubytes, &uinodes);
+		if (rc == 0 && statvfs(upper, &sv) != 0)
+			rc = -errno;
+		if (rc == 0) {
+			avail = (uint64_t)sv.f_bavail * sv.f_frsize;
+			iavail = sv.f_favail;
+		}
+	}
+	if (rc) {
+		fail(r, CSI_INTERNAL, "cannot measure volume %s: %s", v.volume_id, strerror(-rc));
+		goto out;
+	}
+	/* A read-only volume is exactly as big as the cache; a writable one can
+	 * grow into the free space of the file system its upper layer is on. */
+	Csi__V1__VolumeUsage ub = CSI__V1__VOLUME_USAGE__INIT, ui = CSI__V1__VOLUME_USAGE__INIT;
+	ub.unit = CSI__V1__VOLUME_USAGE__UNIT__BYTES;
+	ub.used = clamp64(bytes + ubytes);
+	ub.available = clamp64(avail);
+	ub.total = clamp64(bytes + ubytes + avail);
+	ui.unit = CSI__V1__VOLUME_USAGE__UNIT__INODES;
+	ui.used = clamp64(inodes + uinodes);
+	ui.available = clamp64(iavail);
+	ui.total = clamp64(inodes + uinodes + iavail);
+	Csi__V1__VolumeUsage *usage[] = {&ub, &ui};
+	Csi__V1__NodeGetVolumeStatsResponse resp = CSI__V1__NODE_GET_VOLUME_STATS_RESPONSE__INIT;
+	resp.n_usage = 2;
+	resp.usage = usage;
+	reply_msg(r, &resp.base);
+out:
+	csi_volume_clear(&v);
+	csi__v1__node_get_volume_stats_request__free_unpacked(req, NULL);
+}
+
+/* ---- identity and node information ---- */
+
+static void get_plugin_info(struct csi_node *n, const uint8_t *data, size_t len,
+                            struct csi_reply *r)
+{
+	(void)data;
+	(void)len;
+	Csi__V1__GetPluginInfoResponse resp = CSI__V1__GET_PLUGIN_INFO_RESPONSE__INIT;
+	resp.name = CSI_DRIVER_NAME;
+	resp.vendor_version = n->version;
+	reply_msg(r, &resp.base);
+}
+
+static void get_plugin_capabilities(struct csi_node *n, const uint8_t *data, size_t len,
+                                    struct csi_reply *r)
+{
+	(void)n;
+	(void)data;
+	(void)len;
+	/* A node-only plugin: no CONTROLLER_SERVICE, no topology constraints. */
+	Csi__V1__GetPluginCapabilitiesResponse resp = CSI__V1__GET_PLUGIN_CAPABILITIES_RESPONSE__INIT;
+	reply_msg(r, &resp.base);
+}
+
+static void probe(struct csi_node *n, const uint8_t *data, size_t len, struct csi_reply *r)
+{
+	(void)data;
+	(void)len;
+	Google__Protobuf__BoolValue ready = GOOGLE__PROTOBUF__BOOL_VALUE__INIT;
+	struct stat st;
+	/* Ready once the state is recovered and the run directory is there
+	 * (a volume can be recorded). */
+	ready.value = n->ready && stat(n->volumes_dir, &st) == 0 && S_ISDIR(st.st_mode);
+	Csi__V1__ProbeResponse resp = CSI__V1__PROBE_RESPONSE__INIT;
+	resp.ready = &ready;
+	reply_msg(r, &resp.base);
+}
+
+static void node_get_info(struct csi_node *n, const uint8_t *data, size_t len, struct csi_reply *r)
+{
+	(void)data;
+	(void)len;
+	Csi__V1__NodeGetInfoResponse resp = CSI__V1__NODE_GET_INFO_RESPONSE__INIT;
+	resp.node_id = n->node_id;
+	reply_msg(r, &resp.base);
+}
+
+static void node_get_capabilities(struct csi_node *n, const uint8_t *data, size_t len,
+                                  struct csi_reply *r)
+{
+	(void)n;
+	(void)data;
+	(void)len;
+	Csi__V1__NodeServiceCapability__RPC rpc = CSI__V1__NODE_SERVICE_CAPABILITY__RPC__INIT;
+	rpc.type = CSI__V1__NODE_SERVICE_CAPABILITY__RPC__TYPE__GET_VOLUME_STATS;
+	Csi__V1__NodeServiceCapability cap = CSI__V1__NODE_SERVICE_CAPABILITY__INIT;
+	cap.type_case = CSI__V1__NODE_SERVICE_CAPABILITY__TYPE_RPC;
+	cap.rpc = &rpc;
+	Csi__V1__NodeServiceCapability *caps[] = {&cap};
+	Csi__V1__NodeGetCapabilitiesResponse resp = CSI__V1__NODE_GET_CAPABILITIES_RESPONSE__INIT;
+	resp.n_capabilities = 1;
+	resp.capabilities = caps;
+	reply_msg(r, &resp.base);
+}
+
+/* ---- dispatch ---- */
+
+typedef void (*handler_fn)(struct csi_node *, const uint8_t *, size_t, struct csi_reply *);
+
+static const struct method {
+	const char *path, *name;
+	handler_fn fn; /* NULL: part of the spec, not offered by gkm */
+} methods[] = {
+	{"/csi.v1.Identity/GetPluginInfo", "GetPluginInfo", get_plugin_info},
+	{"/csi.v1.Identity/GetPluginCapabilities", "GetPluginCapabilities", get_plugin_capabilities},
+	{"/csi.v1.Identity/Probe", "Probe", probe},
+	{"/csi.v1.Node/NodeGetInfo", "NodeGetInfo", node_get_info},
+	{"/csi.v1.Node/NodeGetCapabilities", "NodeGetCapabilities", node_get_capabilities},
+	{"/csi.v1.Node/NodePublishVolume", "NodePublishVolume", node_publish},
+	{"/csi.v1.Node/NodeUnpublishVolume", "NodeUnpublishVolume", node_unpublish},
+	{"/csi.v1.Node/NodeGetVolumeStats", "NodeGetVolumeStats", node_stats},
+	{"/csi.v1.Node/NodeStageVolume", "NodeStageVolume", NULL},
+	{"/csi.v1.Node/NodeUnstageVolume", "NodeUnstageVolume", NULL},
+	{"/csi.v1.Node/NodeExpandVolume", "NodeExpandVolume", NULL},
+};
+
+static bool controller_method(const char *m)
+{
+	return strncmp(m, "/csi.v1.Controller/", 19) == 0 ||
+	       strncmp(m, "/csi.v1.GroupController/", 24) == 0 ||
+	       strncmp(m, "/csi.v1.SnapshotMetadata/", 25) == 0;
+}
+
+void csi_node_call(struct csi_node *n, const char *method, const uint8_t *req, size_t len,
+                   struct csi_reply *r)
+{
+	const struct method *m = NULL;
+	const char *label = "other";
+	char b[96];
+	uint64_t start = 0;
+	struct timespec ts;
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	start = (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
+
+	memset(r, 0, sizeof(*r));
+	for (size_t i = 0; method && i < sizeof(methods) / sizeof(methods[0]); i++)
+		if (strcmp(methods[i].path, method) == 0)
+			m = &methods[i];
+	if (m) {
+		label = m->name;
+		if (m->fn)
+			m->fn(n, req, len, r);
+		else
+			fail(r, CSI_UNIMPLEMENTED,
+			     "%s is not implemented: gkm volumes are published without staging or "
+			     "expansion",
+			     m->name);
+	} else if (method && controller_method(method)) {
+		label = "Controller";
+		fail(r, CSI_UNIMPLEMENTED,
+		     "%s is not implemented: gkm is a node-only plugin (no controller service)",
+		     shown(method, b, 80));
+	} else {
+		fail(r, CSI_UNIMPLEMENTED, "unknown method %s", shown(method, b, 80));
+	}
+	if (r->code != CSI_OK)
+		log_kv(r->code == CSI_INTERNAL ? LOG_ERROR : LOG_INFO, "CSI call failed", "method",
+		       label, "code", csi_code_name(r->code), "message", r->message, (char *)0);
+
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	double secs = (double)((uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec - start) / 1e9;
+	metrics_add(m_calls, METRICS_L(label, csi_code_name(r->code)), 1);
+	metrics_observe(m_seconds, METRICS_L(label), secs);
+}
+
+/* ---- life cycle ---- */
+
+/* Overlay directories with no volume recorded: a publish that died before
+ * its state was written, or an unpublish whose clean-up failed. */
+static void remove_orphans(struct csi_node *n)
+{
+	char dir[PATH_MAX];
+	int len = snprintf(dir, sizeof(dir), "%s/volumes", n->state_dir);
+	if (len < 0 || (size_t)len >= sizeof(dir))
+		return;
+	DIR *d = opendir(dir);
+	if (!d)
+		return;
+	struct dirent *de;
+	while ((de = readdir(d)) != NULL) {
+		if (!csi_volume_valid_id(de->d_name) || find_id(n, de->d_name))
+			continue;
+		char path[PATH_MAX];
+		if (overlay_dir(n, de->d_name, NULL, path, sizeof(path)) != 0)
+			continue;
+		int rc = csi_mount_remove_tree(path);
+		log_info("removed orphaned overlay directories", "dir", path, "error",
+		         rc ? strerror(-rc) : "");
+	}
+	closedir(d);
+}
+
+static int recover(struct csi_node *n)
+{
+	struct csi_volume *list = NULL;
+	size_t cnt = 0;
+	int rc = csi_volume_load_all(n->volumes_dir, &list, &cnt);
+	if (rc)
+		return rc;
+	for (size_t i = 0; i < cnt; i++) {
+		struct entry *e = calloc(1, sizeof(*e));
+		if (!e || add_entry(n, e) != 0) {
+			free(e);
+			rc = -ENOMEM;
+			break;
+		}
+		e->v = list[i];
+		memset(&list[i], 0, sizeof(list[i]));
+		/* Usage may lag the state by one step if the last run died
+		 * between the two writes. */
+		int u = usage_add(n, &e->v);
+		int mounted = csi_mount_is_mountpoint(e->v.target_path);
+		log_info("recovered volume", "volume", e->v.volume_id, "target", e->v.target_path,
+		         "mounted", mounted == 1 ? "yes" : "no", "usage_error", u ? strerror(-u) : "");
+	}
+	csi_volume_free_all(list, cnt);
+	if (rc == 0)
+		remove_orphans(n);
+	count_volumes(n);
+	return rc;
+}
+
+static char *join(const char *a, const char *b)
+{
+	char *s = NULL;
+	return asprintf(&s, "%s/%s", a, b) < 0 ? NULL : s;
+}
+
+void csi_node_free(struct csi_node *n)
+{
+	if (!n)
+		return;
+	for (size_t i = 0; i < n->nvols; i++) {
+		csi_volume_clear(&n->vols[i]->v);
+		free(n->vols[i]);
+	}
+	free(n->vols);
+	pthread_mutex_destroy(&n->lock);
+	free(n->node_id);
+	free(n->root);
+	free(n->run_dir);
+	free(n->state_dir);
+	free(n->volumes_dir);
+	free(n->version);
+	free(n);
+}
+
+int csi_node_new(const struct csi_node_config *cfg, struct csi_node **out)
+{
+	static const double buckets[] = {0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025,
+	                                 0.05,   0.1,   0.25,   0.5,   1,    5};
+	if (!cfg || !cfg->node_id || !*cfg->node_id || !cfg->root || !cfg->run_dir ||
+	    strlen(cfg->node_id) > 128)
+		return -EINVAL;
+	m_calls = metrics_counter("gkm_csi_calls_total", "CSI calls answered, by method and code",
+	                          "method,code");
+	m_seconds = metrics_histogram("gkm_csi_call_duration_seconds",
+	                              "Time to answer a CSI call, by method", "method", buckets,
+	                              sizeof(buckets) / sizeof(buckets[0]));
+	m_volumes = metrics_gauge("gkm_csi_volumes_published", "Volumes published on this node", NULL);
+
+	struct csi_node *n = calloc(1, sizeof(*n));
+	if (!n)
+		return -ENOMEM;
+	pthread_mutex_init(&n->lock, NULL);
+	n->node_id = strdup(cfg->node_id);
+	n->root = strdup(cfg->root);
+	n->run_dir = strdup(cfg->run_dir);
+	n->state_dir = cfg->state_dir ? strdup(cfg->state_dir) : join(cfg->root, "csi");
+	n->volumes_dir = join(cfg->run_dir, "volumes");
+	n->version = strdup(cfg->version && *cfg->version ? cfg->version : "0.0.0");
+	int rc = -ENOMEM;
+	if (!n->node_id || !n->root || !n->run_dir || !n->state_dir || !n->volumes_dir || !n->version)
+		goto fail;
+	/* The state directory goes into overlay mount options. */
+	rc = -EINVAL;
+	if (n->state_dir[0] != '/' || strpbrk(n->state_dir, ",:\\="))
+		goto fail;
+	if ((rc = cache_view_mkdirs(n->volumes_dir, 0700)) != 0)
+		goto fail;
+	if ((rc = recover(n)) != 0)
+		goto fail;
+	n->ready = true;
+	*out = n;
+	return 0;
+fail:
+	csi_node_free(n);
+	return rc;
+}

@@ -1,0 +1,56 @@
+/* Per-volume state of the CSI plugin: one JSON file per published volume,
+ * <run-dir>/volumes/<volume-id>.json, written atomically before anything is
+ * mounted and removed after everything is undone, so that a plugin killed at
+ * any point finds on restart every volume it may have mounted:
+ *
+ *   {"volumeId", "targetPath", "cacheNamespace" ("" = ClusterGKMCache),
+ *    "cacheName", "digest", "writable": bool,
+ *    "pod": {"name", "namespace", "uid"}, "started": "RFC3339"}
+ */
+#ifndef GKM_CSI_VOLUME_H
+#define GKM_CSI_VOLUME_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <time.h>
+
+enum { CSI_VOLUME_ID_MAX = 128, CSI_VOLUME_STATE_MAX = 64 * 1024 };
+
+struct csi_volume {
+	char *volume_id; /* all strings owned */
+	char *target_path;
+	char *cache_namespace; /* "" for a cluster-scoped cache */
+	char *cache_name;
+	char *digest;
+	char *pod_name;
+	char *pod_namespace;
+	char *pod_uid;
+	bool writable;
+	time_t started;
+};
+
+/* A volume id usable as a file name: 1-128 of [A-Za-z0-9._-], not starting
+ * with '.'. */
+bool csi_volume_valid_id(const char *id);
+
+/* Same publish request (everything but the digest and start time), for
+ * idempotent repeats. */
+bool csi_volume_same(const struct csi_volume *a, const struct csi_volume *b);
+
+/* Deep copy; dst is written only on success. */
+__attribute__((warn_unused_result)) int csi_volume_copy(struct csi_volume *dst,
+                                                        const struct csi_volume *src);
+void csi_volume_clear(struct csi_volume *v);
+
+/* dir is <run-dir>/volumes (created by save when missing). */
+__attribute__((warn_unused_result)) int csi_volume_save(const char *dir,
+                                                        const struct csi_volume *v);
+/* 0 also when the file was already gone. */
+__attribute__((warn_unused_result)) int csi_volume_remove(const char *dir, const char *volume_id);
+/* Every readable state file; malformed ones are logged and left in place.
+ * Caller frees with csi_volume_free_all(). */
+__attribute__((warn_unused_result)) int csi_volume_load_all(const char *dir,
+                                                            struct csi_volume **out, size_t *n);
+void csi_volume_free_all(struct csi_volume *v, size_t n);
+
+#endif

@@ -1,0 +1,178 @@
+-- gkm.agent: what the node agent does next for one cache on its node.
+--
+-- The C side gathers everything it knows about the cache on this node into
+-- one plain table, calls decide(input), validates the answer, carries out the
+-- actions (fetching the image config, pulling, linking the view) on its
+-- worker threads, and applies `entry` to the node's status. decide() is a pure
+-- function: the same input gives the same answer, which is what makes it
+-- testable and safe to re-run after a policy reload or a restart.
+--
+-- input = {
+--   node  = "node-1", now = "2026-11-21T10:00:00Z",
+--   cache = { kind, namespace, name, generation, image = "ref",
+--             digest = "sha256:..." or "" (not resolved yet), deleting = bool }
+--           or nil when the cache object is gone,
+--   gpus  = { { index, uuid, name, arch, driverVersion, ... } },   -- the probe
+--   image = { state = "unknown"|"fetching"|"ready"|"failed", reason, message },
+--   compat = { gpus = { { index, compatible, reason, message } } } or nil,
+--   store = { present = bool },              -- the digest is extracted on this node
+--   pull  = { state = "idle"|"running"|"failed", reason, message },
+--   view  = { digest = "sha256:..." or nil },  -- what the cache's view links to now
+--   usage = { pods = n },                     -- pods mounting the cache (CSI)
+--   previous = { ...the entry reported last time... } or nil,
+-- }
+-- answer = {
+--   entry   = { digest, state, reason, message, pods, lastUpdated,
+--               compatibleGPUs = { { ids, gpuType } },
+--               incompatibleGPUs = { { ids, gpuType, reason, message } } }
+--             or nil (remove this cache from the node's status),
+--   actions = { { type = "fetch_image" } | { type = "pull" } | { type = "link" }
+--             | { type = "unlink" } },
+--   requeue_after = seconds (optional),
+-- }
+local M = {}
+
+-- GPUs are named by their node-wide index, as in the node status gpus[]
+-- list and the compat verdicts.
+local function gpu_id(g)
+  return g.index
+end
+
+-- GPUs with the same type, arch, driver and verdict share one id set.
+function M.group(gpus, verdicts)
+  local by_index = {}
+  for _, v in ipairs(verdicts or {}) do
+    if type(v) == "table" and v.index ~= nil then
+      by_index[v.index] = v
+    end
+  end
+  local compatible, incompatible, seen = {}, {}, {}
+  for _, g in ipairs(gpus or {}) do
+    if type(g) == "table" then
+      local v = by_index[g.index] or { compatible = false, reason = "NotEvaluated",
+                                       message = "the compatibility policy returned no verdict for this GPU" }
+      local key = table.concat({ tostring(g.name), tostring(g.arch), tostring(g.driverVersion),
+                                 tostring(v.compatible), tostring(v.reason), tostring(v.message) }, "|")
+      local set = seen[key]
+      if not set then
+        set = { ids = {}, gpuType = g.name }
+        if not v.compatible then
+          set.reason, set.message = v.reason, v.message
+          incompatible[#incompatible + 1] = set
+        else
+          compatible[#compatible + 1] = set
+        end
+        seen[key] = set
+      end
+      set.ids[#set.ids + 1] = gpu_id(g)
+    end
+  end
+  return compatible, incompatible
+end
+
+local function same_entry(a, b)
+  if type(a) ~= "table" or type(b) ~= "table" then
+    return false
+  end
+  for _, k in ipairs({ "digest", "state", "reason", "message", "pods" }) do
+    if a[k] ~= b[k] then
+      return false
+    end
+  end
+  local function sets(x)
+    local out = {}
+    for _, s in ipairs(x or {}) do
+      out[#out + 1] = table.concat(s.ids or {}, ",") .. "|" .. tostring(s.reason)
+    end
+    return table.concat(out, ";")
+  end
+  return sets(a.compatibleGPUs) == sets(b.compatibleGPUs) and sets(a.incompatibleGPUs) == sets(b.incompatibleGPUs)
+end
+
+local function finish(input, entry, actions, requeue_after)
+  if entry then
+    entry.pods = (input.usage and math.tointeger(input.usage.pods)) or 0
+    entry.compatibleGPUs = entry.compatibleGPUs or {}
+    entry.incompatibleGPUs = entry.incompatibleGPUs or {}
+    -- lastUpdated moves only when something else did, so an unchanged
+    -- report is an unchanged object and costs no write
+    local prev = input.previous
+    entry.lastUpdated = (same_entry(entry, prev) and prev.lastUpdated) or input.now
+  end
+  return { entry = entry, actions = actions, requeue_after = requeue_after }
+end
+
+function M.decide(input)
+  local cache = input.cache
+  local view = type(input.view) == "table" and input.view or {}
+  local usage = type(input.usage) == "table" and input.usage or {}
+  local in_use = (math.tointeger(usage.pods) or 0) > 0
+
+  -- gone or going: release the view once no pod mounts it
+  if type(cache) ~= "table" or cache.deleting then
+    if view.digest then
+      if in_use then
+        return finish(input, { digest = view.digest, state = "Releasing", reason = "InUse",
+          message = string.format("deleted; kept until %d pod(s) stop using it", usage.pods) }, {}, 30)
+      end
+      return finish(input, nil, { { type = "unlink" } })
+    end
+    return finish(input, nil, {})
+  end
+
+  local digest = type(cache.digest) == "string" and cache.digest or ""
+  if digest == "" then
+    return finish(input, { digest = "", state = "Pending", reason = "DigestNotResolved",
+      message = "waiting for the image digest (set by the admission webhook or the operator)" }, {})
+  end
+
+  local image = type(input.image) == "table" and input.image or { state = "unknown" }
+  if image.state == "failed" then
+    return finish(input, { digest = digest, state = "Failed", reason = image.reason or "ImageUnavailable",
+      message = image.message or "cannot read the image" }, {}, 60)
+  end
+  if image.state ~= "ready" or type(input.compat) ~= "table" then
+    local actions = image.state == "fetching" and {} or { { type = "fetch_image" } }
+    return finish(input, { digest = digest, state = "Pending", reason = "CheckingImage",
+      message = "reading the image configuration to check it against this node's GPUs" }, actions)
+  end
+
+  local compatible, incompatible = M.group(input.gpus, input.compat.gpus)
+  if #compatible == 0 then
+    local first = incompatible[1] or { reason = "NoGPUs", message = "this node reports no GPUs" }
+    local actions = {}
+    if view.digest and not in_use then
+      actions[1] = { type = "unlink" }
+    end
+    return finish(input, { digest = digest, state = "Incompatible", reason = first.reason,
+      message = first.message, compatibleGPUs = {}, incompatibleGPUs = incompatible }, actions)
+  end
+
+  local entry = { digest = digest, compatibleGPUs = compatible, incompatibleGPUs = incompatible }
+  local store = type(input.store) == "table" and input.store or {}
+  if store.present then
+    if view.digest == digest then
+      entry.state, entry.reason = "Ready", "Ready"
+      entry.message = string.format("extracted and ready for %d GPU group(s)", #compatible)
+      return finish(input, entry, {})
+    end
+    entry.state, entry.reason, entry.message = "Pulling", "Linking", "linking the extracted cache"
+    return finish(input, entry, { { type = "link" } })
+  end
+
+  local pull = type(input.pull) == "table" and input.pull or { state = "idle" }
+  if pull.state == "running" then
+    entry.state, entry.reason, entry.message = "Pulling", "Pulling", "pulling and extracting the image"
+    return finish(input, entry, {})
+  end
+  if pull.state == "failed" then
+    entry.state, entry.reason = "Failed", pull.reason or "PullFailed"
+    entry.message = pull.message or "pull failed"
+    -- the C side applies backoff before it lets the next pull start
+    return finish(input, entry, { { type = "pull" } })
+  end
+  entry.state, entry.reason, entry.message = "Pulling", "Pulling", "pulling and extracting the image"
+  return finish(input, entry, { { type = "pull" } })
+end
+
+return M

@@ -1,0 +1,98 @@
+-- lua/gkm/agent.lua (the node agent's decisions) through the real engine.
+local gkmspec = require 'gkmspec'
+
+local e = assert(gkmspec.engine{})
+local D = 'sha256:' .. string.rep('c', 64)
+local gpus = {
+  { index = 0, uuid = 'GPU-a', name = 'NVIDIA H100', arch = 'sm_90', driverVersion = '550.54' },
+  { index = 1, uuid = 'GPU-b', name = 'NVIDIA H100', arch = 'sm_90', driverVersion = '550.54' },
+  { index = 2, uuid = 'GPU-c', name = 'Tesla T4', arch = 'sm_75', driverVersion = '550.54' },
+}
+local mixed = { gpus = {
+  { index = 0, compatible = true, reason = 'Compatible', message = 'sm_90' },
+  { index = 1, compatible = true, reason = 'Compatible', message = 'sm_90' },
+  { index = 2, compatible = false, reason = 'ArchitectureMismatch', message = 'built for sm_90, GPU is sm_75' },
+} }
+
+local function decide(over)
+  local input = {
+    node = 'n1', now = '2026-11-21T10:00:00Z',
+    cache = { kind = 'GKMCache', namespace = 'default', name = 'c', digest = D, image = 'r/x:v1' },
+    gpus = gpus, image = { state = 'ready' }, compat = mixed,
+    store = { present = false }, pull = { state = 'idle' }, view = {}, usage = { pods = 0 },
+  }
+  for k, v in pairs(over or {}) do input[k] = v end
+  local r, status, msg = e:call_fn('gkm.agent', 'decide', input)
+  assert(r, tostring(status) .. ': ' .. tostring(msg))
+  return r
+end
+
+local function types(r)
+  local t = {}
+  for i, a in ipairs(r.actions or {}) do t[i] = a.type end
+  return t
+end
+
+describe('agent decisions', function()
+  it('waits for a digest', function()
+    local r = decide({ cache = { kind = 'GKMCache', name = 'c', digest = '' } })
+    assert.are.equal('Pending', r.entry.state)
+    assert.are.equal('DigestNotResolved', r.entry.reason)
+    assert.are.same({}, types(r))
+  end)
+
+  it('fetches the image config before anything else', function()
+    local r = decide({ image = { state = 'unknown' }, compat = nil })
+    assert.are.same({ 'fetch_image' }, types(r))
+    assert.are.same({}, types(decide({ image = { state = 'fetching' }, compat = nil })))
+  end)
+
+  it('pulls when a GPU is compatible, grouping GPUs into id sets', function()
+    local r = decide()
+    assert.are.same({ 'pull' }, types(r))
+    assert.are.equal('Pulling', r.entry.state)
+    assert.are.same({ { ids = { 0, 1 }, gpuType = 'NVIDIA H100' } }, r.entry.compatibleGPUs)
+    assert.are.same({ { ids = { 2 }, gpuType = 'Tesla T4', reason = 'ArchitectureMismatch',
+      message = 'built for sm_90, GPU is sm_75' } }, r.entry.incompatibleGPUs)
+  end)
+
+  it('never pulls for a node without a compatible GPU', function()
+    local none = { gpus = { { index = 0, compatible = false, reason = 'BackendMismatch', message = 'hip cache' } } }
+    local r = decide({ gpus = { gpus[1] }, compat = none })
+    assert.are.equal('Incompatible', r.entry.state)
+    assert.are.equal('BackendMismatch', r.entry.reason)
+    assert.are.same({}, types(r))
+  end)
+
+  it('links an extracted digest without pulling again (restart, shared digest)', function()
+    local r = decide({ store = { present = true } })
+    assert.are.same({ 'link' }, types(r))
+    local ready = decide({ store = { present = true }, view = { digest = D } })
+    assert.are.equal('Ready', ready.entry.state)
+    assert.are.same({}, types(ready))
+  end)
+
+  it('reports a failed pull and retries', function()
+    local r = decide({ pull = { state = 'failed', reason = 'DigestMismatch', message = 'layer sha256 differs' } })
+    assert.are.equal('Failed', r.entry.state)
+    assert.are.equal('DigestMismatch', r.entry.reason)
+    assert.are.same({ 'pull' }, types(r))
+  end)
+
+  it('keeps a deleted cache while pods use it, then unlinks', function()
+    local r = decide({ cache = false, view = { digest = D }, usage = { pods = 2 } })
+    assert.are.equal('Releasing', r.entry.state)
+    assert.are.equal(2, r.entry.pods)
+    assert.are.same({}, types(r))
+    local gone = decide({ cache = false, view = { digest = D }, usage = { pods = 0 } })
+    assert.is_nil(gone.entry)
+    assert.are.same({ 'unlink' }, types(gone))
+  end)
+
+  it('keeps lastUpdated when nothing changed', function()
+    local first = decide({ store = { present = true }, view = { digest = D } })
+    local again = decide({ store = { present = true }, view = { digest = D }, now = '2026-11-21T11:00:00Z',
+      previous = first.entry })
+    assert.are.equal('2026-11-21T10:00:00Z', again.entry.lastUpdated)
+  end)
+end)

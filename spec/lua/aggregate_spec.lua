@@ -1,0 +1,121 @@
+-- policies/aggregate.lua through the real engine.
+local gkmspec = require 'gkmspec'
+
+local root = os.getenv('GKM_ROOT') or '.'
+local e = assert(gkmspec.engine{ dir = root .. '/policies' })
+local D = 'sha256:' .. string.rep('a', 64)
+
+local function entry(state, reason, message)
+  return { digest = D, state = state, reason = reason, message = message, pods = 0 }
+end
+
+local function aggregate(nodes, extra)
+  local input = {
+    cache = { kind = 'GKMCache', namespace = 'default', name = 'c', generation = 2,
+              annotations = { ['gkm.io/resolvedDigest'] = D }, status = {} },
+    digest = D, verification = { enabled = true, resolvedBy = 'webhook' },
+    nodes = nodes, now = '2026-11-21T10:00:00Z',
+  }
+  for k, v in pairs(extra or {}) do input[k] = v end
+  local r, status, msg = e:call('aggregate', input)
+  assert(r, tostring(status) .. ': ' .. tostring(msg))
+  return r
+end
+
+local function cond(r, t)
+  for _, c in ipairs(r.conditions) do
+    if c.type == t then return c end
+  end
+end
+
+describe('aggregate policy', function()
+  it('is Ready when every node that can use the cache is ready', function()
+    local r = aggregate({
+      { name = 'n1', entry = entry('Ready') },
+      { name = 'n2', entry = entry('Ready') },
+      { name = 'n3', entry = entry('Incompatible', 'ArchitectureMismatch', 'sm_75 cache on sm_90') },
+    })
+    assert.are.equal(3, r.totalNodes)
+    assert.are.equal(2, r.readyNodes)
+    assert.are.equal(1, r.failedNodes)
+    assert.are.same({ ArchitectureMismatch = { 'n3' } }, r.failedNodeConditions)
+    local ready = cond(r, 'Ready')
+    assert.are.equal('True', ready.status)
+    assert.truthy(ready.message:find('ready on 2 of 3 nodes; 1 without a compatible GPU', 1, true), ready.message)
+    assert.are.equal('True', cond(r, 'Verified').status)
+    assert.are.equal('False', cond(r, 'Progressing').status)
+    assert.are.equal(2, ready.observedGeneration)
+  end)
+
+  it('groups failed nodes by reason and raises Error', function()
+    local r = aggregate({
+      { name = 'b', entry = entry('Failed', 'PullFailed', 'registry timed out') },
+      { name = 'a', entry = entry('Failed', 'PullFailed', 'registry timed out') },
+      { name = 'c', entry = entry('Ready') },
+    })
+    assert.are.same({ 'a', 'b' }, r.failedNodeConditions.PullFailed)
+    assert.are.equal('True', cond(r, 'Error').status)
+    assert.are.equal('NodesFailed', cond(r, 'Ready').reason)
+    assert.truthy(cond(r, 'Error').message:find('a: registry timed out', 1, true))
+  end)
+
+  it('is Progressing while nodes have not reported or report another digest', function()
+    local old = entry('Ready')
+    old.digest = 'sha256:' .. string.rep('b', 64)
+    local r = aggregate({ { name = 'n1' }, { name = 'n2', entry = old } })
+    assert.are.equal(0, r.readyNodes)
+    assert.are.equal('True', cond(r, 'Progressing').status)
+    assert.truthy(cond(r, 'Progressing').message:find('n1, n2', 1, true))
+  end)
+
+  it('says NoCompatibleNodes when no node can use it', function()
+    local r = aggregate({ { name = 'n1', entry = entry('Incompatible', 'BackendMismatch', 'x') } })
+    assert.are.equal('NoCompatibleNodes', cond(r, 'Ready').reason)
+  end)
+
+  it('reports VerificationDisabled when verification is off', function()
+    local r = aggregate({}, { verification = { enabled = false, resolvedBy = 'operator' } })
+    local v = cond(r, 'Verified')
+    assert.are.equal('False', v.status)
+    assert.are.equal('VerificationDisabled', v.reason)
+    assert.are.equal('NoNodes', cond(r, 'Ready').reason)
+  end)
+
+  it('reports verification done by the nodes where no webhook runs', function()
+    local base = { cache = { generation = 1, annotations = {}, status = {} }, digest = D,
+                   verification = { enabled = true, resolvedBy = 'operator' }, now = 'x' }
+    base.nodes = { { name = 'n1', entry = entry('Ready') } }
+    assert.are.equal('VerifiedOnNodes', cond(assert(e:call('aggregate', base)), 'Verified').reason)
+    base.nodes = { { name = 'n1', entry = entry('Failed', 'Unsigned', 'image is not signed') } }
+    local v = cond(assert(e:call('aggregate', base)), 'Verified')
+    assert.are.equal('False', v.status)
+    assert.are.equal('Unsigned', v.reason)
+  end)
+
+  it('keeps lastTransitionTime while a condition does not change', function()
+    local input_status = { conditions = { { type = 'Ready', status = 'True', reason = 'Ready',
+      message = 'x', lastTransitionTime = '2026-01-01T00:00:00Z' } } }
+    local r = assert(e:call('aggregate', {
+      cache = { generation = 1, status = input_status, annotations = {} },
+      digest = D, verification = { enabled = true }, now = '2026-11-21T10:00:00Z',
+      nodes = { { name = 'n1', entry = entry('Ready') } },
+    }))
+    assert.are.equal('2026-01-01T00:00:00Z', cond(r, 'Ready').lastTransitionTime)
+    assert.are.equal('2026-11-21T10:00:00Z', cond(r, 'Progressing').lastTransitionTime)
+  end)
+
+  it('survives malformed input', function()
+    local r = assert(e:call('aggregate', { nodes = { 'junk', { name = 7 }, { name = 'x', entry = 'bad' } } }))
+    assert.are.equal(1, r.totalNodes)
+    assert.are.equal('DigestNotResolved', cond(r, 'Ready').reason)
+  end)
+
+  it('refuses a broken aggregate result', function()
+    local bad = assert(gkmspec.engine{ files = { ['aggregate.lua'] =
+      'return { evaluate = function() return { totalNodes = -1 } end }' } })
+    local r, status, msg = bad:call('aggregate', {})
+    assert.is_nil(r)
+    assert.are.equal('bad return value', status)
+    assert.truthy(msg:find('totalNodes', 1, true), msg)
+  end)
+end)
