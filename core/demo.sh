@@ -44,7 +44,7 @@ step "3. The GPUs of this (described) machine"
 show "$G" gpus --source file --file spec/fixtures/gpu/inventory/mixed.json
 
 step "4. Start gkm up and ask for the cache"
-"$G" up --state "$W/state" --node demo-node --gpus-file spec/fixtures/gpu/inventory/mixed.json \
+"$G" up --state "$W/state" --node demo-node --gpu-file spec/fixtures/gpu/inventory/mixed.json \
 	--key "$W/cosign.pub" --poll-ms 100 >"$W/up.log" 2>&1 &
 UP=$!
 cat >"$W/cache.yaml" <<EOF
