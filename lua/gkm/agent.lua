@@ -18,11 +18,13 @@
 --   store = { present = bool },              -- the digest is extracted on this node
 --   pull  = { state = "idle"|"running"|"failed", reason, message },
 --   view  = { digest = "sha256:..." or nil },  -- what the cache's view links to now
---   usage = { pods = n },                     -- pods mounting the cache (CSI)
+--   usage = { pods = n,                       -- pods mounting the cache (CSI)
+--             list = { { podName, podNamespace, podUID, volumeId } } },
 --   previous = { ...the entry reported last time... } or nil,
 -- }
 -- answer = {
---   entry   = { digest, state, reason, message, pods, lastUpdated,
+--   entry   = { digest (absent until resolved), state, reason, message, lastUpdated,
+--               pods = { { podName, podNamespace, podUID, volumeId } },
 --               compatibleGPUs = { { ids, gpuType } },
 --               incompatibleGPUs = { { ids, gpuType, reason, message } } }
 --             or nil (remove this cache from the node's status),
@@ -74,10 +76,20 @@ local function same_entry(a, b)
   if type(a) ~= "table" or type(b) ~= "table" then
     return false
   end
-  for _, k in ipairs({ "digest", "state", "reason", "message", "pods" }) do
+  for _, k in ipairs({ "digest", "state", "reason", "message" }) do
     if a[k] ~= b[k] then
       return false
     end
+  end
+  local function volumes(x)
+    local out = {}
+    for _, p in ipairs(type(x) == "table" and x or {}) do
+      out[#out + 1] = tostring(p.volumeId)
+    end
+    return table.concat(out, ",")
+  end
+  if volumes(a.pods) ~= volumes(b.pods) then
+    return false
   end
   local function sets(x)
     local out = {}
@@ -91,7 +103,9 @@ end
 
 local function finish(input, entry, actions, requeue_after)
   if entry then
-    entry.pods = (input.usage and math.tointeger(input.usage.pods)) or 0
+    -- the node status lists the pods (the CRD's pods[]), not just a count
+    local usage = type(input.usage) == "table" and input.usage or {}
+    entry.pods = type(usage.list) == "table" and usage.list or {}
     entry.compatibleGPUs = entry.compatibleGPUs or {}
     entry.incompatibleGPUs = entry.incompatibleGPUs or {}
     -- lastUpdated moves only when something else did, so an unchanged
@@ -112,8 +126,10 @@ function M.decide(input)
   if type(cache) ~= "table" or cache.deleting then
     if view.digest then
       if in_use then
-        return finish(input, { digest = view.digest, state = "Releasing", reason = "InUse",
-          message = string.format("deleted; kept until %d pod(s) stop using it", usage.pods) }, {}, 30)
+        -- "Deleting" is the CRD's state for this; look again soon, as the
+        -- usage records are local files that change without an event
+        return finish(input, { digest = view.digest, state = "Deleting", reason = "InUse",
+          message = string.format("deleted; kept until %d pod(s) stop using it", usage.pods) }, {}, 5)
       end
       return finish(input, nil, { { type = "unlink" } })
     end
@@ -122,7 +138,8 @@ function M.decide(input)
 
   local digest = type(cache.digest) == "string" and cache.digest or ""
   if digest == "" then
-    return finish(input, { digest = "", state = "Pending", reason = "DigestNotResolved",
+    -- no digest member: the CRD's pattern allows no empty digest
+    return finish(input, { state = "Pending", reason = "DigestNotResolved",
       message = "waiting for the image digest (set by the admission webhook or the operator)" }, {})
   end
 
