@@ -59,6 +59,7 @@ struct daemon {
 	struct kube_lease *lease;
 	bool lost_leadership;
 	char run_dir[600];
+	cJSON *policy_cm; /* the policies ConfigMap last seen (for Events about it) */
 };
 
 /* ---- flags ---- */
@@ -404,6 +405,17 @@ static int load_keys(struct daemon *d)
 static void on_policy_cm(void *ud, enum objstore_event_type t, const cJSON *obj)
 {
 	struct daemon *d = ud;
+	cJSON_Delete(d->policy_cm);
+	d->policy_cm = NULL;
+	if (t != OBJSTORE_DELETED) {
+		/* list items may come without apiVersion and kind; an Event needs them */
+		d->policy_cm = cJSON_CreateObject();
+		cJSON_AddStringToObject(d->policy_cm, "apiVersion", "v1");
+		cJSON_AddStringToObject(d->policy_cm, "kind", "ConfigMap");
+		const cJSON *meta = cJSON_GetObjectItemCaseSensitive(obj, "metadata");
+		cJSON_AddItemToObject(d->policy_cm, "metadata",
+		                      meta ? cJSON_Duplicate(meta, 1) : cJSON_CreateObject());
+	}
 	if (t == OBJSTORE_DELETED) {
 		cJSON *none = cJSON_CreateObject();
 		policy_watch_load_map(d->pw, none); /* back to the built-in policies */
@@ -416,11 +428,52 @@ static void on_policy_cm(void *ud, enum objstore_event_type t, const cJSON *obj)
 	cJSON_Delete(empty);
 }
 
+struct refusal {
+	struct objstore *os;
+	cJSON *cm;
+	char message[1024];
+};
+
+static void refusal_work(void *ud)
+{
+	struct refusal *r = ud;
+	(void)r->os->ops->event(r->os, r->cm, "Warning", "PolicyRejected", r->message, NULL);
+}
+
+static void refusal_done(struct loop *l, void *ud)
+{
+	struct refusal *r = ud;
+	(void)l;
+	cJSON_Delete(r->cm);
+	free(r);
+}
+
+/* A Warning Event on the ConfigMap, so that `kubectl describe configmap`
+ * says which daemon refused the change and why (file, line, reason). */
+static void record_refusal(struct daemon *d, const char *error)
+{
+	if (!d->policy_cm || !d->workers)
+		return;
+	struct refusal *r = calloc(1, sizeof(*r));
+	if (!r)
+		return;
+	r->os = d->os;
+	r->cm = cJSON_Duplicate(d->policy_cm, 1);
+	snprintf(r->message, sizeof(r->message),
+	         "%s on %s refused the policies and keeps the previous ones: %s", d->f->cmd,
+	         d->f->role == ROLE_OPERATOR ? d->f->identity : d->f->node, error);
+	if (!r->cm || workers_submit(d->workers, refusal_work, refusal_done, r) != 0) {
+		cJSON_Delete(r->cm);
+		free(r);
+	}
+}
+
 static void on_policies(void *ud, bool applied, const char *error)
 {
 	struct daemon *d = ud;
 	if (!applied) {
 		log_error("policy change refused; the previous policies stay in force", "error", error);
+		record_refusal(d, error);
 		return;
 	}
 	if (d->agent)
@@ -589,6 +642,7 @@ out:
 	operator_stop(d.op);
 	health_stop(d.health);
 	policy_watch_stop(d.pw);
+	cJSON_Delete(d.policy_cm);
 	if (d.os)
 		d.os->ops->free(d.os);
 	engine_slot_clear(&d.slot);
