@@ -730,6 +730,16 @@ static cJSON *decide_input(struct agent *a, struct cache *c, const struct cache_
 	cJSON *view = cJSON_AddObjectToObject(in, "view");
 	if (c->view_digest[0])
 		cJSON_AddStringToObject(view, "digest", c->view_digest);
+	struct cache_view_ready r;
+	if (c->view_digest[0] && !(image_current && c->image == IMG_READY) &&
+	    cache_view_ready_read(a->root, c->ns, c->name, &r, NULL, 0) == 0) {
+		/* what the view was published for, while the image facts are read
+		 * again (after a restart) */
+		cJSON *ids = cJSON_AddArrayToObject(view, "compatibleGPUs");
+		for (size_t i = 0; i < r.ncompatible_gpus; i++)
+			cJSON_AddItemToArray(ids, cJSON_CreateString(r.compatible_gpus[i]));
+		cache_view_ready_free(&r);
+	}
 	cJSON_AddItemToObject(in, "usage", usage_json(u));
 	if (c->entry)
 		cJSON_AddItemToObject(in, "previous", cJSON_Duplicate(c->entry, 1));

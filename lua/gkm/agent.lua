@@ -17,7 +17,9 @@
 --   compat = { gpus = { { index, compatible, reason, message } } } or nil,
 --   store = { present = bool },              -- the digest is extracted on this node
 --   pull  = { state = "idle"|"running"|"failed", reason, message },
---   view  = { digest = "sha256:..." or nil },  -- what the cache's view links to now
+--   view  = { digest = "sha256:..." or nil,    -- what the cache's view links to now
+--             compatibleGPUs = { "0", ... } },  -- the GPU ids it was published for
+--                                               -- (given while the image is re-read)
 --   usage = { pods = n,                       -- pods mounting the cache (CSI)
 --             list = { { podName, podNamespace, podUID, volumeId } } },
 --   previous = { ...the entry reported last time... } or nil,
@@ -148,8 +150,21 @@ function M.decide(input)
     return finish(input, { digest = digest, state = "Failed", reason = image.reason or "ImageUnavailable",
       message = image.message or "cannot read the image" }, {}, 60)
   end
+  local store = type(input.store) == "table" and input.store or {}
   if image.state ~= "ready" or type(input.compat) ~= "table" then
     local actions = image.state == "fetching" and {} or { { type = "fetch_image" } }
+    -- after a restart the image facts are read again; a view still published
+    -- for this digest means the node was ready, and it stays reported so
+    -- rather than flapping to Pending
+    local ids = {}
+    for _, id in ipairs(type(view.compatibleGPUs) == "table" and view.compatibleGPUs or {}) do
+      ids[#ids + 1] = math.tointeger(tonumber(id)) or id
+    end
+    if store.present and view.digest == digest and #ids > 0 then
+      return finish(input, { digest = digest, state = "Ready", reason = "Ready",
+        message = "extracted and ready; re-reading the image configuration",
+        compatibleGPUs = { { ids = ids } } }, actions)
+    end
     return finish(input, { digest = digest, state = "Pending", reason = "CheckingImage",
       message = "reading the image configuration to check it against this node's GPUs" }, actions)
   end
@@ -166,7 +181,6 @@ function M.decide(input)
   end
 
   local entry = { digest = digest, compatibleGPUs = compatible, incompatibleGPUs = incompatible }
-  local store = type(input.store) == "table" and input.store or {}
   if store.present then
     if view.digest == digest then
       entry.state, entry.reason = "Ready", "Ready"

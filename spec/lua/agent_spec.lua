@@ -73,6 +73,17 @@ describe('agent decisions', function()
     assert.are.same({}, types(ready))
   end)
 
+  it('stays Ready from its view while it re-reads the image after a restart', function()
+    local r = decide({ image = { state = 'unknown' }, compat = nil, store = { present = true },
+                       view = { digest = D, compatibleGPUs = { '0', '1' } } })
+    assert.are.equal('Ready', r.entry.state)
+    assert.are.same({ { ids = { 0, 1 } } }, r.entry.compatibleGPUs)
+    assert.are.same({ 'fetch_image' }, types(r))
+    local gone = decide({ image = { state = 'unknown' }, compat = nil, store = { present = false },
+                          view = { digest = D, compatibleGPUs = { '0' } } })
+    assert.are.equal('Pending', gone.entry.state)
+  end)
+
   it('reports a failed pull and retries', function()
     local r = decide({ pull = { state = 'failed', reason = 'DigestMismatch', message = 'layer sha256 differs' } })
     assert.are.equal('Failed', r.entry.state)
