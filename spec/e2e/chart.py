@@ -533,8 +533,10 @@ def check_node(r):
     m = mounts_by_path(reg).get("/registration")
     if not m or host(m["name"]) != kubelet + "/plugins_registry":
         probs.append("registrar /registration is not %s/plugins_registry" % kubelet)
-    if flag_value(csi.get("args"), "--driver-name") != "csi.gkm.io":
-        probs.append("csi --driver-name is not csi.gkm.io")
+    for c in (agent, csi):
+        for flag, want in (("--root", state), ("--run-dir", run)):
+            if flag_value(c.get("args"), flag) != want:
+                probs.append("%s: %s=%r, want %s" % (c.get("name"), flag, flag_value(c.get("args"), flag), want))
     # mount propagation: Bidirectional only for the CSI plugin's pods dir
     for c in ps["containers"]:
         for mm in c.get("volumeMounts", []):
@@ -555,22 +557,25 @@ def check_node(r):
             probs.append("%s: read-only %s without HostToContainer" % (c.get("name"), path))
     # the paths in gkm-config lie inside those mounts
     cfg = r.config()
-    for key, c in (("store-dir", agent), ("views-dir", agent), ("views-dir", csi),
-                   ("usage-dir", csi), ("usage-dir", agent)):
+    for key, c in (("state-dir", agent), ("state-dir", csi), ("run-dir", csi), ("run-dir", agent)):
         p = cfg.get(key, "")
         if not any(p == mp or p.startswith(mp.rstrip("/") + "/") for mp in mounts_by_path(c)):
             probs.append("gkm-config %s=%r is not mounted into %s" % (key, p, c.get("name")))
     if cfg.get("gpu-source") == "file":
-        p = cfg.get("gpu-file", "")
+        p = cfg.get("gpus-file", "")
         if not any(p == mp or p.startswith(mp.rstrip("/") + "/") for mp in mounts_by_path(agent)):
-            probs.append("gpu-file %r is not mounted into the agent" % p)
+            probs.append("gpus-file %r is not mounted into the agent" % p)
+        if flag_value(agent.get("args"), "--gpus-file") != p:
+            probs.append("agent --gpus-file is not gkm-config gpus-file %r" % p)
+    if flag_value(agent.get("args"), "--gpu-source") != cfg.get("gpu-source"):
+        probs.append("agent --gpu-source is not gkm-config gpu-source")
     # only the agent talks to the API server
     for c in ps["containers"]:
         if token_mounted(ds, c) != (c["name"] == "agent"):
             probs.append("%s: ServiceAccount token mounted=%s" % (c["name"], token_mounted(ds, c)))
-    for c in (agent, csi):
-        if flag_value(c.get("args"), "--node-name") != "$(NODE_NAME)":
-            probs.append("%s: --node-name is not the downward-API node name" % c.get("name"))
+    for c, flag in ((agent, "--node"), (csi, "--node-id")):
+        if flag_value(c.get("args"), flag) != "$(NODE_NAME)":
+            probs.append("%s: %s is not the downward-API node name" % (c.get("name"), flag))
         env = {e["name"]: e for e in c.get("env", [])}
         if ((env.get("NODE_NAME") or {}).get("valueFrom") or {}).get("fieldRef", {}).get("fieldPath") != "spec.nodeName":
             probs.append("%s: NODE_NAME is not spec.nodeName" % c.get("name"))
@@ -696,9 +701,8 @@ def check_config(r):
     want = {"verify-enabled": str(r.opts.get("verify", True)).lower(),
             "allow-unsigned-images": "false",
             "gpu-source": r.opts.get("gpu", "nvml"),
-            "store-dir": r.opts.get("state", "/var/lib/gkm") + "/store",
-            "views-dir": r.opts.get("state", "/var/lib/gkm") + "/caches",
-            "usage-dir": r.opts.get("run", "/run/gkm") + "/usage",
+            "state-dir": r.opts.get("state", "/var/lib/gkm"),
+            "run-dir": r.opts.get("run", "/run/gkm"),
             "log-level": "info", "policies-configmap": "gkm-policies",
             "trust-keys-dir": "/etc/gkm/keys"}
     for k, v in want.items():
@@ -724,6 +728,18 @@ def check_config(r):
             probs.append("a trust keys ConfigMap is rendered although existingConfigMap is set")
     elif keys is not None and (tk or {}).get("data") != keys:
         probs.append("trust keys ConfigMap data %r, want %r" % ((tk or {}).get("data"), keys))
+    # --key flags: every trusted key file, to the daemons that verify, unless verification is off
+    files = r.opts.get("key_files", sorted((keys or {}).keys()))
+    want_keys = ["/etc/gkm/keys/" + f for f in files] if r.opts.get("verify", True) else []
+    for comp in ("agent", "webhook"):
+        w, c = r.container(comp)
+        if c is None:
+            continue
+        got = [a.split("=", 1)[1] for a in c.get("args", []) if a.startswith("--key=")]
+        if sorted(got) != sorted(want_keys):
+            probs.append("%s --key flags %s, want %s" % (comp, got, want_keys))
+        if got and not any(m["mountPath"] == "/etc/gkm/keys" for m in c.get("volumeMounts", [])):
+            probs.append("%s: --key files but no /etc/gkm/keys mount" % comp)
     return probs
 
 
@@ -815,6 +831,7 @@ def variants():
          {"gpu": "file", "gpu_json": gpu_json}),
         ("GPU source file (host path)", ["--set", "gpu.source=file"], {"gpu": "file"}),
         ("GPU source rocm", ["--set", "gpu.source=rocm"], {"gpu": "rocm"}),
+        ("GPU source auto", ["--set", "gpu.source=auto"], {"gpu": "auto"}),
         ("2 operator replicas", ["--set", "operator.replicas=2"], {"replicas": 2}),
         ("ServiceMonitor", ["--set", "metrics.serviceMonitor.enabled=true",
                             "--set", "metrics.serviceMonitor.labels.release=prom"],
@@ -827,8 +844,12 @@ def variants():
         ("trusted keys", ["-f", write("keys.yaml", yaml.safe_dump(
             {"verification": {"trustedKeys": {"release": pem}}}))],
          {"trust_keys_data": {"release.pem": pem.strip() + "\n"}}),
-        ("existing trust keys ConfigMap", ["--set", "verification.existingConfigMap=corp-keys"],
-         {"trust_keys": "corp-keys", "external_configmaps": ["corp-keys"]}),
+        ("existing trust keys ConfigMap", ["--set", "verification.existingConfigMap=corp-keys",
+                                           "--set", "verification.existingKeyFiles={corp.pem,ci.pem}"],
+         {"trust_keys": "corp-keys", "external_configmaps": ["corp-keys"], "key_files": ["corp.pem", "ci.pem"]}),
+        ("trusted keys, verification off", ["-f", write("keys-off.yaml", yaml.safe_dump(
+            {"verification": {"enabled": False, "trustedKeys": {"release": pem}}}))],
+         {"verify": False, "trust_keys_data": {"release.pem": pem.strip() + "\n"}}),
         ("privileged agent", ["--set", "node.agent.privileged=true"], {"agent_privileged": True}),
         ("policy override", ["-f", write("override.yaml", yaml.safe_dump(
             {"policies": {"overrides": {"extra.lua": "return {}\n"}}}))],
@@ -878,7 +899,9 @@ def test_flags_contract(r):
 
 def test_bad_values():
     cases = [
-        ("unknown GPU source", ["--set", "gpu.source=cuda"], "gpu.source must be nvml, rocm or file"),
+        ("unknown GPU source", ["--set", "gpu.source=cuda"], "gpu.source must be auto, nvml, rocm or file"),
+        ("an existing keys ConfigMap without key files", ["--set", "verification.existingConfigMap=corp"],
+         "verification.existingConfigMap needs verification.existingKeyFiles"),
         ("3 operator replicas", ["--set", "operator.replicas=3"], "operator.replicas must be 1 or 2"),
         ("2 operators without leader election",
          ["--set", "operator.replicas=2,operator.leaderElection.enabled=false"],

@@ -55,6 +55,10 @@ def needed_packages(binary):
     sonames = re.findall(r"\(NEEDED\)\s+Shared library: \[([^\]]+)\]", rd.stdout)
     ld = subprocess.run(["ldd", binary], capture_output=True, text=True, timeout=30)
     paths = dict(re.findall(r"^\s*(\S+) => (\S+)", ld.stdout, re.M))
+    # the dynamic loader itself shows in ldd without "=>": take it from ldconfig
+    lc = subprocess.run(["/sbin/ldconfig", "-p"], capture_output=True, text=True, timeout=30)
+    for so, path in re.findall(r"^\s*(\S+) \([^)]*\) => (\S+)", lc.stdout, re.M):
+        paths.setdefault(so, path)
     out = {}
     for so in sonames:
         path = os.path.realpath(paths.get(so, so))

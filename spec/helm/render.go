@@ -60,12 +60,23 @@ func main() {
 		fmt.Fprintf(os.Stderr, "usage: gkm-chart-render [flags] CHART_DIR\n")
 		flag.PrintDefaults()
 	}
-	flag.Parse()
-	if flag.NArg() != 1 {
+	// flags may come before or after the chart directory, as with helm
+	var positional []string
+	for args := os.Args[1:]; ; {
+		if err := flag.CommandLine.Parse(args); err != nil {
+			os.Exit(2)
+		}
+		if flag.NArg() == 0 {
+			break
+		}
+		positional = append(positional, flag.Arg(0))
+		args = flag.Args()[1:]
+	}
+	if len(positional) != 1 {
 		flag.Usage()
 		os.Exit(2)
 	}
-	out, notesText, err := render(flag.Arg(0), options{
+	out, notesText, err := render(positional[0], options{
 		release: *release, namespace: *namespace, valueFiles: valueFiles,
 		sets: sets, setStrings: setStrings, apiVersions: apiVersions,
 		includeCRDs: *includeCRDs, strict: *strict, createNamespace: *createNS,
@@ -171,16 +182,26 @@ func render(chartDir string, o options) (string, string, error) {
 	return out.String(), notesText, nil
 }
 
-// cleanError turns Go's "template: x: executing ... error calling fail: msg"
-// into Helm's shorter form so the user reads the chart's own message.
+// cleanError turns Go's nested "template: x: executing ... error calling
+// include: ... error calling fail: msg" into Helm's short form, so the user
+// reads the chart's own message and where it was raised.
 func cleanError(err error) error {
 	s := err.Error()
-	re := regexp.MustCompile(`^template: ([^:]+:\d+:\d+): executing "[^"]*" at <[^>]*>: error calling (fail|required): (.*)$`)
-	if m := re.FindStringSubmatch(s); m != nil {
-		return fmt.Errorf("execution error at (%s): %s", m[1], m[3])
+	for _, marker := range []string{"error calling fail: ", "error calling required: "} {
+		i := strings.LastIndex(s, marker)
+		if i < 0 {
+			continue
+		}
+		locs := errLoc.FindAllStringSubmatch(s[:i], -1)
+		if len(locs) == 0 {
+			break
+		}
+		return fmt.Errorf("execution error at (%s): %s", locs[len(locs)-1][1], s[i+len(marker):])
 	}
 	return err
 }
+
+var errLoc = regexp.MustCompile(`template: ([^:\s]+:\d+:\d+): executing`)
 
 func copyTop(top map[string]interface{}, tname string) map[string]interface{} {
 	data := make(map[string]interface{}, len(top))

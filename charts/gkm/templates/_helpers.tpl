@@ -74,10 +74,39 @@ app.kubernetes.io/component: {{ .component }}
 {{- if not (has .ctx.Values.logFormat (list "json" "text")) -}}
 {{- fail (printf "logFormat must be json or text, got %q" .ctx.Values.logFormat) -}}
 {{- end -}}
-- --config-dir=/etc/gkm/config
 - --health-listen=:{{ .port }}
 - --log-level={{ include "gkm.logLevel" . }}
 - --log-format={{ .ctx.Values.logFormat }}
+{{- end -}}
+
+{{/* Flags of the daemons that call the API server (operator, agent, webhook):
+their namespace, the settings (gkm-config, mounted) and the policies they
+watch (gkm-policies). */}}
+{{- define "gkm.apiArgs" -}}
+- --namespace=$(POD_NAMESPACE)
+- --config-dir=/etc/gkm/config
+- --policy-configmap=gkm-policies
+{{- end -}}
+
+{{/* --key flags: one per trusted key file mounted at /etc/gkm/keys. */}}
+{{- define "gkm.keyArgs" -}}
+{{- $v := .Values.verification -}}
+{{- if $v.enabled -}}
+{{- $files := list -}}
+{{- if $v.existingConfigMap -}}
+{{- if not $v.existingKeyFiles -}}
+{{- fail "verification.existingConfigMap needs verification.existingKeyFiles: the keys (file names) of that ConfigMap to trust" -}}
+{{- end -}}
+{{- $files = $v.existingKeyFiles -}}
+{{- else -}}
+{{- range $name, $_ := $v.trustedKeys -}}
+{{- $files = append $files (printf "%s.pem" $name) -}}
+{{- end -}}
+{{- end -}}
+{{- range $files }}
+- --key=/etc/gkm/keys/{{ . }}
+{{- end -}}
+{{- end -}}
 {{- end -}}
 
 {{/* Liveness and readiness probes on the health port named by .port. */}}
