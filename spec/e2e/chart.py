@@ -876,7 +876,35 @@ def test_policy_copies():
         with open(os.path.join(src, f), "rb") as x, open(os.path.join(dst, f), "rb") as y:
             if x.read() != y.read():
                 diff.append("%s differs" % f)
-    check("charts/gkm/files/policies is an exact copy of policies/ (run `make chart-policies`)", diff)
+    check("charts/gkm/files/policies holds exactly the files of policies/", diff)
+
+
+def test_values_documented():
+    """Every value in values.yaml has a comment: on its own key or on a key
+    above it (a documented key covers its whole subtree)."""
+    with open(os.path.join(CHART, "values.yaml")) as fh:
+        lines = fh.read().splitlines()
+    keys = []  # (indent, name, has a comment right above, line number)
+    prev = ""
+    for n, line in enumerate(lines, 1):
+        m = re.match(r"^( *)([A-Za-z][\w.-]*):", line)
+        if m:
+            keys.append((len(m.group(1)), m.group(2), prev.lstrip().startswith("#"), n))
+        if line.strip():
+            prev = line
+    bad, stack = [], []  # stack: (indent, documented here or above)
+    for i, (ind, name, doc, n) in enumerate(keys):
+        while stack and stack[-1][0] >= ind:
+            stack.pop()
+        covered = bool(doc or (stack and stack[-1][1]))
+        leaf = i + 1 == len(keys) or keys[i + 1][0] <= ind
+        if leaf and not covered:
+            bad.append("values.yaml:%d: %s has no comment" % (n, name))
+        stack.append((ind, covered))
+    check("values.yaml: every value is documented", sorted(set(bad)))
+    p = render(["--set", "logLevel=debug"], strict=True)
+    t.ok(p.returncode == 0, "values.yaml: the defaults render in --strict mode (no value name is misspelt)",
+         diag=p.stderr)
 
 
 def test_flags_contract(r):
@@ -998,6 +1026,11 @@ def test_renderer():
     p = render([], chart=os.path.join(tmp, "no-chart-here"))
     t.ok(p.returncode == 1 and "Chart.yaml" in p.stderr, "renderer: a directory without Chart.yaml is refused",
          diag=p.stderr)
+    d = copy_chart()
+    os.symlink("..", os.path.join(d, "files", "loop"))
+    p = render([], chart=d)
+    t.ok(p.returncode == 1 and "symbolic link cycle" in p.stderr,
+         "renderer: follows links in the chart, but not round a cycle", diag=p.stderr)
     p = render([], release="Bad_Name")
     t.ok(p.returncode == 1 and "release name" in p.stderr, "renderer: an invalid release name is refused",
          diag=p.stderr)
@@ -1122,6 +1155,7 @@ def main():
         t.ok(False, "the chart renderer is built", diag="%s missing: run make spec-extra" % RENDER)
         return t.finish()
     test_policy_copies()
+    test_values_documented()
     default = None
     for name, args, opts in variants():
         release, ns = opts.get("release", "gkm"), opts.get("ns", "gkm")
