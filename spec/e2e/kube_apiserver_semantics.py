@@ -518,6 +518,17 @@ def main(ks):
     t.ok(st == 422 and {"eventTime", "reportingController", "action", "reason"} <= {f for f, _r in causes(b)},
          "events.k8s.io/v1 requires eventTime, reportingController, action, reason", diag=b)
 
+    # ---------------------------------------------- request recording
+    seq = ks.control("requests", {"since": 0})["next"]
+    apply(CM + "/rec", dict(base, metadata={"name": "rec"}), "gkm-agent/node-9")
+    w = ks.watch(CM + "?watch=1&timeoutSeconds=1&labelSelector=x%3Dy")
+    w.next()
+    w.close()
+    got = ks.control("requests", {"since": seq, "path": "/configmaps"})["requests"]
+    t.ok([(r["method"], r["fieldManager"], r["contentType"], r["status"], r["watch"]) for r in got] ==
+         [("PATCH", "gkm-agent/node-9", APPLY, 201, False), ("GET", "", "", 200, True)],
+         "/_test/requests: what clients sent, with field manager, content type and status", diag=got)
+
     # --------------------------------------------------- HTTP details
     conn = ks.connection()
     rvs = []

@@ -15,6 +15,7 @@ garbage collection; Table output for kubectl.
 """
 import argparse
 import base64
+import collections
 import copy
 import datetime
 import json
@@ -154,6 +155,8 @@ class Server:
         self.watch_conns = set()
         self.token = args.token
         self.request_count = 0
+        self.requests = collections.deque(maxlen=100000)   # with --test-control
+        self.request_seq = 0
         for rt in ktypes.builtin_types():
             self.register(rt)
         self.openapi = kopenapi.OpenAPI(self)
@@ -172,6 +175,20 @@ class Server:
         for d in args.crds or []:
             self.load_crds(d)
         threading.Thread(target=self.gc_loop, daemon=True, name="gc").start()
+
+    def log_request(self, h):
+        """Remember a request for /_test/requests (what clients really sent)."""
+        url = urllib.parse.urlsplit(h.path)
+        q = urllib.parse.parse_qs(url.query)
+        with self.fault_lock:
+            self.request_seq += 1
+            self.requests.append({
+                "seq": self.request_seq, "time": time.time(), "method": h.command,
+                "path": url.path, "query": url.query,
+                "contentType": h.headers.get("Content-Type", ""),
+                "userAgent": h.headers.get("User-Agent", ""),
+                "fieldManager": (q.get("fieldManager") or [""])[0],
+                "watch": (q.get("watch") or [""])[0] in ("1", "true"), "status": h.status_sent})
 
     # ---------------------------------------------------------------- registry
     def register(self, rt):
@@ -1678,9 +1695,17 @@ class Handler(BaseHTTPRequestHandler):
     def do_HEAD(self):
         self.dispatch()
 
+    record = False
+    status_sent = 0
+
+    def send_response(self, code, message=None):
+        self.status_sent = code
+        super().send_response(code, message)
+
     def dispatch(self):
         api = self.api
         api.request_count += 1
+        self.status_sent = 0
         try:
             url = urllib.parse.urlsplit(self.path)
             path = url.path
@@ -1688,12 +1713,13 @@ class Handler(BaseHTTPRequestHandler):
             body = b""
             if self.command in ("POST", "PUT", "PATCH", "DELETE"):
                 body = self.read_body()
+            if path not in ("/version", "/healthz", "/livez", "/readyz") and not self.authenticated():
+                raise ApiError(401, "Unauthorized", "Unauthorized")
             if path.startswith("/_test/"):
                 if not api.args.test_control:
                     raise not_found_path(path)
                 return self.test_control(path, body)
-            if path not in ("/version", "/healthz", "/livez", "/readyz") and not self.authenticated():
-                raise ApiError(401, "Unauthorized", "Unauthorized")
+            self.record = api.args.test_control
             fault = self.take_fault("request")
             if fault:
                 if fault.startswith("status:"):
@@ -1720,6 +1746,10 @@ class Handler(BaseHTTPRequestHandler):
                                                 "Internal error occurred: %s" % e))
             except OSError:
                 self.close_connection = True
+        finally:
+            if self.record:
+                self.record = False
+                api.log_request(self)
 
     def route(self, path, params, body):
         api = self.api
@@ -1920,6 +1950,9 @@ class Handler(BaseHTTPRequestHandler):
         as_table = wants_table(self.headers.get("Accept", ""))
         w, initial, error = api.start_watch(rt, ns, params, name)
         self.send_response(200)
+        if self.record:
+            self.record = False
+            api.log_request(self)
         self.send_header("Content-Type", "application/json")
         self.send_header("Transfer-Encoding", "chunked")
         self.send_header("Cache-Control", "no-cache, private")
@@ -2045,6 +2078,13 @@ class Handler(BaseHTTPRequestHandler):
             with api.fault_lock:
                 api.faults.clear()
             return self.send_json(200, {})
+        if path == "/_test/requests":
+            since = int(req.get("since", 0))
+            sub = req.get("path", "")
+            with api.fault_lock:
+                out = [r for r in api.requests if r["seq"] > since and sub in r["path"]]
+                nxt = api.request_seq
+            return self.send_json(200, {"requests": out, "next": nxt})
         if path == "/_test/stats":
             with api.store.lock:
                 watchers = sum(len(v) for v in api.store.watchers.values())
