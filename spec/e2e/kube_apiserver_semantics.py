@@ -398,6 +398,10 @@ def main(ks):
          int(evs[1]["object"]["metadata"]["resourceVersion"]) >= int(evs[0]["object"]["metadata"]["resourceVersion"])
          and set(evs[1]["object"]) == {"apiVersion", "kind", "metadata"},
          "BOOKMARK: only kind, apiVersion and a resourceVersion past the last event", diag=evs)
+    st, _h, out = req("GET", CM + "?watch=1&resourceVersion=%d" % (int(cur) + 1000))
+    t.ok(st == 200 and isinstance(out, dict) and out["type"] == "ERROR" and out["object"]["code"] == 504
+         and out["object"]["details"]["causes"][0]["reason"] == "ResourceVersionTooLarge",
+         "a watch from a version the server has not reached: ERROR ResourceVersionTooLarge", diag=out)
     ks.control("compact")
     st, _h, out = req("GET", CM + "?watch=1&resourceVersion=%s" % cur)
     t.ok(st == 200 and isinstance(out, dict) and out["type"] == "ERROR" and out["object"]["code"] == 410,

@@ -1317,7 +1317,13 @@ class Server:
                 except ValueError:
                     raise bad_request("resourceVersion: Invalid value: %s: must be an integer" % rvp)
                 evs = self.store.replay(rt.storage, since)
-                if evs is None:
+                if since > self.store.rv:
+                    error = status_obj(504, "Timeout", "Too large resource version: %d, current: %d"
+                                       % (since, self.store.rv),
+                                       {"causes": [{"reason": "ResourceVersionTooLarge",
+                                                    "message": "Too large resource version"}],
+                                        "retryAfterSeconds": 1})
+                elif evs is None:
                     error = status_obj(410, "Expired", "too old resource version: %d (%d)"
                                        % (since, self.store.oldest(rt.storage)))
                 else:
