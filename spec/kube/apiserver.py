@@ -15,6 +15,7 @@ garbage collection; Table output for kubectl.
 """
 import argparse
 import base64
+import collections
 import copy
 import datetime
 import json
@@ -35,6 +36,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import kopenapi  # noqa: E402
+import kproto  # noqa: E402
 import kschema  # noqa: E402
 import ksel  # noqa: E402
 import kssa  # noqa: E402
@@ -153,6 +155,8 @@ class Server:
         self.watch_conns = set()
         self.token = args.token
         self.request_count = 0
+        self.requests = collections.deque(maxlen=100000)   # with --test-control
+        self.request_seq = 0
         for rt in ktypes.builtin_types():
             self.register(rt)
         self.openapi = kopenapi.OpenAPI(self)
@@ -171,6 +175,20 @@ class Server:
         for d in args.crds or []:
             self.load_crds(d)
         threading.Thread(target=self.gc_loop, daemon=True, name="gc").start()
+
+    def log_request(self, h):
+        """Remember a request for /_test/requests (what clients really sent)."""
+        url = urllib.parse.urlsplit(h.path)
+        q = urllib.parse.parse_qs(url.query)
+        with self.fault_lock:
+            self.request_seq += 1
+            self.requests.append({
+                "seq": self.request_seq, "time": time.time(), "method": h.command,
+                "path": url.path, "query": url.query,
+                "contentType": h.headers.get("Content-Type", ""),
+                "userAgent": h.headers.get("User-Agent", ""),
+                "fieldManager": (q.get("fieldManager") or [""])[0],
+                "watch": (q.get("watch") or [""])[0] in ("1", "true"), "status": h.status_sent})
 
     # ---------------------------------------------------------------- registry
     def register(self, rt):
@@ -284,6 +302,12 @@ class Server:
         if raw is None or raw == b"":
             raise bad_request("the body of the request was empty")
         ct = (content_type or "").split(";")[0].strip()
+        if ct == "application/vnd.kubernetes.protobuf":
+            try:
+                return kproto.decode(raw)
+            except kproto.ProtoError as e:
+                raise bad_request("the object provided is unrecognized (must be of type %s): %s"
+                                  % (rt.kind, e))
         if ct not in ("", "application/json", "application/yaml", "application/apply-patch+yaml",
                       "*/*"):
             raise ApiError(415, "UnsupportedMediaType",
@@ -364,7 +388,7 @@ class Server:
                 warnings = ['unknown field "%s"' % u for u in unknown]
         return out, warnings
 
-    def validate(self, rt, obj, old, request_gv):
+    def validate(self, rt, obj, old, request_gv, known=None):
         md = obj.get("metadata") or {}
         errs = []
         name = md.get("name", "")
@@ -394,7 +418,7 @@ class Server:
             for k in ("metadata", "apiVersion", "kind"):
                 props.pop(k, None)
             sch["properties"] = props
-            errs += kschema.validate(body, sch, "")
+            errs += kschema.validate(body, sch, "", known=known)
         if rt.extra_validate is not None:
             errs += rt.extra_validate(rt, obj, old, request_gv)
         if rt.plural == "customresourcedefinitions":
@@ -492,7 +516,7 @@ class Server:
         if rt.plural == "customresourcedefinitions":
             obj.pop("status", None)
             obj.setdefault("spec", {}).setdefault("conversion", {"strategy": "None"})
-        if rt.schema is not None:
+        if rt.has_defaults:
             kschema.apply_defaults(obj, rt.schema)
         storage_form = self.to_storage(rt, obj)
         self.storage_skeleton(rt).apply_skeleton(storage_form)
@@ -505,6 +529,8 @@ class Server:
             kssa.update(managers, self.empty_object(rt), self.out(rt, storage_form), rt.ssa_schema,
                         manager, "", rt.gv, now_str())
         # what the create strategy sets comes after the field manager ran
+        if rt.normalize is not None:
+            rt.normalize(storage_form)
         if rt.plural == "pods":
             storage_form["status"] = {"phase": "Pending"}
         if rt.plural == "namespaces":
@@ -552,7 +578,7 @@ class Server:
 
     # ------------------------------------------------------------------ update
     def update(self, rt, ns, name, sub, body, params, headers=None):
-        obj = copy_obj(body)
+        obj = body
         self.check_gvk(rt, obj)
         validation = self.field_validation(params)
         obj, warnings = self.strict_fields(rt, obj, validation)
@@ -591,9 +617,10 @@ class Server:
                       apply_done=False):
         """Shared tail of PUT and PATCH: new_req is the client's version of the
         desired object. Lock held. Returns the object to answer with."""
-        cur_out = copy_obj(self.out(rt, cur))
-        new = copy_obj(new_req)
-        md = new.setdefault("metadata", {})
+        # objects are never modified in place once stored: copy what changes
+        cur_out = self.out(rt, cur)
+        new = dict(new_req)
+        md = new["metadata"] = dict(new.get("metadata") or {})
         cmd = cur_out["metadata"]
         for k in ("uid", "creationTimestamp", "deletionTimestamp", "deletionGracePeriodSeconds",
                   "generation", "namespace", "resourceVersion", "selfLink"):
@@ -603,7 +630,7 @@ class Server:
                 md.pop(k, None)
         if rt.status:
             if sub == "status":
-                keep = copy_obj(cur_out)
+                keep = dict(cur_out)
                 if "status" in new:
                     keep["status"] = new["status"]
                 else:
@@ -615,14 +642,16 @@ class Server:
                 md = new["metadata"]
             else:
                 if "status" in cur_out:
-                    new["status"] = copy_obj(cur_out["status"])
+                    new["status"] = cur_out["status"]
                 else:
                     new.pop("status", None)
-        if rt.schema is not None:
-            kschema.apply_defaults(new, rt.schema)
+        if rt.has_defaults:
+            new = kschema.apply_defaults(copy_obj(new), rt.schema)
         storage_form = self.to_storage(rt, new)
         self.storage_skeleton(rt).apply_skeleton(storage_form)
-        self.validate(rt, storage_form, cur, rt.gv)
+        if rt.normalize is not None:
+            rt.normalize(storage_form)
+        self.validate(rt, storage_form, cur, rt.gv, known=cur)
         smd = storage_form["metadata"]
         if rt.generation and "generation" in cur["metadata"]:
             if self.spec_changed(rt, cur, storage_form):
@@ -693,7 +722,7 @@ class Server:
             cur = self.store.get(rt.storage, key)
             if cur is None:
                 raise not_found(rt, name)
-            cur_out = copy_obj(self.out(rt, cur))
+            cur_out = self.out(rt, cur)
             try:
                 if ct == "application/json-patch+json":
                     new = json_patch(cur_out, patch)
@@ -786,7 +815,7 @@ class Server:
                 res = self.store.commit(rt.storage, key, stored)
                 self.after_write(rt, res, None)
                 return self.out(rt, res), warnings, 201
-            cur_out = self.strip_mf(copy_obj(self.out(rt, cur)))
+            cur_out = self.strip_mf(self.out(rt, cur))
             try:
                 managers = kssa.Managers(cur["metadata"].get("managedFields") or [])
             except ValueError:
@@ -1263,7 +1292,16 @@ class Server:
                 return False
             return self.matches(rt, obj, lsel, fsel)
 
-        w = kstore.Watcher(rt.storage, match)
+        index = None
+        for f, op, v in fsel:
+            if f == "metadata.name" and op == "=":
+                index = ("name", v)
+        if index is None:
+            for k, op, vals in lsel:
+                if op == "=" or (op == "in" and len(vals) == 1):
+                    index = ("label", k, vals[0])
+                    break
+        w = kstore.Watcher(rt.storage, match, index)
         initial = []
         error = None
         with self.store.lock:
@@ -1279,7 +1317,13 @@ class Server:
                 except ValueError:
                     raise bad_request("resourceVersion: Invalid value: %s: must be an integer" % rvp)
                 evs = self.store.replay(rt.storage, since)
-                if evs is None:
+                if since > self.store.rv:
+                    error = status_obj(504, "Timeout", "Too large resource version: %d, current: %d"
+                                       % (since, self.store.rv),
+                                       {"causes": [{"reason": "ResourceVersionTooLarge",
+                                                    "message": "Too large resource version"}],
+                                        "retryAfterSeconds": 1})
+                elif evs is None:
                     error = status_obj(410, "Expired", "too old resource version: %d (%d)"
                                        % (since, self.store.oldest(rt.storage)))
                 else:
@@ -1301,7 +1345,7 @@ class Server:
     def close_watches(self):
         with self.store.lock:
             for ws in self.store.watchers.values():
-                for w in list(ws):
+                for w in ws:
                     w.close()
 
 
@@ -1591,6 +1635,9 @@ class Handler(BaseHTTPRequestHandler):
         n = int(self.headers.get("Content-Length") or 0)
         if n > MAX_BODY:
             self.close_connection = True
+            if n <= 4 * MAX_BODY:
+                while n > 0:    # drain it so that the client reads the answer
+                    n -= len(self.rfile.read(min(n, 65536)) or b"x" * n)
             raise ApiError(413, "RequestEntityTooLarge", "Request entity too large: limit is 3145728")
         return self.rfile.read(n) if n > 0 else b""
 
@@ -1654,9 +1701,17 @@ class Handler(BaseHTTPRequestHandler):
     def do_HEAD(self):
         self.dispatch()
 
+    record = False
+    status_sent = 0
+
+    def send_response(self, code, message=None):
+        self.status_sent = code
+        super().send_response(code, message)
+
     def dispatch(self):
         api = self.api
         api.request_count += 1
+        self.status_sent = 0
         try:
             url = urllib.parse.urlsplit(self.path)
             path = url.path
@@ -1664,12 +1719,13 @@ class Handler(BaseHTTPRequestHandler):
             body = b""
             if self.command in ("POST", "PUT", "PATCH", "DELETE"):
                 body = self.read_body()
+            if path not in ("/version", "/healthz", "/livez", "/readyz") and not self.authenticated():
+                raise ApiError(401, "Unauthorized", "Unauthorized")
             if path.startswith("/_test/"):
                 if not api.args.test_control:
                     raise not_found_path(path)
                 return self.test_control(path, body)
-            if path not in ("/version", "/healthz", "/livez", "/readyz") and not self.authenticated():
-                raise ApiError(401, "Unauthorized", "Unauthorized")
+            self.record = api.args.test_control
             fault = self.take_fault("request")
             if fault:
                 if fault.startswith("status:"):
@@ -1696,6 +1752,10 @@ class Handler(BaseHTTPRequestHandler):
                                                 "Internal error occurred: %s" % e))
             except OSError:
                 self.close_connection = True
+        finally:
+            if self.record:
+                self.record = False
+                api.log_request(self)
 
     def route(self, path, params, body):
         api = self.api
@@ -1896,12 +1956,33 @@ class Handler(BaseHTTPRequestHandler):
         as_table = wants_table(self.headers.get("Accept", ""))
         w, initial, error = api.start_watch(rt, ns, params, name)
         self.send_response(200)
+        if self.record:
+            self.record = False
+            api.log_request(self)
         self.send_header("Content-Type", "application/json")
         self.send_header("Transfer-Encoding", "chunked")
         self.send_header("Cache-Control", "no-cache, private")
         self.end_headers()
         self.close_connection = False
-        fault = self.take_fault("watch")
+        fault = [self.take_fault("watch")]
+        sent = [0]
+
+        def emit(typ, obj):
+            """Send one event; False once an injected fault cut the stream."""
+            if fault[0] and sent[0] >= 1:
+                if fault[0] == "truncate":
+                    data = json.dumps({"type": typ, "object": api.out(rt, obj)}).encode()
+                    self.wfile.write(b"%x\r\n%s" % (len(data), data[: len(data) // 2]))
+                    self.wfile.flush()
+                    self.close_connection = True
+                    self.connection.shutdown(socket.SHUT_RDWR)
+                    return False
+                if fault[0] == "malformed":
+                    self.write_raw(b'{"type":"MODIFIED","object":{"kind"\n')
+                    fault[0] = None
+            self.write_event(rt, typ, obj, as_table)
+            sent[0] += 1
+            return True
         try:
             if error is not None:
                 self.write_chunk({"type": "ERROR", "object": error})
@@ -1910,14 +1991,13 @@ class Handler(BaseHTTPRequestHandler):
             deadline = time.monotonic() + timeout
             interval = api.args.bookmark_interval
             next_bookmark = time.monotonic() + interval
-            sent = 0
             for typ, obj, _ev in initial:
                 if typ == "BOOKMARK-INITIAL":
                     if bookmarks:
                         self.write_chunk(self.bookmark(rt, initial_end=True))
                     continue
-                self.write_event(rt, typ, obj, as_table)
-                sent += 1
+                if not emit(typ, obj):
+                    return
             while True:
                 now = time.monotonic()
                 if now >= deadline:
@@ -1944,19 +2024,8 @@ class Handler(BaseHTTPRequestHandler):
                         next_bookmark = time.monotonic() + interval
                     continue
                 typ, obj, _ev = item
-                if fault == "truncate" and sent >= 1:
-                    data = json.dumps({"type": typ, "object": api.out(rt, obj)}).encode()
-                    self.wfile.write(b"%x\r\n%s" % (len(data), data[: len(data) // 2]))
-                    self.wfile.flush()
-                    self.close_connection = True
-                    self.connection.shutdown(socket.SHUT_RDWR)
+                if not emit(typ, obj):
                     return
-                if fault == "malformed" and sent >= 1:
-                    self.wfile.write(b"5\r\n{\"ty\r\n")
-                    fault = None
-                    continue
-                self.write_event(rt, typ, obj, as_table)
-                sent += 1
             self.end_chunks()
         except (BrokenPipeError, ConnectionResetError, ssl.SSLError, OSError):
             self.close_connection = True
@@ -2015,6 +2084,13 @@ class Handler(BaseHTTPRequestHandler):
             with api.fault_lock:
                 api.faults.clear()
             return self.send_json(200, {})
+        if path == "/_test/requests":
+            since = int(req.get("since", 0))
+            sub = req.get("path", "")
+            with api.fault_lock:
+                out = [r for r in api.requests if r["seq"] > since and sub in r["path"]]
+                nxt = api.request_seq
+            return self.send_json(200, {"requests": out, "next": nxt})
         if path == "/_test/stats":
             with api.store.lock:
                 watchers = sum(len(v) for v in api.store.watchers.values())
