@@ -34,6 +34,8 @@ SAN      := -fsanitize=address,undefined -fno-omit-frame-pointer -fno-sanitize-r
 
 EMBED_FILES := $(sort $(shell find lua policies -name '*.lua' 2>/dev/null))
 
+.DEFAULT_GOAL := all
+
 # Generated C sources (protobuf-c output etc.) are appended by */*.mk files.
 GEN_SRCS :=
 -include $(wildcard core/*.mk webhook/*.mk csi/*.mk spec/*.mk)
