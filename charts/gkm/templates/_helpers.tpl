@@ -79,34 +79,24 @@ app.kubernetes.io/component: {{ .component }}
 - --log-format={{ .ctx.Values.logFormat }}
 {{- end -}}
 
-{{/* Flags of the daemons that call the API server (operator, agent, webhook):
-their namespace, the settings (gkm-config, mounted) and the policies they
-watch (gkm-policies). */}}
-{{- define "gkm.apiArgs" -}}
-- --namespace=$(POD_NAMESPACE)
-- --config-dir=/etc/gkm/config
-- --policy-configmap=gkm-policies
+{{/* Flags of the daemons that run policies (operator, agent, webhook): the
+settings (gkm-config) and the policies (gkm-policies), both mounted
+ConfigMaps the daemons reload when the files change. */}}
+{{- define "gkm.configArgs" -}}
+- --config=/etc/gkm/config
+- --policy-dir=/etc/gkm/policies
 {{- end -}}
 
-{{/* --key flags: one per trusted key file mounted at /etc/gkm/keys. */}}
-{{- define "gkm.keyArgs" -}}
-{{- $v := .Values.verification -}}
-{{- if $v.enabled -}}
-{{- $files := list -}}
-{{- if $v.existingConfigMap -}}
-{{- if not $v.existingKeyFiles -}}
-{{- fail "verification.existingConfigMap needs verification.existingKeyFiles: the keys (file names) of that ConfigMap to trust" -}}
+{{/* The mounts and volumes that go with gkm.configArgs. */}}
+{{- define "gkm.configMounts" -}}
+- {name: config, mountPath: /etc/gkm/config, readOnly: true}
+- {name: policies, mountPath: /etc/gkm/policies, readOnly: true}
 {{- end -}}
-{{- $files = $v.existingKeyFiles -}}
-{{- else -}}
-{{- range $name, $_ := $v.trustedKeys -}}
-{{- $files = append $files (printf "%s.pem" $name) -}}
-{{- end -}}
-{{- end -}}
-{{- range $files }}
-- --key=/etc/gkm/keys/{{ . }}
-{{- end -}}
-{{- end -}}
+{{- define "gkm.configVolumes" -}}
+- name: config
+  configMap: {name: gkm-config}
+- name: policies
+  configMap: {name: gkm-policies}
 {{- end -}}
 
 {{/* Liveness and readiness probes on the health port named by .port. */}}
