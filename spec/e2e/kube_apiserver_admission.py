@@ -88,15 +88,10 @@ def cache(name, image, ns="default"):
 
 
 def main():
-    ks = KubeServer(tls=True, token="adm")
-    os.makedirs(ks.dir, exist_ok=True)
-    # the certificates exist once the server ran once; make them first
-    ks.start()
-    hook = webhook_server(ks.tls_dir)
+    ks = KubeServer(tls=True, token="adm").start()
+    hook = webhook_server(ks.tls_dir)      # its certificate is signed by the server's CA
     port = hook.server_address[1]
-    ks.stop()
-    ks.opts += ["--service-endpoint", "gkm/gkm-webhook=127.0.0.1:%d" % port]
-    ks.start()
+    ks.control("service-endpoint", {"service": "gkm/gkm-webhook", "address": "127.0.0.1:%d" % port})
     req = ks.request
     with open(ks.ca, "rb") as fh:
         ca = base64.b64encode(fh.read()).decode()

@@ -2169,6 +2169,12 @@ class Handler(BaseHTTPRequestHandler):
             with api.fault_lock:
                 api.faults.clear()
             return self.send_json(200, {})
+        if path == "/_test/service-endpoint":
+            host, _, port = str(req.get("address", "")).rpartition(":")
+            if not req.get("service") or not port.isdigit():
+                raise bad_request('want {"service": "NS/NAME", "address": "HOST:PORT"}')
+            api.admission.endpoints[req["service"]] = (host or "127.0.0.1", int(port))
+            return self.send_json(200, req)
         if path == "/_test/requests":
             since = int(req.get("since", 0))
             sub = req.get("path", "")
