@@ -285,6 +285,28 @@ def main(ks):
          "...and the condition op-b no longer applies is gone", diag=b.get("status"))
     cond("Verified", "True", "op-c")
 
+    # a set-type list: each manager owns its own values
+    def failed(nodes, manager):
+        return apply(NSG + "/c1", {"apiVersion": "gkm.io/v1alpha1", "kind": "GKMCache", "metadata": {"name": "c1"},
+                                   "status": {"failedNodeConditions": {"Incompatible": nodes}}},
+                     manager, sub="status")
+    failed(["node-1", "node-3"], "shard-a")
+    st, _h, b = failed(["node-2"], "shard-b")
+    t.ok(st == 200 and b["status"]["failedNodeConditions"]["Incompatible"] == ["node-1", "node-3", "node-2"],
+         "listType=set: two managers' values are merged", diag=b.get("status"))
+    mf = {e["manager"]: e["fieldsV1"] for e in b["metadata"]["managedFields"]}
+    t.eq(mf.get("shard-b"), {"f:status": {"f:failedNodeConditions": {"f:Incompatible": {'v:"node-2"': {}}}}},
+         "...each value owned as v:<value>")
+    st, _h, b = failed(["node-1"], "shard-a")
+    t.eq(b["status"]["failedNodeConditions"]["Incompatible"], ["node-1", "node-2"],
+         "...a value its manager stops applying goes")
+    # labels shared by two managers
+    lab = {"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "lab", "labels": {"a": "1", "b": "2"}}}
+    apply(CM + "/lab", lab, "m1")
+    apply(CM + "/lab", dict(lab, metadata={"name": "lab", "labels": {"b": "2", "c": "3"}}), "m2")
+    st, _h, b = apply(CM + "/lab", dict(lab, metadata={"name": "lab"}), "m1")
+    t.eq(b["metadata"].get("labels"), {"b": "2", "c": "3"}, "labels: m1's own label goes, the shared one stays")
+
     # ------------------------------------------------------- lists
     req("POST", "/api/v1/namespaces", {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": "other"}})
     for i in range(12):
