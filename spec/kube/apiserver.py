@@ -15,8 +15,8 @@ garbage collection; Table output for kubectl.
 """
 import argparse
 import base64
+import bisect
 import collections
-import copy
 import datetime
 import json
 import os
@@ -24,7 +24,6 @@ import random
 import signal
 import socket
 import ssl
-import string
 import subprocess
 import sys
 import threading
@@ -332,7 +331,6 @@ class Server:
                 for o in objs:
                     key = self.key_of(storage, o)
                     if key not in self.store.objs[storage]:
-                        import bisect
                         bisect.insort(self.store.keys[storage], key)
                     self.store.objs[storage][key] = o
                     self.store._index(storage, key, o)
@@ -1401,10 +1399,7 @@ class Server:
                                        % (since, self.store.oldest(rt.storage)))
                 else:
                     for ev in evs:
-                        before = w.q.qsize()
                         w.offer(ev)
-                        if w.q.qsize() > before:
-                            pass
             if error is None:
                 self.store.watchers[rt.storage].add(w)
         if initial_flag and error is None:

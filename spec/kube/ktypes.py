@@ -615,8 +615,6 @@ def builtin_types():
                                                       "be evaluated for pod readiness.",
                               priority=1)]
     pod.table = _pod_cells
-    named = {"type": "array", "x-kubernetes-list-type": "map",
-             "x-kubernetes-list-map-keys": ["name"], "items": {"type": "object"}}
     pod.ssa_schema = _root(kbuiltin.KINDS["Pod"])
     out.append(pod)
 
