@@ -555,20 +555,21 @@ def check_node(r):
             probs.append("%s: %s readOnly=%s, want %s" % (c.get("name"), path, m.get("readOnly"), ro))
         elif ro and m.get("mountPropagation") != "HostToContainer":
             probs.append("%s: read-only %s without HostToContainer" % (c.get("name"), path))
-    # the paths in gkm-config lie inside those mounts
-    cfg = r.config()
-    for key, c in (("state-dir", agent), ("state-dir", csi), ("run-dir", csi), ("run-dir", agent)):
-        p = cfg.get(key, "")
-        if not any(p == mp or p.startswith(mp.rstrip("/") + "/") for mp in mounts_by_path(c)):
-            probs.append("gkm-config %s=%r is not mounted into %s" % (key, p, c.get("name")))
-    if cfg.get("gpu-source") == "file":
-        p = cfg.get("gpus-file", "")
-        if not any(p == mp or p.startswith(mp.rstrip("/") + "/") for mp in mounts_by_path(agent)):
-            probs.append("gpus-file %r is not mounted into the agent" % p)
-        if flag_value(agent.get("args"), "--gpus-file") != p:
-            probs.append("agent --gpus-file is not gkm-config gpus-file %r" % p)
-    if flag_value(agent.get("args"), "--gpu-source") != cfg.get("gpu-source"):
-        probs.append("agent --gpu-source is not gkm-config gpu-source")
+    # the GPU source, and the inventory file the file source reads
+    gpu = r.opts.get("gpu", "nvml")
+    if flag_value(agent.get("args"), "--gpu-source") != gpu:
+        probs.append("agent --gpu-source=%s, want %s" % (flag_value(agent.get("args"), "--gpu-source"), gpu))
+    gf = flag_value(agent.get("args"), "--gpu-file")
+    if gpu == "file":
+        vols_by_mount = {m["mountPath"]: vols.get(m["name"]) or {} for m in agent.get("volumeMounts", [])}
+        src = vols_by_mount.get(gf) or vols_by_mount.get(os.path.dirname(gf or "")) or {}
+        if "gpu_json" in r.opts:
+            if src.get("configMap", {}).get("name") != "gkm-config" or os.path.basename(gf) != "gpus.json":
+                probs.append("agent --gpu-file=%s is not gpus.json of gkm-config" % gf)
+        elif (src.get("hostPath") or {}).get("type") != "File":
+            probs.append("agent --gpu-file=%s is not a host file" % gf)
+    elif gf:
+        probs.append("agent --gpu-file with gpu.source=%s" % gpu)
     # only the agent talks to the API server
     for c in ps["containers"]:
         if token_mounted(ds, c) != (c["name"] == "agent"):
@@ -722,18 +723,22 @@ def check_config(r):
     probs = []
     cfg = r.config()
     want = {"verify-enabled": str(r.opts.get("verify", True)).lower(),
-            "allow-unsigned-images": "false",
-            "gpu-source": r.opts.get("gpu", "nvml"),
-            "state-dir": r.opts.get("state", "/var/lib/gkm"),
-            "run-dir": r.opts.get("run", "/run/gkm"),
-            "log-level": "info", "policies-configmap": "gkm-policies",
-            "trust-keys-dir": "/etc/gkm/keys"}
-    for k, v in want.items():
-        if cfg.get(k) != v:
-            probs.append("gkm-config %s=%r, want %r" % (k, cfg.get(k), v))
+            "allow-unsigned-images": "false"}
     if "gpu_json" in r.opts:
-        if json.loads(cfg.get("gpus.json", "null")) != r.opts["gpu_json"]:
-            probs.append("gkm-config gpus.json is not the JSON given")
+        want["gpus.json"] = r.opts["gpu_json"]
+    got = dict(cfg)
+    if "gpus.json" in got:
+        got["gpus.json"] = json.loads(got["gpus.json"])
+    if got != want:
+        probs.append("gkm-config data %s, want %s" % (sorted(got), sorted(want)))
+    # --verify-enabled: the agent checks on the node; the operator resolves
+    # digests itself when no webhook does
+    verify = r.opts.get("verify", True)
+    for comp, want_v in (("agent", verify), ("operator", verify and r.opts.get("webhook", True))):
+        w, c = r.container(comp)
+        if c is not None and flag_value(c.get("args"), "--verify-enabled") != str(want_v).lower():
+            probs.append("%s --verify-enabled=%s, want %s" % (
+                comp, flag_value(c.get("args"), "--verify-enabled"), str(want_v).lower()))
     pol = (r.get("ConfigMap", "gkm-policies") or {}).get("data") or {}
     want_pol = {}
     for f in sorted(os.listdir(os.path.join(ROOT, "policies"))):
@@ -753,9 +758,8 @@ def check_config(r):
         probs.append("trust keys ConfigMap data %r, want %r" % ((tk or {}).get("data"), keys))
     # settings, policies and keys reach the daemons as mounted ConfigMaps
     tk_name = r.opts.get("trust_keys", r.fullname + "-trust-keys")
-    for comp, flags in (("operator", (("--config", "gkm-config"), ("--policy-dir", "gkm-policies"))),
-                        ("agent", (("--config", "gkm-config"), ("--policy-dir", "gkm-policies"),
-                                   ("--trust-dir", tk_name))),
+    for comp, flags in (("operator", (("--policy-dir", "gkm-policies"),)),
+                        ("agent", (("--policy-dir", "gkm-policies"), ("--trust-dir", tk_name))),
                         ("webhook", (("--config", "gkm-config"), ("--policy-dir", "gkm-policies"),
                                      ("--trust-dir", tk_name)))):
         w, c = r.container(comp)
@@ -780,16 +784,15 @@ def check_operator(r):
     if dep["spec"]["replicas"] != r.opts.get("replicas", 1):
         probs.append("replicas %r" % dep["spec"]["replicas"])
     args = pod_spec(dep)["containers"][0]["args"]
-    if args[0] != "operator" or "--leader-elect" not in args:
-        probs.append("operator args %s lack --leader-elect" % args)
+    if args[0] != "operator" or flag_value(args, "--leader-elect") != "true":
+        probs.append("operator args %s lack --leader-elect=true" % args)
+    if flag_value(args, "--identity") != "$(POD_NAME)":
+        probs.append("operator --identity is not the pod name")
     lease = flag_value(args, "--lease-name")
     role = r.get("Role", name) or {}
     if not any(lease in (rule.get("resourceNames") or []) and "leases" in rule["resources"]
                for rule in role.get("rules", [])):
         probs.append("--lease-name=%s is not the Lease its Role allows" % lease)
-    for f in ("--lease-duration", "--renew-deadline", "--retry-period"):
-        if not re.match(r"^\d+(ms|s|m)$", flag_value(args, f) or ""):
-            probs.append("%s is not a duration" % f)
     return probs
 
 
@@ -842,8 +845,8 @@ def ec_public_key():
 
 
 def variants():
-    gpu_json = {"gpus": [{"id": "GPU-0", "gpuType": "NVIDIA H100", "arch": "sm_90",
-                          "driverVersion": "550.54.15"}]}
+    with open(os.path.join(ROOT, "spec", "fixtures", "gpu", "inventory", "h100.json")) as fh:
+        gpu_json = json.load(fh)
     pem = ec_public_key()
     return [
         ("default", [], {}),
@@ -1139,6 +1142,8 @@ def run_daemons(r, which):
                         probs.append("%s %s did not answer 200" % (kind, hg["path"]))
                 if not probs and args[0] == "webhook":
                     probs += review_over_tls(r, w, ports)
+                if not probs and ks is not None:
+                    give_work(ks)
             finally:
                 proc.terminate()
                 try:
@@ -1159,6 +1164,10 @@ def run_daemons(r, which):
                         probs.append("made %s (%s %s), not in spec/fixtures/rbac-calls.yaml" %
                                      (key, req["method"], req["path"]))
                     seen.add(key)
+                if not seen:
+                    probs.append("made no API request: is it talking to the test API server?")
+                if os.environ.get("GKM_CHART_SHOW_CALLS"):
+                    print("# %s made: %s" % (c["name"], sorted(seen)))
                 ks.cleanup()
             if probs:
                 with open(os.path.join(tmp, c["name"] + ".log"), "rb") as fh:
@@ -1176,6 +1185,28 @@ def api_server_for(r):
     ks.request("POST", "/api/v1/nodes", {"apiVersion": "v1", "kind": "Node", "metadata": {"name": "node-1"}},
                headers={"User-Agent": "gkm-chart-test"})
     return ks
+
+
+def give_work(ks):
+    """Caches for a running operator or agent to act on, so that the requests
+    checked against rbac-calls.yaml include their real work (node reports,
+    status writes, Events), not only the start-up lists and watches."""
+    ua = {"User-Agent": "gkm-chart-test"}
+    ks.request("POST", "/api/v1/namespaces",
+               {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": "team-a"}}, headers=ua)
+    image = "127.0.0.1:9/team-a/cache:v1"
+    ks.request("POST", "/apis/gkm.io/v1alpha1/namespaces/team-a/gkmcaches",
+               {"apiVersion": "gkm.io/v1alpha1", "kind": "GKMCache",
+                "metadata": {"name": "kernels", "namespace": "team-a"}, "spec": {"image": image}}, headers=ua)
+    ks.request("POST", "/apis/gkm.io/v1alpha1/clustergkmcaches",
+               {"apiVersion": "gkm.io/v1alpha1", "kind": "ClusterGKMCache",
+                "metadata": {"name": "shared"}, "spec": {"image": image}}, headers=ua)
+
+    def wrote():
+        reqs = ks.control("requests", {"since": 0})["requests"]
+        return any(q["method"] in ("PATCH", "POST", "PUT") and "gkm-chart-test" not in q.get("userAgent", "")
+                   and ("/namespaces/team-a/" in q["path"] or "/status" in q["path"]) for q in reqs)
+    wait_for(wrote, 15)  # bounded; the check is on whatever was sent
 
 
 def review_over_tls(r, w, ports):

@@ -79,22 +79,13 @@ app.kubernetes.io/component: {{ .component }}
 - --log-format={{ .ctx.Values.logFormat }}
 {{- end -}}
 
-{{/* Flags of the daemons that run policies (operator, agent, webhook): the
-settings (gkm-config) and the policies (gkm-policies), both mounted
-ConfigMaps the daemons reload when the files change. */}}
-{{- define "gkm.configArgs" -}}
-- --config=/etc/gkm/config
-- --policy-dir=/etc/gkm/policies
-{{- end -}}
-
-{{/* The mounts and volumes that go with gkm.configArgs. */}}
-{{- define "gkm.configMounts" -}}
-- {name: config, mountPath: /etc/gkm/config, readOnly: true}
+{{/* The policies (gkm-policies) as files: every daemon that runs policies
+gets --policy-dir on this mount and reloads when the files change, so none
+of them needs RBAC on ConfigMaps. */}}
+{{- define "gkm.policyMount" -}}
 - {name: policies, mountPath: /etc/gkm/policies, readOnly: true}
 {{- end -}}
-{{- define "gkm.configVolumes" -}}
-- name: config
-  configMap: {name: gkm-config}
+{{- define "gkm.policyVolume" -}}
 - name: policies
   configMap: {name: gkm-policies}
 {{- end -}}
