@@ -1,0 +1,131 @@
+#include "oci_pull.h"
+
+#include <errno.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "log.h"
+#include "oci_sig.h"
+
+int oci_pull_verify(struct oci_repo *repo, const char *image_digest, const struct sig_keyset *keys,
+                    struct sig_verdict *verdict, struct oci_err *err)
+{
+	struct oci_sig_found found;
+	memset(&found, 0, sizeof(found));
+	int rc = oci_sig_collect(repo, image_digest, &found, err);
+	if (rc == 0) {
+		rc = sig_verify(keys, image_digest, found.c, found.n, verdict);
+		if (rc == -ENODATA)
+			oci_errf(err, "image %s is not signed", image_digest);
+		else if (rc)
+			oci_errf(err, "no signature of %s verifies with a trusted key: %s",
+			         image_digest, verdict->reason);
+	}
+	oci_sig_found_clear(&found);
+	return rc;
+}
+
+static ssize_t blob_read_cb(void *ctx, void *buf, size_t len)
+{
+	return oci_blob_read(ctx, buf, len);
+}
+
+int oci_pull_extract(struct oci_repo *repo, const struct oci_image *img, struct extract *x,
+                     struct oci_err *err)
+{
+	for (size_t i = 0; i < img->manifest.n_layers; i++) {
+		const struct oci_desc *l = &img->manifest.layers[i];
+		if (oci_layer_compression(l->media_type) == OCI_COMP_UNKNOWN) {
+			oci_errf(err,
+			         "layer %zu has media type '%s', which is not a tar layer gkm can "
+			         "extract",
+			         i, l->media_type);
+			return -EPROTONOSUPPORT;
+		}
+		struct oci_blob_reader *r = NULL;
+		char what[32];
+		snprintf(what, sizeof(what), "layer %zu", i);
+		int rc = oci_repo_blob_open(repo, l, what, &r, err);
+		if (rc)
+			return rc;
+		rc = extract_layer(x, blob_read_cb, r);
+		if (rc) {
+			/* a failing read names the blob problem; else the extractor's rule */
+			bool blob_failed = oci_blob_read(r, NULL, 0) < 0;
+			oci_errf(err, "%s: %s", what,
+			         blob_failed ? oci_blob_error(r) : extract_error(x));
+		}
+		oci_blob_close(r);
+		if (rc)
+			return rc;
+	}
+	return 0;
+}
+
+int oci_pull_to_store(struct store *st, const char *refstr, const struct oci_pull_opts *o,
+                      struct oci_image *img_out, char *digest_out, struct store_entry_info *info,
+                      bool *already_present, struct oci_err *err)
+{
+	struct oci_ref ref;
+	struct oci_repo *repo = NULL;
+	struct oci_image img;
+	struct store_txn *txn = NULL;
+	struct sig_verdict verdict;
+	char errbuf[512] = "";
+	bool present = false;
+	int rc;
+	memset(&img, 0, sizeof(img));
+	memset(&ref, 0, sizeof(ref));
+	if ((rc = oci_ref_parse(refstr, &ref, err)))
+		return rc;
+	if ((rc = oci_repo_open(&ref, o->registry, false, &repo, err)))
+		goto out;
+	if ((rc = oci_repo_fetch_image(repo, oci_ref_reference(&ref), o->platform, &img, err)))
+		goto out;
+	if (o->keys && sig_keyset_count(o->keys) > 0) {
+		if ((rc = oci_pull_verify(repo, img.top_digest, o->keys, &verdict, err)))
+			goto out;
+		log_info("signature verified", "digest", img.top_digest, "by", verdict.reason);
+	}
+	const char *digest = img.desc.digest;
+	if (store_lookup(st, digest, info) == 0) {
+		present = true;
+		goto done;
+	}
+	rc = store_begin(st, digest, o->limits, 0, &txn);
+	if (rc == -EEXIST) { /* another pull finished it while we waited */
+		present = true;
+		rc = store_lookup(st, digest, info);
+		if (rc)
+			oci_errf(err, "store entry %s: %s", digest, strerror(-rc));
+		goto done;
+	}
+	if (rc) {
+		oci_errf(err, "store: %s", strerror(-rc));
+		goto out;
+	}
+	if ((rc = oci_pull_extract(repo, &img, store_txn_extract(txn), err))) {
+		store_abort(txn);
+		goto out;
+	}
+	if ((rc = store_commit(txn, info, errbuf, sizeof(errbuf)))) {
+		oci_errf(err, "%s", errbuf[0] ? errbuf : strerror(-rc));
+		goto out;
+	}
+done:
+	if (rc)
+		goto out;
+	if (digest_out)
+		snprintf(digest_out, OCI_DIGEST_MAX, "%s", digest);
+	if (already_present)
+		*already_present = present;
+	if (img_out) {
+		*img_out = img;
+		memset(&img, 0, sizeof(img));
+	}
+out:
+	oci_image_clear(&img);
+	oci_repo_free(repo);
+	oci_ref_clear(&ref);
+	return rc;
+}

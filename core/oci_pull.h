@@ -1,0 +1,45 @@
+/* From an image reference to a verified, extracted store entry: the node
+ * side of gkm (the agent, `gkm up`, `gkm cache extract`). Blocking: call from
+ * worker threads. */
+#ifndef GKM_OCI_PULL_H
+#define GKM_OCI_PULL_H
+
+#include <stdbool.h>
+
+#include "extract.h"
+#include "oci_err.h"
+#include "oci_repo.h"
+#include "signature.h"
+#include "store.h"
+
+struct oci_pull_opts {
+	const struct oci_registry_opts *registry; /* NULL: defaults */
+	const struct sig_keyset *keys; /* non-empty: a signature by one of them is required */
+	const char *platform;          /* index selection; NULL: linux and this machine's arch */
+	const struct extract_limits *limits; /* NULL: extract_limits_default() */
+};
+
+/* Check the signatures of image_digest in repo against keys. 0 when one
+ * verifies; -ENODATA unsigned, -EKEYREJECTED none verifies (err says why for
+ * each), other -errno when the registry could not be read. */
+__attribute__((warn_unused_result)) int
+oci_pull_verify(struct oci_repo *repo, const char *image_digest, const struct sig_keyset *keys,
+                struct sig_verdict *verdict, struct oci_err *err);
+
+/* Stream every layer of img from repo through x (digests checked while
+ * reading; the extractor's safety rules apply). */
+__attribute__((warn_unused_result)) int oci_pull_extract(struct oci_repo *repo,
+                                                         const struct oci_image *img,
+                                                         struct extract *x, struct oci_err *err);
+
+/* Fetch ref (a reference with a tag or, for the agent, a digest), verify it
+ * when o->keys is non-empty, and extract it into st unless the store already
+ * holds its manifest digest (then nothing is downloaded but, when verifying,
+ * the signatures). On success img (may be NULL) holds the image, digest_out
+ * (OCI_DIGEST_MAX, may be NULL) the store digest, info the entry. */
+__attribute__((warn_unused_result)) int
+oci_pull_to_store(struct store *st, const char *ref, const struct oci_pull_opts *o,
+                  struct oci_image *img, char *digest_out, struct store_entry_info *info,
+                  bool *already_present, struct oci_err *err);
+
+#endif
