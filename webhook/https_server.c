@@ -157,6 +157,12 @@ static int open_listener(const char *listen_on, int *fd_out, uint16_t *port_out,
 		set_err(err, errlen, "listen address '%s': want HOST:PORT or :PORT", listen_on);
 		return -EINVAL;
 	}
+	char *pend = NULL;
+	unsigned long port_num = strtoul(colon + 1, &pend, 10);
+	if (*pend || port_num > 65535 || colon[1] == '-' || colon[1] == '+') {
+		set_err(err, errlen, "listen address '%s': port must be 0 to 65535", listen_on);
+		return -EINVAL;
+	}
 	size_t hl = (size_t)(colon - listen_on);
 	memcpy(host, listen_on, hl);
 	host[hl] = '\0';

@@ -47,7 +47,7 @@ cp "$tmp/key.pub" "$tmp/trust/"
 
 $G webhook --tls-cert "$tmp/tls.crt" --tls-key "$tmp/tls.key" --trust-dir "$tmp/trust" \
 	--listen 127.0.0.1:0 --health-listen 127.0.0.1:0 --log-format json \
-	--resolve-ttl 3600 --registry-plain-http "$R" 2>"$tmp/log" &
+	--resolve-ttl 3600 --plain-http 2>"$tmp/log" &
 wh_pid=$!
 port=""
 for _ in $(seq 1 100); do

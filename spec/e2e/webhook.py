@@ -262,11 +262,34 @@ def main():
     run(GKM, "cache", "keygen", "--output-key-prefix", path("stranger"))
     run("openssl", "genpkey", "-algorithm", "RSA", "-pkeyopt", "rsa_keygen_bits:2048",
         "-out", path("rsa.key"))
-    run("openssl", "pkey", "-in", path("rsa.key"), "-pubout", "-out", path("trust", "rsa.pub"))
+    run("openssl", "pkey", "-in", path("rsa.key"), "-pubout", "-out", path("rsa.pub"))
     shutil.copy(path("trusted.pub"), path("trust", "team.pub"))
     default_policy = os.path.join(ROOT, "policies", "admission.lua")
     shutil.copy(default_policy, path("policies", "admission.lua"))
     write(path("config.yaml"), "# gkm-config\nverify-enabled: true\nallow-unsigned-images: false\n")
+
+    # start-up refuses what it cannot serve, saying why
+    base = ["--tls-cert", path("tls.crt"), "--tls-key", path("tls.key"), "--listen", "127.0.0.1:0",
+            "--health-listen", "127.0.0.1:0"]
+    write(path("bad-policy.lua"), "return {")
+    os.makedirs(path("badpolicies"))
+    shutil.copy(path("bad-policy.lua"), path("badpolicies", "admission.lua"))
+    os.makedirs(path("badtrust"))
+    write(path("badtrust", "k.pub"), "hello\n")
+    for flags, code, want, name in (
+            ([], 2, "--tls-cert and --tls-key are required", "no certificate: usage error"),
+            (["--tls-cert", path("tls.crt"), "--tls-key", path("ca.key")], 1,
+             "HTTPS: the key does not belong to the certificate", "a key of another certificate"),
+            (base + ["--listen", "127.0.0.1:70000"], 1, "port must be 0 to 65535", "a bad port"),
+            (base + ["--policy-dir", path("badpolicies")], 1, "admission.lua:1:",
+             "a broken policy at start-up names file and line"),
+            (base + ["--trust-dir", path("badtrust")], 1, "badtrust/k.pub: no PEM public key",
+             "a key file without a key"),
+            (base + ["--allow-unsigned-images", "perhaps"], 2, "wants true or false",
+             "a bad boolean flag")):
+        p = run(GKM, "webhook", *flags, check=False, timeout=30)
+        t.ok(p.returncode == code and want in p.stderr, "start-up refused: " + name,
+             diag=f"exit {p.returncode}\n{p.stderr}")
 
     reg = Registry()
     R = reg.addr
@@ -311,7 +334,8 @@ def main():
 
     wh = Webhook("--tls-cert", path("tls.crt"), "--tls-key", path("tls.key"),
                  "--trust-dir", path("trust"), "--config", path("config.yaml"),
-                 "--policy-dir", path("policies"), "--registry-plain-http", R)
+                 "--policy-dir", path("policies"), "--key", path("rsa.pub"),
+                 "--plain-http", "--retries", "1")
     with urllib.request.urlopen(f"http://127.0.0.1:{wh.health}/readyz", timeout=5) as rz:
         t.eq(rz.status, 200, "ready on the plain health port")
 
@@ -344,7 +368,7 @@ def main():
     t.ok(resp["allowed"] and patch_of(resp)[0]["value"] == {ANN: digests["bundle"]},
          "signed with a sigstore bundle (OCI referrer): allowed", diag=resp)
     resp = decide(wh, f"{R}/caches/rsa:v1")
-    t.ok(resp["allowed"], "signed with an RSA key made by openssl (second file of --trust-dir): allowed",
+    t.ok(resp["allowed"], "signed with an RSA key made by openssl (a --key file): allowed",
          diag=resp)
 
     # refusals, each with a reason the user can act on
