@@ -518,12 +518,27 @@ def main():
     resp = decide(wh, f"{R}/caches/signed:v1")
     t.ok(ok and resp["allowed"], "back to the default policy: allowed", diag=resp)
 
-    # the certificate replaced while serving
+    # the certificate replaced while serving; a kept-alive connection opened
+    # before finishes its request on the old certificate and is told to close
     make_cert("ca", "tls2", "gkm-webhook-renewed")
+    kept = http.client.HTTPSConnection("127.0.0.1", wh.port, context=tls_context("ca"), timeout=10)
+    body = json.dumps(review(f"{R}/caches/signed:v1"))
+    kept.request("POST", "/mutate", body=body)
+    r1 = kept.getresponse()
+    r1.read()
     m = wh.mark()
     shutil.copy(path("tls2.key"), path("tls.key"))
     shutil.copy(path("tls2.crt"), path("tls.crt"))
     ok = wh.wait_log(lambda j: j.get("msg") == "TLS certificate reloaded", 10, after=m)
+    kept.request("POST", "/mutate", body=body)
+    r2 = kept.getresponse()
+    r2.read()
+    old_peer = hashlib.sha256(kept.sock.getpeercert(binary_form=True)).hexdigest() if kept.sock else ""
+    t.ok(ok and r1.getheader("Connection") != "close" and r2.status == 200
+         and (r2.getheader("Connection") or "").lower() == "close",
+         "a connection opened before the swap is answered, then closed (Connection: close)",
+         diag=(r1.getheader("Connection"), r2.status, r2.getheader("Connection"), old_peer == first_peer))
+    kept.close()
     _, _, peer = post(wh, "/mutate", review(f"{R}/caches/signed:v1"))
     with open(path("tls2.crt")) as f:
         want = hashlib.sha256(ssl.PEM_cert_to_DER_cert(f.read())).hexdigest()
