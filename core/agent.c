@@ -22,16 +22,16 @@ enum pull_state { PULL_IDLE = 0, PULL_WAITING, PULL_RUNNING, PULL_FAILED };
 /* What the agent knows about one cache on this node. Loop thread only. */
 struct cache {
 	struct cache *next;
-	char key[320];   /* "<scope>/<name>": scope is the namespace or "_cluster" */
-	char ns[64];     /* "" for cluster-scoped */
+	char key[320]; /* "<scope>/<name>": scope is the namespace or "_cluster" */
+	char ns[64];   /* "" for cluster-scoped */
 	char name[256];
 	cJSON *obj;      /* the cache object, NULL once deleted */
 	char ref[700];   /* image reference pinned to the digest */
 	char digest[80]; /* resolved digest, "" if none yet */
 
 	enum image_state image;
-	char image_digest[80]; /* the digest the image facts are about */
-	cJSON *targets;        /* compat targets, when IMG_READY */
+	char image_digest[80];  /* the digest the image facts are about */
+	cJSON *targets;         /* compat targets, when IMG_READY */
 	bool targets_need_pull; /* no label: read targets from the extracted tree */
 	char image_reason[64], image_message[512];
 
@@ -78,17 +78,17 @@ static void init_metrics(void)
 	static const double secs[] = {0.1, 0.5, 1, 2.5, 5, 10, 30, 60, 120, 300};
 	m_reconciles = metrics_counter("gkm_agent_reconciles_total",
 	                               "Agent reconciles of a cache, by result", "result");
-	m_pulls = metrics_counter("gkm_pulls_total", "Image pulls into the store, by result",
-	                          "result");
+	m_pulls =
+	    metrics_counter("gkm_pulls_total", "Image pulls into the store, by result", "result");
 	m_pull_bytes = metrics_counter("gkm_pull_bytes_total",
 	                               "Bytes of extracted cache trees written to the store", NULL);
 	m_hits = metrics_counter("gkm_cache_hits_total",
 	                         "Caches made ready from a digest already in the store", NULL);
 	m_verdicts = metrics_counter("gkm_compat_verdicts_total",
 	                             "Compatibility verdicts per GPU, by reason", "reason");
-	m_extract_s = metrics_histogram("gkm_extraction_seconds",
-	                                "Time to pull, verify and extract an image", NULL, secs,
-	                                sizeof(secs) / sizeof(secs[0]));
+	m_extract_s =
+	    metrics_histogram("gkm_extraction_seconds", "Time to pull, verify and extract an image",
+	                      NULL, secs, sizeof(secs) / sizeof(secs[0]));
 }
 
 /* ---- caches ---- */
@@ -334,7 +334,8 @@ static void pull_work(void *ud)
 		if (store_entry_path(j->a->store, j->store_digest, path, sizeof(path)) == 0) {
 			rc = compat_targets_from_dir(path, &j->targets, err, sizeof(err));
 			if (rc && rc != -ENOENT)
-				log_warn("cannot read cache targets", "digest", j->digest, "error", err);
+				log_warn("cannot read cache targets", "digest", j->digest, "error",
+				         err);
 		}
 	}
 }
@@ -402,8 +403,8 @@ static void pull_done(struct loop *l, void *ud)
 			c->pull_not_before = loop_now_ms() + (1000ull << shift);
 			snprintf(c->pull_reason, sizeof(c->pull_reason), "%s", j->reason);
 			snprintf(c->pull_message, sizeof(c->pull_message), "%s", j->message);
-			log_warn("pull failed", "cache", c->key, "digest", j->digest, "reason", j->reason,
-			         "error", j->message);
+			log_warn("pull failed", "cache", c->key, "digest", j->digest, "reason",
+			         j->reason, "error", j->message);
 			enqueue(a, c->key, (1000ull << shift));
 		} else {
 			c->pull = PULL_IDLE;
@@ -519,7 +520,8 @@ static struct status_job *status_job_for(struct agent *a, struct nodeobj *n)
 	                                        "ownerReferences");
 	cJSON *status = cJSON_AddObjectToObject(st, "status");
 	cJSON *groups = cJSON_GetObjectItemCaseSensitive(a->gpus, "groups");
-	cJSON_AddItemToObject(status, "gpus", groups ? cJSON_Duplicate(groups, 1) : cJSON_CreateArray());
+	cJSON_AddItemToObject(status, "gpus",
+	                      groups ? cJSON_Duplicate(groups, 1) : cJSON_CreateArray());
 	cJSON *caches = cJSON_AddObjectToObject(status, "caches");
 	for (struct cache *c = a->caches; c; c = c->next)
 		if (c->entry && !strcmp(c->ns, n->ns))
@@ -539,7 +541,8 @@ static void status_work(void *ud)
 	struct status_job *sj = ud;
 	struct objstore *os = sj->a->os;
 	if (sj->obj)
-		sj->rc = os->ops->apply(os, sj->obj, sj->a->manager, false, NULL, sj->err, sizeof(sj->err));
+		sj->rc = os->ops->apply(os, sj->obj, sj->a->manager, false, NULL, sj->err,
+		                        sizeof(sj->err));
 	if (!sj->rc)
 		sj->rc = os->ops->apply(os, sj->status, sj->a->manager, true, NULL, sj->err,
 		                        sizeof(sj->err));
@@ -575,8 +578,8 @@ static void flush_status(struct loop *l, void *ud)
 			continue;
 		if (n->writing) { /* one write per object at a time; retry after */
 			if (!a->status_timer)
-				a->status_timer =
-				    loop_add_timer(a->loop, a->o.status_debounce_ms, flush_status, a);
+				a->status_timer = loop_add_timer(a->loop, a->o.status_debounce_ms,
+				                                 flush_status, a);
 			continue;
 		}
 		struct status_job *sj = status_job_for(a, n);
@@ -671,7 +674,8 @@ static cJSON *decide_input(struct agent *a, struct cache *c, size_t pods)
 	cJSON_AddItemToObject(in, "gpus", gpus ? cJSON_Duplicate(gpus, 1) : cJSON_CreateArray());
 	bool image_current = !strcmp(c->image_digest, c->digest);
 	cJSON *image = cJSON_AddObjectToObject(in, "image");
-	cJSON_AddStringToObject(image, "state", image_states[image_current ? c->image : IMG_UNKNOWN]);
+	cJSON_AddStringToObject(image, "state",
+	                        image_states[image_current ? c->image : IMG_UNKNOWN]);
 	if (image_current && c->image == IMG_FAILED) {
 		cJSON_AddStringToObject(image, "reason", c->image_reason);
 		cJSON_AddStringToObject(image, "message", c->image_message);
@@ -722,7 +726,8 @@ static int do_link(struct agent *a, struct cache *c, const cJSON *entry)
 			if (cJSON_IsNumber(id))
 				snprintf(idbuf[n], sizeof(idbuf[n]), "%d", id->valueint);
 			else
-				snprintf(idbuf[n], sizeof(idbuf[n]), "%s", cJSON_IsString(id) ? id->valuestring : "?");
+				snprintf(idbuf[n], sizeof(idbuf[n]), "%s",
+				         cJSON_IsString(id) ? id->valuestring : "?");
 			ids[n] = idbuf[n];
 			n++;
 		}
@@ -770,7 +775,8 @@ static void reconcile(struct agent *a, const char *key)
 			if (j) {
 				c->image = IMG_FETCHING;
 				snprintf(c->image_digest, sizeof(c->image_digest), "%s", c->digest);
-				if (workers_submit(a->workers, fetch_image_work, fetch_image_done, j) != 0) {
+				if (workers_submit(a->workers, fetch_image_work, fetch_image_done,
+				                   j) != 0) {
 					a->jobs--;
 					c->image = IMG_UNKNOWN;
 					free(j);
@@ -945,8 +951,8 @@ int agent_start(struct loop *l, struct workers *w, struct objstore *os,
 		a->o.status_debounce_ms = 200;
 	char store_root[600];
 	snprintf(store_root, sizeof(store_root), "%s/store", a->root);
-	struct kube_workqueue_opts qo = {.max_in_flight = 64, .base_delay_ms = 500,
-	                                 .max_delay_ms = 300000};
+	struct kube_workqueue_opts qo = {
+	    .max_in_flight = 64, .base_delay_ms = 500, .max_delay_ms = 300000};
 	if ((rc = store_open(store_root, &a->store)) || (rc = kube_workqueue_new(&qo, &a->queue))) {
 		log_error("cannot open the store", "path", store_root, "error", strerror(-rc));
 		agent_stop(a);
@@ -956,7 +962,8 @@ int agent_start(struct loop *l, struct workers *w, struct objstore *os,
 		cJSON *node = NULL;
 		char err[256];
 		if (os->ops->get(os, "v1", "Node", NULL, a->node, &node, err, sizeof(err)) == 0)
-			snprintf(a->node_uid, sizeof(a->node_uid), "%s", obj_str(node, "metadata.uid"));
+			snprintf(a->node_uid, sizeof(a->node_uid), "%s",
+			         obj_str(node, "metadata.uid"));
 		else
 			log_warn("cannot read this node's Node object; node objects get no owner",
 			         "node", a->node, "error", err);
@@ -965,10 +972,15 @@ int agent_start(struct loop *l, struct workers *w, struct objstore *os,
 	agent_reprobe(a);
 	a->probe_timer = loop_add_timer(l, (uint64_t)a->o.reprobe_s * 1000, probe_tick, a);
 	a->resync_timer = loop_add_timer(l, (uint64_t)a->o.resync_s * 1000, resync_tick, a);
-	struct objstore_watch ns_w = {.api_version = GKM_API_VERSION, .kind = "GKMCache",
-	                              .on_event = on_cache_event, .on_synced = synced_ns, .ud = a};
-	struct objstore_watch cl_w = {.api_version = GKM_API_VERSION, .kind = "ClusterGKMCache",
-	                              .on_event = on_cache_event, .on_synced = synced_cluster,
+	struct objstore_watch ns_w = {.api_version = GKM_API_VERSION,
+	                              .kind = "GKMCache",
+	                              .on_event = on_cache_event,
+	                              .on_synced = synced_ns,
+	                              .ud = a};
+	struct objstore_watch cl_w = {.api_version = GKM_API_VERSION,
+	                              .kind = "ClusterGKMCache",
+	                              .on_event = on_cache_event,
+	                              .on_synced = synced_cluster,
 	                              .ud = a};
 	if ((rc = os->ops->watch(os, &ns_w)) || (rc = os->ops->watch(os, &cl_w))) {
 		agent_stop(a);

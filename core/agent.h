@@ -19,17 +19,17 @@
 #include "workers.h"
 
 struct agent_opts {
-	const char *node;       /* this node's name */
-	const char *root;       /* store/ and caches/ live here (/var/lib/gkm) */
-	const char *run_dir;    /* the CSI plugin's usage/ (/run/gkm) */
-	const char *gpu_source; /* "auto" | "nvml" | "rocm" | "file" */
-	const char *gpu_file;   /* for "file" */
-	const char *sysfs_root; /* NULL: /sys */
-	const char *nvml_lib;   /* NULL: libnvidia-ml.so.1 */
-	unsigned max_pulls;     /* concurrent pulls (default 2) */
-	unsigned reprobe_s;     /* GPU re-probe period (default 300) */
-	unsigned resync_s;      /* re-check every cache this often (default 30) */
-	unsigned status_debounce_ms; /* node status writes are batched (default 200) */
+	const char *node;              /* this node's name */
+	const char *root;              /* store/ and caches/ live here (/var/lib/gkm) */
+	const char *run_dir;           /* the CSI plugin's usage/ (/run/gkm) */
+	const char *gpu_source;        /* "auto" | "nvml" | "rocm" | "file" */
+	const char *gpu_file;          /* for "file" */
+	const char *sysfs_root;        /* NULL: /sys */
+	const char *nvml_lib;          /* NULL: libnvidia-ml.so.1 */
+	unsigned max_pulls;            /* concurrent pulls (default 2) */
+	unsigned reprobe_s;            /* GPU re-probe period (default 300) */
+	unsigned resync_s;             /* re-check every cache this often (default 30) */
+	unsigned status_debounce_ms;   /* node status writes are batched (default 200) */
 	const struct sig_keyset *keys; /* non-empty: verify signatures before extracting */
 	const struct oci_registry_opts *registry; /* NULL: defaults */
 	bool owner_node_refs; /* give node objects an ownerReference to their Node */
@@ -43,8 +43,7 @@ struct agent;
 __attribute__((warn_unused_result)) int agent_start(struct loop *l, struct workers *w,
                                                     struct objstore *os,
                                                     struct engine_slot *policies,
-                                                    const struct agent_opts *o,
-                                                    struct agent **out);
+                                                    const struct agent_opts *o, struct agent **out);
 /* Shutdown is two steps because worker jobs point at the agent: quiesce
  * (no new work), then free the worker pool and run the completions it
  * posted (loop_drain), then agent_stop. */

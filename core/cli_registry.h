@@ -31,20 +31,22 @@ enum {
 	    {"ca-file", required_argument, 0, CLI_OPT_CA_FILE},                                    \
 	    {"timeout", required_argument, 0, CLI_OPT_REG_TIMEOUT},                                \
 	    {"retries", required_argument, 0, CLI_OPT_RETRIES},                                    \
-	    {"key", required_argument, 0, CLI_OPT_KEY}
+	{                                                                                          \
+		"key", required_argument, 0, CLI_OPT_KEY                                           \
+	}
 
 #define CLI_REGISTRY_HELP                                                                          \
 	"Registry flags:\n"                                                                        \
-	"  --authfile FILE      dockerconfigjson credentials (or a Secret as JSON)\n"             \
-	"  --creds USER:PASS    credentials for the registry\n"                                   \
-	"  --plain-http         speak HTTP, not HTTPS (loopback registries fall back by\n"        \
-	"                       themselves)\n"                                                    \
-	"  --insecure-skip-tls-verify  do not verify the registry's certificate\n"                \
-	"  --ca-file FILE       extra CA certificates for TLS\n"                                  \
-	"  --timeout SECONDS    connect timeout, and abort when no byte moves for this long\n"    \
-	"                       (default 10 / 30)\n"                                              \
-	"  --retries N          retries on 5xx, resets and timeouts (default 4)\n"                \
-	"  --key FILE           trusted public key (PEM), repeatable: an image must carry a\n"    \
+	"  --authfile FILE      dockerconfigjson credentials (or a Secret as JSON)\n"              \
+	"  --creds USER:PASS    credentials for the registry\n"                                    \
+	"  --plain-http         speak HTTP, not HTTPS (loopback registries fall back by\n"         \
+	"                       themselves)\n"                                                     \
+	"  --insecure-skip-tls-verify  do not verify the registry's certificate\n"                 \
+	"  --ca-file FILE       extra CA certificates for TLS\n"                                   \
+	"  --timeout SECONDS    connect timeout, and abort when no byte moves for this long\n"     \
+	"                       (default 10 / 30)\n"                                               \
+	"  --retries N          retries on 5xx, resets and timeouts (default 4)\n"                 \
+	"  --key FILE           trusted public key (PEM), repeatable: an image must carry a\n"     \
 	"                       signature by one of them\n"
 
 struct cli_registry {
@@ -63,8 +65,7 @@ void cli_registry_clear(struct cli_registry *r);
 int cli_registry_flag(struct cli_registry *r, int opt, const char *arg, const char *cmd);
 /* Load the --key files into a key set (caller frees; NULL when no --key was
  * given). 0, or -errno with a message naming the file printed. */
-__attribute__((warn_unused_result)) int cli_registry_keyset(const struct cli_registry *r,
-                                                            const char *cmd,
-                                                            struct sig_keyset **out);
+__attribute__((warn_unused_result)) int
+cli_registry_keyset(const struct cli_registry *r, const char *cmd, struct sig_keyset **out);
 
 #endif

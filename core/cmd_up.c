@@ -48,7 +48,8 @@ static void on_policies(void *ud, bool applied, const char *error)
 {
 	struct up *u = ud;
 	if (!applied) {
-		log_error("policy change refused; the previous policies stay in force", "error", error);
+		log_error("policy change refused; the previous policies stay in force", "error",
+		          error);
 		return;
 	}
 	agent_policies_changed(u->agent);
@@ -95,18 +96,18 @@ int cmd_up(int argc, char **argv)
 		OPT_POLL,
 	};
 	static const struct option opts[] = {
-		CLI_COMMON_OPTIONS,
-		CLI_REGISTRY_OPTIONS,
-		{"state", required_argument, 0, OPT_STATE},
-		{"node", required_argument, 0, OPT_NODE},
-		{"gpu-source", required_argument, 0, OPT_GPU_SOURCE},
-		{"gpus-file", required_argument, 0, OPT_GPUS_FILE},
-		{"sysfs-root", required_argument, 0, OPT_SYSFS},
-		{"policy-dir", required_argument, 0, OPT_POLICY_DIR},
-		{"max-pulls", required_argument, 0, OPT_MAX_PULLS},
-		{"health-listen", required_argument, 0, OPT_HEALTH},
-		{"poll-ms", required_argument, 0, OPT_POLL},
-		{0, 0, 0, 0},
+	    CLI_COMMON_OPTIONS,
+	    CLI_REGISTRY_OPTIONS,
+	    {"state", required_argument, 0, OPT_STATE},
+	    {"node", required_argument, 0, OPT_NODE},
+	    {"gpu-source", required_argument, 0, OPT_GPU_SOURCE},
+	    {"gpus-file", required_argument, 0, OPT_GPUS_FILE},
+	    {"sysfs-root", required_argument, 0, OPT_SYSFS},
+	    {"policy-dir", required_argument, 0, OPT_POLICY_DIR},
+	    {"max-pulls", required_argument, 0, OPT_MAX_PULLS},
+	    {"health-listen", required_argument, 0, OPT_HEALTH},
+	    {"poll-ms", required_argument, 0, OPT_POLL},
+	    {0, 0, 0, 0},
 	};
 	const char *state = "/var/lib/gkm/standalone", *policy_dir = NULL, *health_listen = NULL;
 	char node[254];
@@ -124,13 +125,15 @@ int cmd_up(int argc, char **argv)
 			break;
 		case OPT_NODE:
 			if (!obj_valid_name(optarg))
-				return cli_usage_error(CMD, "--node '%s' is not a valid node name", optarg);
+				return cli_usage_error(CMD, "--node '%s' is not a valid node name",
+				                       optarg);
 			snprintf(node, sizeof(node), "%s", optarg);
 			break;
 		case OPT_GPU_SOURCE:
-			if (strcmp(optarg, "auto") && strcmp(optarg, "nvml") && strcmp(optarg, "rocm") &&
-			    strcmp(optarg, "file"))
-				return cli_usage_error(CMD, "--gpu-source wants auto, nvml, rocm or file");
+			if (strcmp(optarg, "auto") && strcmp(optarg, "nvml") &&
+			    strcmp(optarg, "rocm") && strcmp(optarg, "file"))
+				return cli_usage_error(
+				    CMD, "--gpu-source wants auto, nvml, rocm or file");
 			ao.gpu_source = optarg;
 			break;
 		case OPT_GPUS_FILE:
@@ -144,7 +147,8 @@ int cmd_up(int argc, char **argv)
 			break;
 		case OPT_MAX_PULLS:
 			if (cli_parse_u64(optarg, 64, &v) != 0 || v == 0)
-				return cli_usage_error(CMD, "--max-pulls wants 1 to 64, got '%s'", optarg);
+				return cli_usage_error(CMD, "--max-pulls wants 1 to 64, got '%s'",
+				                       optarg);
 			ao.max_pulls = (unsigned)v;
 			break;
 		case OPT_HEALTH:
@@ -152,7 +156,8 @@ int cmd_up(int argc, char **argv)
 			break;
 		case OPT_POLL:
 			if (cli_parse_u64(optarg, 60000, &poll_ms) != 0 || poll_ms < 10)
-				return cli_usage_error(CMD, "--poll-ms wants 10 to 60000, got '%s'", optarg);
+				return cli_usage_error(CMD, "--poll-ms wants 10 to 60000, got '%s'",
+				                       optarg);
 			break;
 		default:
 			rc = cli_registry_flag(&reg, c, optarg, CMD);
@@ -216,8 +221,8 @@ int cmd_up(int argc, char **argv)
 	ao.run_dir = run_dir;
 	ao.keys = keys;
 	ao.registry = &reg.reg;
-	struct operator_opts oo = {.resolve_digests = true, .verification_enabled = keys != NULL,
-	                           .registry = &reg.reg};
+	struct operator_opts oo = {
+	    .resolve_digests = true, .verification_enabled = keys != NULL, .registry = &reg.reg};
 	if ((rc = agent_start(l, w, os, &slot, &ao, &u.agent)) ||
 	    (rc = operator_start(l, w, os, &slot, &oo, &u.op))) {
 		fprintf(stderr, CMD ": cannot start the loops: %s\n", strerror(-rc));

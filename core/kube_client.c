@@ -541,6 +541,7 @@ struct xfer {
 	bool stopped_by_callback;
 	unsigned long long last_byte_ms;
 	bool idle_expired;
+	bool stalled;
 };
 
 static unsigned long long mono_ms(void)
@@ -633,9 +634,15 @@ static int on_progress(void *ud, curl_off_t dltotal, curl_off_t dlnow, curl_off_
 		return 0;
 	if (x->stream->stop && atomic_load(x->stream->stop))
 		return 1;
+	unsigned long long quiet = mono_ms() - x->last_byte_ms;
 	if (x->stream->idle_timeout_ms > 0 &&
-	    mono_ms() - x->last_byte_ms > (unsigned long long)x->stream->idle_timeout_ms) {
+	    quiet > (unsigned long long)x->stream->idle_timeout_ms) {
 		x->idle_expired = true;
+		return 1;
+	}
+	if (x->stream->stall_timeout_ms > 0 && x->stream->pending && *x->stream->pending &&
+	    quiet > (unsigned long long)x->stream->stall_timeout_ms) {
+		x->stalled = true;
 		return 1;
 	}
 	return 0;
@@ -878,9 +885,10 @@ int kube_client_stream(struct kube_client *c, const struct kube_stream *s, struc
 		rc = -ECANCELED;
 		goto out;
 	}
-	if (x.idle_expired) {
-		kube_error_set(err, KUBE_TIMEOUT, "GET %s: no data for %ld ms", s->path,
-		               s->idle_timeout_ms);
+	if (x.idle_expired || x.stalled) {
+		kube_error_set(err, KUBE_TIMEOUT, "GET %s: %s for %ld ms", s->path,
+		               x.stalled ? "stalled in the middle of a message" : "no data",
+		               x.stalled ? s->stall_timeout_ms : s->idle_timeout_ms);
 		rc = -ETIMEDOUT;
 		goto out;
 	}

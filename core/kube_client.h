@@ -159,12 +159,17 @@ __attribute__((warn_unused_result)) int kube_client_do(struct kube_client *c,
  * on_data (return false to stop); on an error response the body is
  * collected (bounded) and parsed into err. The transfer stops within about a
  * second once *stop becomes true (returns -ECANCELED), and when no byte
- * arrived for idle_timeout_ms (returns -ETIMEDOUT). 0 when the server ended
- * the stream. */
+ * arrived for idle_timeout_ms, or for stall_timeout_ms in the middle of a
+ * message (returns -ETIMEDOUT). 0 when the server ended the stream. */
 struct kube_stream {
 	const char *path;
 	long timeout_ms;      /* hard cap of the whole stream */
 	long idle_timeout_ms; /* no bytes for this long: the connection is dead */
+	/* When *pending is non-zero (the consumer holds part of a message) and
+	 * no byte came for stall_timeout_ms, the stream is stalled mid-message:
+	 * stop with -ETIMEDOUT. pending may be NULL. */
+	long stall_timeout_ms;
+	const size_t *pending;
 	bool (*on_data)(const char *buf, size_t len, void *ud);
 	void *ud;
 	const atomic_bool *stop;

@@ -376,6 +376,8 @@ static void *watch_main(void *ud)
 			.path = path,
 			.timeout_ms = (long)(timeout_s + 60) * 1000L,
 			.idle_timeout_ms = (long)(timeout_s + 30) * 1000L,
+			.stall_timeout_ms = (long)w->o.stall_timeout_ms,
+			.pending = &w->parser.len,
 			.on_data = on_stream_data,
 			.ud = w,
 			.stop = &w->stop,
@@ -403,21 +405,22 @@ static void *watch_main(void *ud)
 			continue;
 		}
 		const char *why = NULL;
-		if (w->malformed)
+		bool broken = w->malformed || w->parser.len > 0;
+		if (w->malformed || w->error_event)
 			why = w->stream_err;
-		else if (w->error_event)
-			why = w->stream_err;
+		else if (w->parser.len > 0)
+			why = rc < 0 ? err.message : "the stream ended in the middle of an event";
 		else if (rc < 0)
 			why = err.message;
-		else if (w->parser.len > 0)
-			why = "the stream ended in the middle of an event";
+		if (w->parser.len > 0 && !w->malformed)
+			atomic_fetch_add_explicit(&w->st.malformed, 1, memory_order_relaxed);
 		if (!why && rc == 0 && healthy) {
 			attempt = 0; /* the server ended a good stream (its timeout) */
 			continue;
 		}
 		if (why) {
 			atomic_fetch_add_explicit(&w->st.failures, 1, memory_order_relaxed);
-			if (w->malformed || w->parser.len > 0)
+			if (broken)
 				log_error("kube: bad watch stream, reconnecting from the last resourceVersion",
 				          "watch", w->name, "resourceVersion", w->rv, "error", why);
 			else
@@ -450,6 +453,8 @@ int kube_watch_start(struct kube_client *c, const struct kube_watch_opts *o,
 		w->o.backoff_initial_ms = DEFAULT_BACKOFF_MS;
 	if (!w->o.backoff_max_ms)
 		w->o.backoff_max_ms = DEFAULT_BACKOFF_MAX_MS;
+	if (!w->o.stall_timeout_ms)
+		w->o.stall_timeout_ms = 30000;
 	if (w->o.backoff_max_ms < w->o.backoff_initial_ms)
 		w->o.backoff_max_ms = w->o.backoff_initial_ms;
 	snprintf(w->name, sizeof(w->name), "%s", o->name ? o->name : o->resource.plural);
@@ -508,6 +513,11 @@ void kube_watch_stop(struct kube_watch *w)
 const struct kube_watch_stats *kube_watch_stats(const struct kube_watch *w)
 {
 	return &w->st;
+}
+
+const struct kube_watch_opts *kube_watch_options(const struct kube_watch *w)
+{
+	return &w->o;
 }
 
 bool kube_watch_synced(const struct kube_watch *w)

@@ -4,9 +4,10 @@
  * - The stream is parsed as it arrives (one JSON event per line), each line
  *   bounded (max_event_bytes): an oversized event is logged, counted and
  *   skipped, the stream goes on.
- * - A line that is not JSON, or a stream cut in the middle of a line, is
- *   logged and the watch reconnects from the last resourceVersion it
- *   processed, so nothing is lost and nothing is applied twice out of order.
+ * - A line that is not JSON, a stream cut in the middle of a line, or one
+ *   that stalls in the middle of a line, is logged and the watch reconnects
+ *   from the last resourceVersion it processed, so nothing is lost and
+ *   nothing is applied twice out of order.
  * - Bookmarks (allowWatchBookmarks) advance the resourceVersion.
  * - 410 Gone, as an HTTP status or as an ERROR event carrying a 410 Status,
  *   means the resourceVersion was compacted away: list again (replace).
@@ -83,6 +84,7 @@ struct kube_watch_opts {
 	unsigned backoff_initial_ms; /* default 500 */
 	unsigned backoff_max_ms;     /* default 30000 */
 	unsigned list_limit;         /* page size of the list; default 500 */
+	unsigned stall_timeout_ms;   /* part of an event and then silence: reconnect; default 30000 */
 	const char *name;            /* for logs; default the resource plural */
 };
 
@@ -110,6 +112,8 @@ __attribute__((warn_unused_result)) int kube_watch_start(struct kube_client *c,
 /* Stop (within about a second), join the thread, free. NULL is a no-op. */
 void kube_watch_stop(struct kube_watch *w);
 const struct kube_watch_stats *kube_watch_stats(const struct kube_watch *w);
+/* The options the watch runs with (its own copies of the strings). */
+const struct kube_watch_opts *kube_watch_options(const struct kube_watch *w);
 /* True once the first list has been delivered. */
 bool kube_watch_synced(const struct kube_watch *w);
 

@@ -17,7 +17,7 @@ struct ocache {
 	char key[320]; /* "<ns or _cluster>/<name>" */
 	char ns[64], name[256];
 	cJSON *obj;
-	cJSON *applied;  /* the status last written (without lastUpdated) */
+	cJSON *applied; /* the status last written (without lastUpdated) */
 	bool dirty, writing, resolving;
 	char resolved[144]; /* digest the operator resolved for resolved_for */
 	char resolved_for[600];
@@ -158,8 +158,8 @@ static void on_nodeobj(void *ud, enum objstore_event_type t, const cJSON *obj)
 	char key[320];
 	scope_key(ns, node, key, sizeof(key));
 	struct onode *n = find_node(op, key);
-	const cJSON *caches =
-	    cJSON_GetObjectItemCaseSensitive(cJSON_GetObjectItemCaseSensitive(obj, "status"), "caches");
+	const cJSON *caches = cJSON_GetObjectItemCaseSensitive(
+	    cJSON_GetObjectItemCaseSensitive(obj, "status"), "caches");
 	if (n)
 		mark_named(op, ns, n->caches);
 	mark_named(op, ns, caches);
@@ -205,10 +205,11 @@ static void delete_work(void *ud)
 	int rc = d->op->os->ops->remove(d->op->os, GKM_API_VERSION, d->kind, d->ns, d->name, err,
 	                                sizeof(err));
 	if (rc && rc != -ENOENT)
-		log_warn("cannot delete a node object of a deleted node", "name", d->name, "error", err);
+		log_warn("cannot delete a node object of a deleted node", "name", d->name, "error",
+		         err);
 	else
-		log_info("deleted the node object of a node that is gone", "kind", d->kind, "namespace",
-		         d->ns, "node", d->name);
+		log_info("deleted the node object of a node that is gone", "kind", d->kind,
+		         "namespace", d->ns, "node", d->name);
 }
 
 static void delete_done(struct loop *l, void *ud)
@@ -228,7 +229,8 @@ static void remove_orphans(struct operator_ *op)
 		if (!d)
 			continue;
 		d->op = op;
-		snprintf(d->kind, sizeof(d->kind), "%s", *n->ns ? "GKMCacheNode" : "ClusterGKMCacheNode");
+		snprintf(d->kind, sizeof(d->kind), "%s",
+		         *n->ns ? "GKMCacheNode" : "ClusterGKMCacheNode");
 		snprintf(d->ns, sizeof(d->ns), "%s", n->ns);
 		snprintf(d->name, sizeof(d->name), "%s", n->node);
 		if (workers_submit(op->workers, delete_work, delete_done, d) != 0)
@@ -304,8 +306,8 @@ static void resolve_done(struct loop *l, void *ud)
 		snprintf(c->resolved, sizeof(c->resolved), "%s", j->rc ? "" : j->digest);
 		snprintf(c->resolve_error, sizeof(c->resolve_error), "%s", j->rc ? j->err : "");
 		if (j->rc)
-			log_warn("cannot resolve the image digest", "cache", j->key, "image", j->image,
-			         "error", j->err);
+			log_warn("cannot resolve the image digest", "cache", j->key, "image",
+			         j->image, "error", j->err);
 		mark(j->op, j->key);
 	}
 	free(j);
@@ -378,8 +380,8 @@ static void write_done(struct loop *l, void *ud)
 			cJSON_Delete(c->applied);
 			c->applied = NULL;
 			if (j->rc != -ENOENT) {
-				log_warn("cache status write failed; will retry", "cache", j->key, "error",
-				         j->err);
+				log_warn("cache status write failed; will retry", "cache", j->key,
+				         "error", j->err);
 				mark(j->op, j->key);
 			}
 		}
@@ -406,10 +408,10 @@ static cJSON *transitions(const cJSON *old, const cJSON *now)
 	static const struct {
 		const char *type, *status, *event_type, *reason;
 	} rules[] = {
-		{"Ready", "True", "Normal", "CacheReady"},
-		{"Error", "True", "Warning", "NodesFailed"},
-		{"Verified", "True", "Normal", "Verified"},
-		{"Verified", "False", "Warning", "VerificationDisabled"},
+	    {"Ready", "True", "Normal", "CacheReady"},
+	    {"Error", "True", "Warning", "NodesFailed"},
+	    {"Verified", "True", "Normal", "Verified"},
+	    {"Verified", "False", "Warning", "VerificationDisabled"},
 	};
 	cJSON *events = cJSON_CreateArray();
 	for (size_t i = 0; i < sizeof(rules) / sizeof(rules[0]); i++) {
@@ -490,8 +492,10 @@ static void reconcile(struct operator_ *op, struct ocache *c)
 		cJSON_ArrayForEach(cond, cJSON_GetObjectItemCaseSensitive(status, "conditions"))
 		{
 			if (!strcmp(obj_str(cond, "type"), "Ready")) {
-				obj_set((cJSON *)cond, "reason", cJSON_CreateString("DigestResolutionFailed"));
-				obj_set((cJSON *)cond, "message", cJSON_CreateString(c->resolve_error));
+				obj_set((cJSON *)cond, "reason",
+				        cJSON_CreateString("DigestResolutionFailed"));
+				obj_set((cJSON *)cond, "message",
+				        cJSON_CreateString(c->resolve_error));
 			}
 		}
 	}
@@ -513,7 +517,8 @@ static void reconcile(struct operator_ *op, struct ocache *c)
 	}
 	j->op = op;
 	snprintf(j->key, sizeof(j->key), "%s", c->key);
-	j->events = transitions(c->applied ? c->applied : cJSON_GetObjectItemCaseSensitive(c->obj, "status"), status);
+	j->events = transitions(
+	    c->applied ? c->applied : cJSON_GetObjectItemCaseSensitive(c->obj, "status"), status);
 	j->obj = cJSON_CreateObject();
 	cJSON_AddStringToObject(j->obj, "apiVersion", GKM_API_VERSION);
 	cJSON_AddStringToObject(j->obj, "kind", obj_str(c->obj, "kind"));
@@ -549,7 +554,8 @@ static void flush(struct loop *l, void *ud)
 			continue;
 		if (c->writing) { /* one write at a time per cache; the next window takes it */
 			if (!op->flush_timer)
-				op->flush_timer = loop_add_timer(op->loop, op->o.debounce_ms, flush, op);
+				op->flush_timer =
+				    loop_add_timer(op->loop, op->o.debounce_ms, flush, op);
 			continue;
 		}
 		c->dirty = false;
@@ -599,11 +605,11 @@ int operator_start(struct loop *l, struct workers *w, struct objstore *os,
 	if (!op->o.resync_s)
 		op->o.resync_s = 60;
 	struct objstore_watch watches[] = {
-		{GKM_API_VERSION, "ClusterGKMCacheNode", NULL, NULL, NULL, on_nodeobj, on_synced, op},
-		{GKM_API_VERSION, "GKMCacheNode", NULL, NULL, NULL, on_nodeobj, on_synced, op},
-		{GKM_API_VERSION, "GKMCache", NULL, NULL, NULL, on_cache, on_synced, op},
-		{GKM_API_VERSION, "ClusterGKMCache", NULL, NULL, NULL, on_cache, on_synced, op},
-		{"v1", "Node", NULL, NULL, NULL, on_node, on_synced, op},
+	    {GKM_API_VERSION, "ClusterGKMCacheNode", NULL, NULL, NULL, on_nodeobj, on_synced, op},
+	    {GKM_API_VERSION, "GKMCacheNode", NULL, NULL, NULL, on_nodeobj, on_synced, op},
+	    {GKM_API_VERSION, "GKMCache", NULL, NULL, NULL, on_cache, on_synced, op},
+	    {GKM_API_VERSION, "ClusterGKMCache", NULL, NULL, NULL, on_cache, on_synced, op},
+	    {"v1", "Node", NULL, NULL, NULL, on_node, on_synced, op},
 	};
 	size_t n = sizeof(watches) / sizeof(watches[0]) - (o->watch_nodes ? 0 : 1);
 	op->want_synced = (unsigned)n;

@@ -20,19 +20,17 @@ struct operator_opts {
 	 * operator resolves tags to digests itself, and says so in Verified. */
 	bool resolve_digests;
 	bool verification_enabled;
-	bool watch_nodes;         /* Kubernetes: remove node objects of deleted Nodes */
-	unsigned debounce_ms;     /* default 250 */
-	unsigned resync_s;        /* default 60 */
+	bool watch_nodes;     /* Kubernetes: remove node objects of deleted Nodes */
+	unsigned debounce_ms; /* default 250 */
+	unsigned resync_s;    /* default 60 */
 	const struct oci_registry_opts *registry;
 };
 
 struct operator_;
 
-__attribute__((warn_unused_result)) int operator_start(struct loop *l, struct workers *w,
-                                                       struct objstore *os,
-                                                       struct engine_slot *policies,
-                                                       const struct operator_opts *o,
-                                                       struct operator_ **out);
+__attribute__((warn_unused_result)) int
+operator_start(struct loop *l, struct workers *w, struct objstore *os, struct engine_slot *policies,
+               const struct operator_opts *o, struct operator_ **out);
 void operator_quiesce(struct operator_ *op);
 void operator_stop(struct operator_ *op);
 void operator_policies_changed(struct operator_ *op);

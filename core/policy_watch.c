@@ -29,7 +29,8 @@ static void write_status(struct policy_watch *w)
 	obj_now(now, sizeof(now));
 	cJSON *s = cJSON_CreateObject();
 	cJSON_AddNumberToObject(s, "generation", (double)w->slot->generation);
-	cJSON_AddStringToObject(s, "digest", w->slot->current ? engine_digest(w->slot->current) : "");
+	cJSON_AddStringToObject(s, "digest",
+	                        w->slot->current ? engine_digest(w->slot->current) : "");
 	cJSON_AddStringToObject(s, "lastError", w->slot->last_error);
 	cJSON_AddStringToObject(s, "updated", now);
 	char *text = cJSON_Print(s);
@@ -43,7 +44,8 @@ static int load(struct policy_watch *w, struct bundle *b, bool startup, char *er
 {
 	static struct metric *gen;
 	if (!gen)
-		gen = metrics_gauge("gkm_policy_generation", "Generation of the policies in use", NULL);
+		gen = metrics_gauge("gkm_policy_generation", "Generation of the policies in use",
+		                    NULL);
 	if (w->slot->current && !strcmp(engine_digest(w->slot->current), b->digest))
 		return 0;
 	if (!startup && !strcmp(w->last_refused, b->digest))
@@ -74,8 +76,8 @@ static int load_dir(struct policy_watch *w, bool startup, char *err, size_t errl
 	int rc = w->dir[0] ? bundle_from_dir(w->dir, &b, err, errlen) : bundle_builtin(&b);
 	if (rc) {
 		if (!startup)
-			log_warn("cannot read the policy directory; keeping the current policies", "dir",
-			         w->dir, "error", err);
+			log_warn("cannot read the policy directory; keeping the current policies",
+			         "dir", w->dir, "error", err);
 		return rc;
 	}
 	rc = load(w, b, startup, err, errlen);
@@ -107,8 +109,8 @@ void policy_watch_load_map(struct policy_watch *w, const cJSON *data)
 	bundle_free(b);
 }
 
-int policy_watch_start(struct loop *l, struct engine_slot *slot, const char *dir,
-                       unsigned poll_ms, const char *status_file, policy_watch_fn fn, void *ud,
+int policy_watch_start(struct loop *l, struct engine_slot *slot, const char *dir, unsigned poll_ms,
+                       const char *status_file, policy_watch_fn fn, void *ud,
                        struct policy_watch **out, char *err, size_t errlen)
 {
 	struct policy_watch *w = calloc(1, sizeof(*w));

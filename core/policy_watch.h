@@ -22,12 +22,10 @@ typedef void (*policy_watch_fn)(void *ud, bool applied, const char *error);
  * The first load happens here: a broken bundle at start-up is an error
  * (-EINVAL, message in err), as the design asks. status_file (may be NULL)
  * gets {generation, digest, lastError, updated} after every change. */
-__attribute__((warn_unused_result)) int policy_watch_start(struct loop *l, struct engine_slot *slot,
-                                                           const char *dir, unsigned poll_ms,
-                                                           const char *status_file,
-                                                           policy_watch_fn fn, void *ud,
-                                                           struct policy_watch **out, char *err,
-                                                           size_t errlen);
+__attribute__((warn_unused_result)) int
+policy_watch_start(struct loop *l, struct engine_slot *slot, const char *dir, unsigned poll_ms,
+                   const char *status_file, policy_watch_fn fn, void *ud, struct policy_watch **out,
+                   char *err, size_t errlen);
 /* Load ConfigMap data (name -> source) now, the same way. */
 void policy_watch_load_map(struct policy_watch *w, const cJSON *data);
 void policy_watch_stop(struct policy_watch *w);

@@ -13,22 +13,22 @@
 #include "loop.h"
 
 static const char usage[] =
-	"Usage: gkm csi --node-id NAME [flags]\n"
-	"\n"
-	"Serve the CSI node plugin (driver " CSI_DRIVER_NAME ") on a unix socket: mount the caches\n"
-	"the agent marked ready into pods, read-only or as a private overlay, and\n"
-	"record which pods use which cache.\n"
-	"\n"
-	"Flags:\n"
-	"  --endpoint ADDR        unix:///path/csi.sock (default $CSI_ENDPOINT, else\n"
-	"                         unix:///run/gkm/csi.sock)\n"
-	"  --node-id NAME         this node's name, as NodeGetInfo reports it (default $NODE_NAME)\n"
-	"  --root DIR             the agent's store root (default /var/lib/gkm)\n"
-	"  --run-dir DIR          volume state and usage files (default /run/gkm)\n"
-	"  --state-dir DIR        upper layers of writable volumes (default ROOT/csi)\n"
-	"  --health-listen ADDR   serve /healthz, /readyz, /metrics on [HOST]:PORT\n"
-	"  --threads N            calls answered concurrently (default 4)\n"
-	"  --drain-timeout SEC    on SIGTERM, how long calls in flight may finish (default 10)\n";
+    "Usage: gkm csi --node-id NAME [flags]\n"
+    "\n"
+    "Serve the CSI node plugin (driver " CSI_DRIVER_NAME ") on a unix socket: mount the caches\n"
+    "the agent marked ready into pods, read-only or as a private overlay, and\n"
+    "record which pods use which cache.\n"
+    "\n"
+    "Flags:\n"
+    "  --endpoint ADDR        unix:///path/csi.sock (default $CSI_ENDPOINT, else\n"
+    "                         unix:///run/gkm/csi.sock)\n"
+    "  --node-id NAME         this node's name, as NodeGetInfo reports it (default $NODE_NAME)\n"
+    "  --root DIR             the agent's store root (default /var/lib/gkm)\n"
+    "  --run-dir DIR          volume state and usage files (default /run/gkm)\n"
+    "  --state-dir DIR        upper layers of writable volumes (default ROOT/csi)\n"
+    "  --health-listen ADDR   serve /healthz, /readyz, /metrics on [HOST]:PORT\n"
+    "  --threads N            calls answered concurrently (default 4)\n"
+    "  --drain-timeout SEC    on SIGTERM, how long calls in flight may finish (default 10)\n";
 
 enum {
 	OPT_ENDPOINT = CLI_OPT_FIRST_FREE,
@@ -72,16 +72,16 @@ static void on_shutdown(struct loop *l, int signo, void *ud)
 int cmd_csi(int argc, char **argv)
 {
 	static const struct option opts[] = {
-		CLI_COMMON_OPTIONS,
-		{"endpoint", required_argument, 0, OPT_ENDPOINT},
-		{"node-id", required_argument, 0, OPT_NODE_ID},
-		{"root", required_argument, 0, OPT_ROOT},
-		{"run-dir", required_argument, 0, OPT_RUN_DIR},
-		{"state-dir", required_argument, 0, OPT_STATE_DIR},
-		{"health-listen", required_argument, 0, OPT_HEALTH},
-		{"threads", required_argument, 0, OPT_THREADS},
-		{"drain-timeout", required_argument, 0, OPT_DRAIN},
-		{0, 0, 0, 0},
+	    CLI_COMMON_OPTIONS,
+	    {"endpoint", required_argument, 0, OPT_ENDPOINT},
+	    {"node-id", required_argument, 0, OPT_NODE_ID},
+	    {"root", required_argument, 0, OPT_ROOT},
+	    {"run-dir", required_argument, 0, OPT_RUN_DIR},
+	    {"state-dir", required_argument, 0, OPT_STATE_DIR},
+	    {"health-listen", required_argument, 0, OPT_HEALTH},
+	    {"threads", required_argument, 0, OPT_THREADS},
+	    {"drain-timeout", required_argument, 0, OPT_DRAIN},
+	    {0, 0, 0, 0},
 	};
 	const char *cmd = "gkm csi";
 	const char *endpoint = getenv("CSI_ENDPOINT"), *node_id = getenv("NODE_NAME");
@@ -112,12 +112,14 @@ int cmd_csi(int argc, char **argv)
 			break;
 		case OPT_THREADS:
 			if (cli_parse_u64(optarg, 64, &threads) != 0 || threads == 0)
-				return cli_usage_error(cmd, "--threads wants 1 to 64, not '%s'", optarg);
+				return cli_usage_error(cmd, "--threads wants 1 to 64, not '%s'",
+				                       optarg);
 			break;
 		case OPT_DRAIN:
 			if (cli_parse_u64(optarg, 3600, &drain) != 0)
-				return cli_usage_error(cmd, "--drain-timeout wants 0 to 3600 seconds, not '%s'",
-				                       optarg);
+				return cli_usage_error(
+				    cmd, "--drain-timeout wants 0 to 3600 seconds, not '%s'",
+				    optarg);
 			break;
 		default:
 			switch (cli_common(opt, optarg, cmd, usage)) {
@@ -137,10 +139,16 @@ int cmd_csi(int argc, char **argv)
 	if (!endpoint || !*endpoint)
 		endpoint = "unix:///run/gkm/csi.sock";
 	char sock[256];
-	if (csi_server_parse_endpoint(endpoint, sock, sizeof(sock)) != 0)
-		return cli_usage_error(cmd, "--endpoint '%s' is not unix:///absolute/path", endpoint);
+	int perr = csi_server_parse_endpoint(endpoint, sock, sizeof(sock));
+	if (perr == -ENAMETOOLONG)
+		return cli_usage_error(cmd, "--endpoint '%s' is too long for a unix socket path",
+		                       endpoint);
+	if (perr)
+		return cli_usage_error(cmd, "--endpoint '%s' is not unix:///absolute/path",
+		                       endpoint);
 	if (root[0] != '/' || run_dir[0] != '/' || (state_dir && state_dir[0] != '/'))
-		return cli_usage_error(cmd, "--root, --run-dir and --state-dir must be absolute paths");
+		return cli_usage_error(cmd,
+		                       "--root, --run-dir and --state-dir must be absolute paths");
 
 	struct daemon d = {0};
 	struct csi_node *node = NULL;
@@ -153,11 +161,11 @@ int cmd_csi(int argc, char **argv)
 		return EXIT_FAIL;
 	}
 	struct csi_node_config cfg = {
-		.node_id = node_id,
-		.root = root,
-		.run_dir = run_dir,
-		.state_dir = state_dir,
-		.version = GKM_VERSION,
+	    .node_id = node_id,
+	    .root = root,
+	    .run_dir = run_dir,
+	    .state_dir = state_dir,
+	    .version = GKM_VERSION,
 	};
 	if ((err = csi_node_new(&cfg, &node)) != 0) {
 		log_error("cannot start the CSI node service", "run_dir", run_dir, "error",
@@ -166,7 +174,8 @@ int cmd_csi(int argc, char **argv)
 	}
 	if (health) {
 		if ((err = health_start(health, &d.health)) != 0) {
-			log_error("cannot serve health endpoint", "listen", health, "error", strerror(-err));
+			log_error("cannot serve health endpoint", "listen", health, "error",
+			          strerror(-err));
 			goto out;
 		}
 		char port[8];
@@ -176,11 +185,11 @@ int cmd_csi(int argc, char **argv)
 		if (loop_add_timer(d.loop, 1000, beat, &d) == 0)
 			goto out;
 	}
-	err = csi_server_start(endpoint, (unsigned)threads, handle, node,
-	                       &srv);
+	err = csi_server_start(endpoint, (unsigned)threads, handle, node, &srv);
 	if (err) {
 		log_error("cannot serve CSI", "endpoint", endpoint, "error",
-		          err == -EADDRINUSE ? "another process serves this socket" : strerror(-err));
+		          err == -EADDRINUSE ? "another process serves this socket"
+		                             : strerror(-err));
 		goto out;
 	}
 	if (d.health)
@@ -193,8 +202,13 @@ int cmd_csi(int argc, char **argv)
 		rc = EXIT_OK;
 out:
 	if (srv) {
-		unsigned cancelled = csi_server_stop(srv, (unsigned)drain * 1000u);
-		if (cancelled)
+		int stopped = csi_server_stop(srv, (unsigned)drain * 1000u);
+		if (stopped == -EBUSY) {
+			/* Handlers still use node: exit without tearing it down. */
+			log_error("CSI node plugin stopped with calls still running");
+			return EXIT_FAIL;
+		}
+		if (stopped > 0)
 			rc = EXIT_FAIL;
 	}
 	health_stop(d.health);

@@ -35,6 +35,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import kopenapi  # noqa: E402
+import kproto  # noqa: E402
 import kschema  # noqa: E402
 import ksel  # noqa: E402
 import kssa  # noqa: E402
@@ -284,6 +285,12 @@ class Server:
         if raw is None or raw == b"":
             raise bad_request("the body of the request was empty")
         ct = (content_type or "").split(";")[0].strip()
+        if ct == "application/vnd.kubernetes.protobuf":
+            try:
+                return kproto.decode(raw)
+            except kproto.ProtoError as e:
+                raise bad_request("the object provided is unrecognized (must be of type %s): %s"
+                                  % (rt.kind, e))
         if ct not in ("", "application/json", "application/yaml", "application/apply-patch+yaml",
                       "*/*"):
             raise ApiError(415, "UnsupportedMediaType",
@@ -364,7 +371,7 @@ class Server:
                 warnings = ['unknown field "%s"' % u for u in unknown]
         return out, warnings
 
-    def validate(self, rt, obj, old, request_gv):
+    def validate(self, rt, obj, old, request_gv, known=None):
         md = obj.get("metadata") or {}
         errs = []
         name = md.get("name", "")
@@ -394,7 +401,7 @@ class Server:
             for k in ("metadata", "apiVersion", "kind"):
                 props.pop(k, None)
             sch["properties"] = props
-            errs += kschema.validate(body, sch, "")
+            errs += kschema.validate(body, sch, "", known=known)
         if rt.extra_validate is not None:
             errs += rt.extra_validate(rt, obj, old, request_gv)
         if rt.plural == "customresourcedefinitions":
@@ -487,19 +494,31 @@ class Server:
             md.pop(k, None)
         if rt.status and rt.crd is not None:
             obj.pop("status", None)
-        if rt.plural == "pods":
-            obj["status"] = {"phase": "Pending"}
         if rt.plural == "namespaces":
-            obj["status"] = {"phase": "Active"}
-            obj.setdefault("spec", {})["finalizers"] = ["kubernetes"]
             md.setdefault("labels", {})["kubernetes.io/metadata.name"] = md.get("name", "")
         if rt.plural == "customresourcedefinitions":
             obj.pop("status", None)
             obj.setdefault("spec", {}).setdefault("conversion", {"strategy": "None"})
-        if rt.schema is not None:
+        if rt.has_defaults:
             kschema.apply_defaults(obj, rt.schema)
         storage_form = self.to_storage(rt, obj)
         self.storage_skeleton(rt).apply_skeleton(storage_form)
+        if not apply_done:
+            if managers is None:
+                try:
+                    managers = kssa.Managers(mf_in if isinstance(mf_in, list) else [])
+                except ValueError:
+                    managers = kssa.Managers()
+            kssa.update(managers, self.empty_object(rt), self.out(rt, storage_form), rt.ssa_schema,
+                        manager, "", rt.gv, now_str())
+        # what the create strategy sets comes after the field manager ran
+        if rt.normalize is not None:
+            rt.normalize(storage_form)
+        if rt.plural == "pods":
+            storage_form["status"] = {"phase": "Pending"}
+        if rt.plural == "namespaces":
+            storage_form["status"] = {"phase": "Active"}
+            storage_form.setdefault("spec", {})["finalizers"] = ["kubernetes"]
         if rt.plural == "customresourcedefinitions":
             storage_form["status"]["storedVersions"] = [
                 v["name"] for v in storage_form["spec"].get("versions") or [] if v.get("storage")]
@@ -511,15 +530,6 @@ class Server:
         smd["creationTimestamp"] = now_str()
         if rt.generation:
             smd["generation"] = 1
-        if not apply_done:
-            if managers is None:
-                try:
-                    managers = kssa.Managers(mf_in if isinstance(mf_in, list) else [])
-                except ValueError:
-                    managers = kssa.Managers()
-            empty = self.empty_object(rt)
-            kssa.update(managers, empty, self.out(rt, storage_form), rt.ssa_schema, manager, "",
-                        rt.gv, now_str())
         mf = managers.encode() if managers is not None else []
         if mf:
             smd["managedFields"] = mf
@@ -551,7 +561,7 @@ class Server:
 
     # ------------------------------------------------------------------ update
     def update(self, rt, ns, name, sub, body, params, headers=None):
-        obj = copy_obj(body)
+        obj = body
         self.check_gvk(rt, obj)
         validation = self.field_validation(params)
         obj, warnings = self.strict_fields(rt, obj, validation)
@@ -590,9 +600,10 @@ class Server:
                       apply_done=False):
         """Shared tail of PUT and PATCH: new_req is the client's version of the
         desired object. Lock held. Returns the object to answer with."""
-        cur_out = copy_obj(self.out(rt, cur))
-        new = copy_obj(new_req)
-        md = new.setdefault("metadata", {})
+        # objects are never modified in place once stored: copy what changes
+        cur_out = self.out(rt, cur)
+        new = dict(new_req)
+        md = new["metadata"] = dict(new.get("metadata") or {})
         cmd = cur_out["metadata"]
         for k in ("uid", "creationTimestamp", "deletionTimestamp", "deletionGracePeriodSeconds",
                   "generation", "namespace", "resourceVersion", "selfLink"):
@@ -602,7 +613,7 @@ class Server:
                 md.pop(k, None)
         if rt.status:
             if sub == "status":
-                keep = copy_obj(cur_out)
+                keep = dict(cur_out)
                 if "status" in new:
                     keep["status"] = new["status"]
                 else:
@@ -614,14 +625,16 @@ class Server:
                 md = new["metadata"]
             else:
                 if "status" in cur_out:
-                    new["status"] = copy_obj(cur_out["status"])
+                    new["status"] = cur_out["status"]
                 else:
                     new.pop("status", None)
-        if rt.schema is not None:
-            kschema.apply_defaults(new, rt.schema)
+        if rt.has_defaults:
+            new = kschema.apply_defaults(copy_obj(new), rt.schema)
         storage_form = self.to_storage(rt, new)
         self.storage_skeleton(rt).apply_skeleton(storage_form)
-        self.validate(rt, storage_form, cur, rt.gv)
+        if rt.normalize is not None:
+            rt.normalize(storage_form)
+        self.validate(rt, storage_form, cur, rt.gv, known=cur)
         smd = storage_form["metadata"]
         if rt.generation and "generation" in cur["metadata"]:
             if self.spec_changed(rt, cur, storage_form):
@@ -692,7 +705,7 @@ class Server:
             cur = self.store.get(rt.storage, key)
             if cur is None:
                 raise not_found(rt, name)
-            cur_out = copy_obj(self.out(rt, cur))
+            cur_out = self.out(rt, cur)
             try:
                 if ct == "application/json-patch+json":
                     new = json_patch(cur_out, patch)
@@ -785,7 +798,7 @@ class Server:
                 res = self.store.commit(rt.storage, key, stored)
                 self.after_write(rt, res, None)
                 return self.out(rt, res), warnings, 201
-            cur_out = self.strip_mf(copy_obj(self.out(rt, cur)))
+            cur_out = self.strip_mf(self.out(rt, cur))
             try:
                 managers = kssa.Managers(cur["metadata"].get("managedFields") or [])
             except ValueError:
@@ -1262,7 +1275,16 @@ class Server:
                 return False
             return self.matches(rt, obj, lsel, fsel)
 
-        w = kstore.Watcher(rt.storage, match)
+        index = None
+        for f, op, v in fsel:
+            if f == "metadata.name" and op == "=":
+                index = ("name", v)
+        if index is None:
+            for k, op, vals in lsel:
+                if op == "=" or (op == "in" and len(vals) == 1):
+                    index = ("label", k, vals[0])
+                    break
+        w = kstore.Watcher(rt.storage, match, index)
         initial = []
         error = None
         with self.store.lock:
@@ -1300,7 +1322,7 @@ class Server:
     def close_watches(self):
         with self.store.lock:
             for ws in self.store.watchers.values():
-                for w in list(ws):
+                for w in ws:
                     w.close()
 
 
@@ -1590,6 +1612,9 @@ class Handler(BaseHTTPRequestHandler):
         n = int(self.headers.get("Content-Length") or 0)
         if n > MAX_BODY:
             self.close_connection = True
+            if n <= 4 * MAX_BODY:
+                while n > 0:    # drain it so that the client reads the answer
+                    n -= len(self.rfile.read(min(n, 65536)) or b"x" * n)
             raise ApiError(413, "RequestEntityTooLarge", "Request entity too large: limit is 3145728")
         return self.rfile.read(n) if n > 0 else b""
 
@@ -1900,7 +1925,25 @@ class Handler(BaseHTTPRequestHandler):
         self.send_header("Cache-Control", "no-cache, private")
         self.end_headers()
         self.close_connection = False
-        fault = self.take_fault("watch")
+        fault = [self.take_fault("watch")]
+        sent = [0]
+
+        def emit(typ, obj):
+            """Send one event; False once an injected fault cut the stream."""
+            if fault[0] and sent[0] >= 1:
+                if fault[0] == "truncate":
+                    data = json.dumps({"type": typ, "object": api.out(rt, obj)}).encode()
+                    self.wfile.write(b"%x\r\n%s" % (len(data), data[: len(data) // 2]))
+                    self.wfile.flush()
+                    self.close_connection = True
+                    self.connection.shutdown(socket.SHUT_RDWR)
+                    return False
+                if fault[0] == "malformed":
+                    self.write_raw(b'{"type":"MODIFIED","object":{"kind"\n')
+                    fault[0] = None
+            self.write_event(rt, typ, obj, as_table)
+            sent[0] += 1
+            return True
         try:
             if error is not None:
                 self.write_chunk({"type": "ERROR", "object": error})
@@ -1909,14 +1952,13 @@ class Handler(BaseHTTPRequestHandler):
             deadline = time.monotonic() + timeout
             interval = api.args.bookmark_interval
             next_bookmark = time.monotonic() + interval
-            sent = 0
             for typ, obj, _ev in initial:
                 if typ == "BOOKMARK-INITIAL":
                     if bookmarks:
                         self.write_chunk(self.bookmark(rt, initial_end=True))
                     continue
-                self.write_event(rt, typ, obj, as_table)
-                sent += 1
+                if not emit(typ, obj):
+                    return
             while True:
                 now = time.monotonic()
                 if now >= deadline:
@@ -1943,19 +1985,8 @@ class Handler(BaseHTTPRequestHandler):
                         next_bookmark = time.monotonic() + interval
                     continue
                 typ, obj, _ev = item
-                if fault == "truncate" and sent >= 1:
-                    data = json.dumps({"type": typ, "object": api.out(rt, obj)}).encode()
-                    self.wfile.write(b"%x\r\n%s" % (len(data), data[: len(data) // 2]))
-                    self.wfile.flush()
-                    self.close_connection = True
-                    self.connection.shutdown(socket.SHUT_RDWR)
+                if not emit(typ, obj):
                     return
-                if fault == "malformed" and sent >= 1:
-                    self.wfile.write(b"5\r\n{\"ty\r\n")
-                    fault = None
-                    continue
-                self.write_event(rt, typ, obj, as_table)
-                sent += 1
             self.end_chunks()
         except (BrokenPipeError, ConnectionResetError, ssl.SSLError, OSError):
             self.close_connection = True

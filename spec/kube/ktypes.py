@@ -1,13 +1,16 @@
 """Resource types of the test API server: the built-in kinds it serves, the
 custom resources registered from CRDs, their server-side table printing,
 field selectors, and the events.k8s.io <-> core/v1 Event conversion."""
+import base64
 import copy
 import datetime
 import json
 import re
 
+import kbuiltin
 import kschema
 
+CR_VERBS = ["delete", "deletecollection", "get", "list", "patch", "create", "update", "watch"]
 ALL_VERBS = ["create", "delete", "deletecollection", "get", "list", "patch", "update", "watch"]
 NAME_COLUMN = {
     "name": "Name", "type": "string", "format": "name",
@@ -98,6 +101,8 @@ class RType:
         self.to_storage = None     # conversion for a second version of a storage
         self.from_storage = None
         self.selectable = []       # CRD selectableFields json paths
+        self.normalize = None      # fn(obj): what the kind's strategy rewrites
+        self.has_defaults = False  # the schema has default values
 
     @property
     def gv(self):
@@ -141,13 +146,17 @@ class RType:
         return e
 
     def apply_skeleton(self, obj):
+        """Add the fields a built-in kind always serializes (copy on write)."""
         if self.skeleton:
             for k, v in self.skeleton.items():
                 if k not in obj:
                     obj[k] = copy.deepcopy(v)
                 elif isinstance(v, dict) and isinstance(obj[k], dict):
-                    for k2, v2 in v.items():
-                        obj[k].setdefault(k2, copy.deepcopy(v2))
+                    missing = [k2 for k2 in v if k2 not in obj[k]]
+                    if missing:
+                        obj[k] = dict(obj[k])
+                        for k2 in missing:
+                            obj[k][k2] = copy.deepcopy(v[k2])
         return obj
 
 
@@ -345,13 +354,21 @@ def _pod_cells(obj):
             st.get("nominatedNodeName") or "<none>", "<none>"]
 
 
+def _secret_string_data(obj):
+    """stringData is write-only: merged into data, base64 encoded."""
+    sd = obj.pop("stringData", None)
+    if isinstance(sd, dict) and sd:
+        data = dict(obj["data"]) if isinstance(obj.get("data"), dict) else {}
+        for k, v in sd.items():
+            if isinstance(v, str):
+                data[k] = base64.b64encode(v.encode()).decode()
+        obj["data"] = data
+
+
 def _mk(group, version, plural, kind, namespaced, **kw):
     return RType(group, version, plural, kind, namespaced, **kw)
 
 
-OBJREF_ATOMIC = {"type": "object", "x-kubernetes-map-type": "atomic"}
-CONDITIONS_MAP = {"type": "array", "x-kubernetes-list-type": "map",
-                  "x-kubernetes-list-map-keys": ["type"], "items": {"type": "object"}}
 
 
 def _root(props):
@@ -460,9 +477,7 @@ def builtin_types():
                         _col("Age", desc="CreationTimestamp is a timestamp representing the "
                                          "server time when this object was created.")]
     ns.table = lambda o: [o["metadata"]["name"], (o.get("status") or {}).get("phase", ""), _age(o)]
-    ns.ssa_schema = _root({"spec": {"type": "object", "properties": {
-        "finalizers": {"type": "array"}}}, "status": {"type": "object", "properties": {
-            "conditions": CONDITIONS_MAP}}})
+    ns.ssa_schema = _root(kbuiltin.KINDS["Namespace"])
     out.append(ns)
 
     node = _mk("", "v1", "nodes", "Node", False, short=["no"], status=True)
@@ -489,16 +504,14 @@ def builtin_types():
                           _col("Container-Runtime", desc="Container Runtime Version reported by "
                                                          "the node.", priority=1)]
     node.table = _node_cells
-    node.ssa_schema = _root({"status": {"type": "object", "properties": {
-        "conditions": CONDITIONS_MAP,
-        "addresses": {"type": "array", "x-kubernetes-list-type": "map",
-                      "x-kubernetes-list-map-keys": ["type"], "items": {"type": "object"}}}}})
+    node.ssa_schema = _root(kbuiltin.KINDS["Node"])
     out.append(node)
 
     cm = _mk("", "v1", "configmaps", "ConfigMap", True, short=["cm"])
     cm.table_columns = ["Name", _col("Data", "integer", "Data contains the configuration data."),
                         _col("Age", desc="CreationTimestamp is a timestamp representing the "
                                          "server time when this object was created.")]
+    cm.ssa_schema = _root(kbuiltin.KINDS["ConfigMap"])
     cm.table = lambda o: [o["metadata"]["name"],
                           len(o.get("data") or {}) + len(o.get("binaryData") or {}), _age(o)]
     out.append(cm)
@@ -513,6 +526,8 @@ def builtin_types():
                                           "server time when this object was created.")]
     sec.table = lambda o: [o["metadata"]["name"], o.get("type", ""), len(o.get("data") or {}),
                            _age(o)]
+    sec.normalize = _secret_string_data
+    sec.ssa_schema = _root(kbuiltin.KINDS["Secret"])
     out.append(sec)
 
     ev = _mk("", "v1", "events", "Event", True, short=["ev"], storage="core/events",
@@ -550,7 +565,7 @@ def builtin_types():
                dict(NAME_COLUMN, priority=1)]
     ev.table_columns = ev_cols
     ev.table = _event_cells
-    ev.ssa_schema = _root({"involvedObject": OBJREF_ATOMIC, "related": OBJREF_ATOMIC})
+    ev.ssa_schema = _root(kbuiltin.KINDS["Event"])
     ev.extra_validate = _validate_event
     out.append(ev)
 
@@ -559,7 +574,7 @@ def builtin_types():
     ev2.fields = dict(ev.fields)
     ev2.table_columns = ev_cols
     ev2.table = _event_cells
-    ev2.ssa_schema = _root({"regarding": OBJREF_ATOMIC, "related": OBJREF_ATOMIC})
+    ev2.ssa_schema = _root(kbuiltin.KINDS["events.k8s.io/Event"])
     ev2.to_storage = event_v1_to_core
     ev2.from_storage = event_core_to_v1
     ev2.skeleton = ev.skeleton
@@ -601,9 +616,7 @@ def builtin_types():
     pod.table = _pod_cells
     named = {"type": "array", "x-kubernetes-list-type": "map",
              "x-kubernetes-list-map-keys": ["name"], "items": {"type": "object"}}
-    pod.ssa_schema = _root({"spec": {"type": "object", "properties": {
-        "containers": named, "initContainers": named, "volumes": named}},
-        "status": {"type": "object", "properties": {"conditions": CONDITIONS_MAP}}})
+    pod.ssa_schema = _root(kbuiltin.KINDS["Pod"])
     out.append(pod)
 
     lease = _mk("coordination.k8s.io", "v1", "leases", "Lease", True)
@@ -612,6 +625,7 @@ def builtin_types():
                                                         "the holder of a current lease."),
                            _col("Age", desc="CreationTimestamp is a timestamp representing the "
                                             "server time when this object was created.")]
+    lease.ssa_schema = _root(kbuiltin.KINDS["Lease"])
     lease.table = lambda o: [o["metadata"]["name"],
                              (o.get("spec") or {}).get("holderIdentity", ""), _age(o)]
     out.append(lease)
@@ -642,25 +656,22 @@ def builtin_types():
                 bool(s.get("requiresRepublish")),
                 ",".join(s.get("volumeLifecycleModes") or ["Persistent"]), _age(o)]
     csi.table = csi_cells
-    csi.ssa_schema = _root({"spec": {"type": "object", "properties": {
-        "volumeLifecycleModes": {"type": "array", "x-kubernetes-list-type": "set"}}}})
+    csi.ssa_schema = _root(kbuiltin.KINDS["CSIDriver"])
     out.append(csi)
 
     crd = _mk("apiextensions.k8s.io", "v1", "customresourcedefinitions",
               "CustomResourceDefinition", False, short=["crd", "crds"], status=True,
               generation=True, categories=["api-extensions"])
-    crd.skeleton = {"spec": {}, "status": {"conditions": None,
+    crd.skeleton = {"spec": {"group": "", "names": {"plural": "", "kind": ""}, "scope": "",
+                             "versions": None},
+                    "status": {"conditions": None,
                                            "acceptedNames": {"plural": "", "kind": ""},
                                            "storedVersions": []}}
     crd.table = lambda o: [o["metadata"]["name"], o["metadata"].get("creationTimestamp")]
     crd.table_columns = ["Name", _col("Created At", "date",
                                       "CreationTimestamp is a timestamp representing the server "
                                       "time when this object was created.")]
-    crd.ssa_schema = _root({"spec": {"type": "object", "properties": {
-        "versions": {"type": "array"},
-        "names": {"type": "object", "properties": {"shortNames": {"type": "array"},
-                                                    "categories": {"type": "array"}}}}},
-        "status": {"type": "object", "properties": {"conditions": CONDITIONS_MAP}}})
+    crd.ssa_schema = _root(kbuiltin.KINDS["CustomResourceDefinition"])
     out.append(crd)
 
     for rt in out:
@@ -686,11 +697,13 @@ def custom_type(crd):
                    short=names.get("shortNames") or [],
                    status="status" in (v.get("subresources") or {}),
                    storage="%s/%s" % (spec["group"], names["plural"]),
-                   generation=True, categories=names.get("categories") or [])
+                   generation=True, categories=names.get("categories") or [],
+                   verbs=CR_VERBS)
         rt.crd = crd
         sch = (v.get("schema") or {}).get("openAPIV3Schema") or {
             "type": "object", "x-kubernetes-preserve-unknown-fields": True}
         rt.schema = sch
+        rt.has_defaults = '"default"' in json.dumps(sch)
         root = copy.deepcopy(sch)
         root.setdefault("properties", {})
         root["properties"]["metadata"] = kschema.OBJECT_META_SCHEMA

@@ -52,7 +52,7 @@ struct replay {
 	volatile bool stop;
 };
 
-static void replay_push(struct replay *r, int status, const char *body, size_t len, bool close_after)
+static inline void replay_push(struct replay *r, int status, const char *body, size_t len, bool close_after)
 {
 	pthread_mutex_lock(&r->mu);
 	struct replay_resp *p = &r->resp[r->nresp++];
@@ -66,7 +66,7 @@ static void replay_push(struct replay *r, int status, const char *body, size_t l
 	pthread_mutex_unlock(&r->mu);
 }
 
-static void replay_push_raw(struct replay *r, const char *bytes, size_t len)
+static inline void replay_push_raw(struct replay *r, const char *bytes, size_t len)
 {
 	replay_push(r, 0, bytes, len, true);
 	r->resp[r->nresp - 1].raw = true;
@@ -74,7 +74,7 @@ static void replay_push_raw(struct replay *r, const char *bytes, size_t len)
 
 /* Push the response of a recorded exchange file; a watch body (a list of
  * events) becomes one JSON object per line on a close-delimited stream. */
-static cJSON *replay_load(const char *file)
+static inline cJSON *replay_load(const char *file)
 {
 	char path[1024];
 	const char *dir = getenv("KUBE_FIXTURES");
@@ -100,7 +100,7 @@ static cJSON *replay_load(const char *file)
 
 /* A recorded watch body (a list of events) as the stream the server sent:
  * one JSON object per line. Caller frees. */
-static char *replay_stream_of(const cJSON *fx, size_t *len)
+static inline char *replay_stream_of(const cJSON *fx, size_t *len)
 {
 	const cJSON *body = cJSON_GetObjectItem(cJSON_GetObjectItem(fx, "response"), "body");
 	size_t cap = 1 << 20, n = 0;
@@ -116,7 +116,7 @@ static char *replay_stream_of(const cJSON *fx, size_t *len)
 	return s;
 }
 
-static void replay_push_fixture(struct replay *r, const cJSON *fx)
+static inline void replay_push_fixture(struct replay *r, const cJSON *fx)
 {
 	const cJSON *resp = cJSON_GetObjectItem(fx, "response");
 	int status = cJSON_GetObjectItem(resp, "status")->valueint;
@@ -135,7 +135,7 @@ static void replay_push_fixture(struct replay *r, const cJSON *fx)
 	free(text);
 }
 
-static bool read_line(int fd, char *buf, size_t len)
+static inline bool read_line(int fd, char *buf, size_t len)
 {
 	size_t i = 0;
 	while (i + 1 < len) {
@@ -155,7 +155,7 @@ static bool read_line(int fd, char *buf, size_t len)
 	return true;
 }
 
-static void write_all(int fd, const char *p, size_t n)
+static inline void write_all(int fd, const char *p, size_t n)
 {
 	while (n) {
 		ssize_t w = send(fd, p, n, MSG_NOSIGNAL);
@@ -166,7 +166,7 @@ static void write_all(int fd, const char *p, size_t n)
 	}
 }
 
-static void replay_serve(struct replay *r, int fd)
+static inline void replay_serve(struct replay *r, int fd)
 {
 	for (;;) {
 		char line[8192];
@@ -248,7 +248,7 @@ static void *replay_thread(void *ud)
 	return NULL;
 }
 
-static struct replay *replay_start(void)
+static inline struct replay *replay_start(void)
 {
 	struct replay *r = calloc(1, sizeof(*r));
 	pthread_mutex_init(&r->mu, NULL);
@@ -265,7 +265,7 @@ static struct replay *replay_start(void)
 	return r;
 }
 
-static void replay_stop(struct replay *r)
+static inline void replay_stop(struct replay *r)
 {
 	r->stop = true;
 	/* Wake accept() with a connection of our own. */
@@ -284,5 +284,30 @@ static void replay_stop(struct replay *r)
 	pthread_mutex_destroy(&r->mu);
 	free(r);
 }
+
+/* With kube_client.h included first: a client of the replay server, with a
+ * hand-made configuration (no kubeconfig file). Free with replay_client_free. */
+#ifdef GKM_KUBE_CLIENT_H
+static inline struct kube_client *replay_client(struct replay *r, struct kube_config **cfg)
+{
+	struct kube_config *c = calloc(1, sizeof(*c));
+	pthread_mutex_init(&c->token_lock, NULL);
+	char url[64];
+	snprintf(url, sizeof(url), "http://127.0.0.1:%d", r->port);
+	c->server = strdup(url);
+	c->namespace = strdup("default");
+	struct kube_client *kc = NULL;
+	if (kube_client_new(c, NULL, &kc) != 0)
+		abort();
+	*cfg = c;
+	return kc;
+}
+
+static inline void replay_client_free(struct kube_client *kc, struct kube_config *cfg)
+{
+	kube_client_free(kc);
+	kube_config_free(cfg);
+}
+#endif
 
 #endif

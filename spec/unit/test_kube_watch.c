@@ -9,8 +9,8 @@
 #include <errno.h>
 #include <time.h>
 
-#include "kube_replay.h"
 #include "kube_watch.h"
+#include "kube_replay.h"
 
 /* ---- parser ---- */
 
@@ -181,13 +181,7 @@ static int wsetup(void **state)
 	struct wenv *e = calloc(1, sizeof(*e));
 	pthread_mutex_init(&e->seen.mu, NULL);
 	e->srv = replay_start();
-	e->cfg = calloc(1, sizeof(*e->cfg));
-	pthread_mutex_init(&e->cfg->token_lock, NULL);
-	char url[64];
-	snprintf(url, sizeof(url), "http://127.0.0.1:%d", e->srv->port);
-	e->cfg->server = strdup(url);
-	e->cfg->namespace = strdup("default");
-	assert_int_equal(kube_client_new(e->cfg, NULL, &e->c), 0);
+	e->c = replay_client(e->srv, &e->cfg);
 	*state = e;
 	return 0;
 }
@@ -195,8 +189,7 @@ static int wsetup(void **state)
 static int wteardown(void **state)
 {
 	struct wenv *e = *state;
-	kube_client_free(e->c);
-	kube_config_free(e->cfg);
+	replay_client_free(e->c, e->cfg);
 	replay_stop(e->srv);
 	free(e);
 	return 0;
@@ -326,7 +319,8 @@ static void test_watch_truncated_and_malformed(void **state)
 	assert_int_equal(kube_watch_start(e->c, &o, &h, &w), 0);
 	WAIT_FOR(nreq(e->srv) >= 4);
 	const struct kube_watch_stats *st = kube_watch_stats(w);
-	WAIT_FOR(atomic_load(&st->malformed) == 1);
+	/* the cut stream and the garbage line */
+	WAIT_FOR(atomic_load(&st->malformed) == 2);
 	uint64_t lists = atomic_load(&st->lists), failures = atomic_load(&st->failures);
 	kube_watch_stop(w);
 	/* the cut event and the event after the garbage were not applied */
