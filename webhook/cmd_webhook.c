@@ -40,13 +40,15 @@ static const char usage[] =
     "\n"
     "  --listen ADDR              HTTPS address (default :8443)\n"
     "  --health-listen ADDR       /healthz, /readyz, /metrics over HTTP (default :8081)\n"
-    "  --tls-cert FILE            certificate chain, PEM\n"
-    "  --tls-key FILE             its private key, PEM\n"
+    "  --tls-cert FILE            certificate chain, PEM (also --tls-cert-file)\n"
+    "  --tls-key FILE             its private key, PEM (also --tls-key-file)\n"
     "  --trust-dir DIR            trusted public keys: every PEM public key in every\n"
     "                             file of DIR (a mounted Secret or ConfigMap)\n"
     "  --config PATH              settings: a YAML/JSON mapping, or a directory with one\n"
-    "                             file per key (a mounted ConfigMap); keys verify-enabled\n"
-    "                             and allow-unsigned-images override the flags below\n"
+    "                             file per key (a mounted ConfigMap, also --config-dir);\n"
+    "                             keys verify-enabled and allow-unsigned-images override\n"
+    "                             the flags below; trust-keys-dir stands for --trust-dir\n"
+    "                             when that is not given (read at start-up)\n"
     "  --verify-enabled BOOL      verify signatures (default true)\n"
     "  --allow-unsigned-images BOOL  admit images without signatures (default false)\n"
     "  --policy-dir DIR           policy files overriding the built-in ones (a mounted\n"
@@ -240,6 +242,24 @@ static void on_hup(struct loop *l, void *ud)
 	reload_trust(w);
 }
 
+/* The trusted keys' directory a configuration directory names (the chart's
+ * gkm-config ConfigMap has a key trust-keys-dir). 0 when there is one. */
+static int config_trust_dir(const char *config, char *out, size_t cap)
+{
+	char path[4096], *val = NULL;
+	size_t len = 0;
+	if ((size_t)snprintf(path, sizeof(path), "%s/trust-keys-dir", config) >= sizeof(path) ||
+	    fsutil_read_file(path, 4096, &val, &len) != 0)
+		return -ENOENT;
+	while (len && (val[len - 1] == '\n' || val[len - 1] == ' '))
+		val[--len] = '\0';
+	int rc = len && len < cap ? 0 : -EINVAL;
+	if (rc == 0)
+		memcpy(out, val, len + 1);
+	free(val);
+	return rc;
+}
+
 static int parse_bool_flag(const char *flag, const char *arg, bool *out)
 {
 	if (trust_parse_bool(arg, out) != 0)
@@ -263,9 +283,12 @@ int cmd_webhook(int argc, char **argv)
 	    {"listen", required_argument, 0, OPT_LISTEN},
 	    {"health-listen", required_argument, 0, OPT_HEALTH},
 	    {"tls-cert", required_argument, 0, OPT_CERT},
+	    {"tls-cert-file", required_argument, 0, OPT_CERT},
 	    {"tls-key", required_argument, 0, OPT_KEY},
+	    {"tls-key-file", required_argument, 0, OPT_KEY},
 	    {"trust-dir", required_argument, 0, OPT_TRUST},
 	    {"config", required_argument, 0, OPT_CONFIG},
+	    {"config-dir", required_argument, 0, OPT_CONFIG},
 	    {"verify-enabled", required_argument, 0, OPT_VERIFY},
 	    {"allow-unsigned-images", required_argument, 0, OPT_UNSIGNED},
 	    {"policy-dir", required_argument, 0, OPT_POLICY},
@@ -294,7 +317,7 @@ int cmd_webhook(int argc, char **argv)
 	unsigned long long v, nworkers = 4;
 	int c, rc, exit_code = EXIT_FAIL;
 	char err[1200];
-	char *cert = NULL, *key = NULL;
+	char *cert = NULL, *key = NULL, trust_dir[4096];
 	size_t cl = 0, kl = 0;
 	w.trust_src.defaults.verify_enabled = true;
 	struct cli_registry creg;
@@ -396,6 +419,9 @@ int cmd_webhook(int argc, char **argv)
 		return cli_usage_error(CMD, "--tls-cert and --tls-key are required");
 	}
 	ro.registry = creg.reg;
+	if (!w.trust_src.trust_dir && w.trust_src.config_path &&
+	    config_trust_dir(w.trust_src.config_path, trust_dir, sizeof(trust_dir)) == 0)
+		w.trust_src.trust_dir = trust_dir;
 	w.trust_src.key_files = creg.keys;
 	w.trust_src.nkey_files = creg.nkeys;
 	/* registry calls must end before the review's deadline */

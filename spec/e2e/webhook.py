@@ -291,6 +291,20 @@ def main():
         t.ok(p.returncode == code and want in p.stderr, "start-up refused: " + name,
              diag=f"exit {p.returncode}\n{p.stderr}")
 
+    # the chart's spelling: gkm-config mounted as a directory names the keys' directory
+    os.makedirs(path("gkm-config"))
+    write(path("gkm-config", "verify-enabled"), "true")
+    write(path("gkm-config", "allow-unsigned-images"), "true")
+    write(path("gkm-config", "trust-keys-dir"), path("trust") + "\n")
+    write(path("gkm-config", "gpu-source"), "nvml")
+    chart = Webhook("--tls-cert-file", path("tls.crt"), "--tls-key-file", path("tls.key"),
+                    "--config-dir", path("gkm-config"))
+    line = chart.wait_log(lambda j: j.get("msg") == "webhook serving", 5)
+    t.ok(line and line.get("keys") == "1" and line.get("verify_enabled") == "true"
+         and line.get("allow_unsigned") == "true",
+         "gkm-config as a directory: settings and trust-keys-dir read, other keys ignored", diag=line)
+    t.eq(chart.stop(), 0, "that webhook stops cleanly")
+
     reg = Registry()
     R = reg.addr
 
