@@ -512,8 +512,13 @@ int cmd_webhook(int argc, char **argv)
 	health_set_ready(w.health, false, "shutting down");
 	exit_code = rc == 0 ? EXIT_OK : EXIT_FAIL;
 out:
-	/* finish running registry checks, then answer whatever still waits */
+	/* finish running registry checks and decide the reviews waiting for
+	 * them; answer whatever still waits */
+	if (w.reviewer)
+		reviewer_refuse_new(w.reviewer);
 	workers_free(w.workers);
+	if (w.loop)
+		loop_drain(w.loop);
 	if (w.reviewer)
 		reviewer_close(w.reviewer);
 	https_stop(w.https);

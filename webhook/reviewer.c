@@ -428,7 +428,9 @@ static void wait_for_job(struct review *rv, const char *digest)
 		snprintf(j->digest, sizeof(j->digest), "%s", digest ? digest : "");
 		if (workers_submit(r->o.workers, job_work, job_done, j) != 0) {
 			job_free(j);
-			deny(rv, "WebhookError", "cannot start a registry check");
+			/* the pool refuses work only while shutting down (or out of memory) */
+			deny(rv, "ShuttingDown",
+			     "the admission webhook is shutting down; try again");
 			return;
 		}
 		j->next = r->jobs;
@@ -631,11 +633,16 @@ unsigned reviewer_waiting(struct reviewer *r)
 	return n;
 }
 
-void reviewer_close(struct reviewer *r)
+void reviewer_refuse_new(struct reviewer *r)
 {
 	pthread_mutex_lock(&r->lock);
 	r->closing = true;
 	pthread_mutex_unlock(&r->lock);
+}
+
+void reviewer_close(struct reviewer *r)
+{
+	reviewer_refuse_new(r);
 	/* the loop is gone: nothing else touches the jobs or the live reviews */
 	while (r->jobs) {
 		struct job *j = r->jobs;

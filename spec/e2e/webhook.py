@@ -580,7 +580,6 @@ def main():
     t.ok(status == 200 and not resp.get("allowed") and resp["status"]["reason"] == "RegistryTimeout",
          "a registry that never answers: denied (RegistryTimeout) before the client gives up",
          diag=doc)
-    hole.close()
 
     # metrics
     m = wh.metrics()
@@ -592,12 +591,32 @@ def main():
          and wh.metric("gkm_webhook_cache_total", cache="resolve", result="hit") >= 1,
          "cache hits counted")
 
-    # let the black hole's registry check run out first: a job still running at
-    # SIGTERM finishes after the loop stopped, and its completion is dropped
-    end = time.time() + 15
-    while wh.metric("gkm_webhook_registry_checks_running") > 0 and time.time() < end:
-        time.sleep(0.1)
+    # SIGTERM with a review waiting for a registry check: the check runs out,
+    # the review is answered, then the process exits (the sanitizers check)
+    late = {}
+
+    def waiting_review():
+        try:
+            late["answer"] = post(wh, "/mutate", review(f"{hole.addr}/caches/late:v1"), timeout=30)
+        except Exception as e:  # noqa: BLE001 - reported below
+            late["error"] = repr(e)
+
+    th = threading.Thread(target=waiting_review)
+    th.start()
+    seen = False
+    for _ in range(100):  # until the webhook has taken the review to the registry
+        if wh.metric("gkm_webhook_registry_checks_running") >= 1:
+            seen = True
+            break
+        time.sleep(0.05)
     rc = wh.stop()
+    th.join(30)
+    hole.close()
+    status, doc, _ = late.get("answer", (0, None, None))
+    resp = doc["response"] if isinstance(doc, dict) else {}
+    t.ok(seen and status == 200 and resp.get("allowed") is False
+         and resp["status"]["reason"] in ("RegistryUnavailable", "RegistryTimeout", "ShuttingDown"),
+         "SIGTERM: a review waiting on the registry is still answered", diag=(late, seen))
     t.eq(rc, 0, "SIGTERM: clean exit (sanitizers quiet)")
     if rc != 0:
         print("#" + wh.read_log()[-3000:].replace("\n", "\n#"))
