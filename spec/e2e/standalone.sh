@@ -33,7 +33,7 @@ $G cache build "$FX/cuda-sm75-vector-add" -t "$R/caches/cuda:v1" >/dev/null 2>&1
 ok $? "two cache images pushed, the CUDA one signed"
 
 start_up() { # extra flags...
-	$G up --state "$S" --node node-1 --gpus-file spec/fixtures/gpu/inventory/mixed.json \
+	$G up --state "$S" --node node-1 --gpu-file spec/fixtures/gpu/inventory/mixed.json \
 		--key "$W/trusted.pub" --poll-ms 100 --policy-dir "$W/policies" \
 		--health-listen "127.0.0.1:$PORT" "$@" >>"$W/up.log" 2>&1 &
 	UP_PID=$!
