@@ -457,9 +457,16 @@ def main():
          "/validate: UPDATE may not change the annotation while spec.image is unchanged",
          diag=denial(resp))
     resp = decide(wh, f"{R}/caches/signed:v1", op="UPDATE", annotations=forged, old=old_obj)
+    t.ok(not resp["allowed"] and resp["status"]["reason"] == "ResolvedDigestMismatch",
+         "/mutate: UPDATE changing the recorded digest by hand is refused", diag=denial(resp))
+    resp = decide(wh, f"{R}/caches/signed:v1", op="UPDATE", annotations={"team": "b"}, old=old_obj)
     t.eq(patch_of(resp), [{"op": "add", "path": "/metadata/annotations/gkm.io~1resolvedDigest",
                            "value": digests["signed"]}],
-         "/mutate: UPDATE puts the recorded digest back")
+         "/mutate: UPDATE that dropped the annotation gets the recorded digest back")
+    resp = decide(wh, f"{R}/caches/signed:v1", annotations=forged)
+    t.ok(resp["allowed"] and patch_of(resp)[0]["value"] == digests["signed"]
+         and "was replaced by" in resp.get("warnings", [""])[0],
+         "/mutate: CREATE with a hand-set digest: replaced, with a warning", diag=resp)
 
     # settings from the config file, reloaded live
     m = wh.mark()
