@@ -118,7 +118,7 @@ bench: deps all
 	@BUILD=$(BUILD) bash spec/bench/run.sh
 
 run: deps all
-	@BUILD=$(BUILD) sh core/demo.sh
+	@BUILD=$(BUILD) bash core/demo.sh
 
 install: all
 	install -D -m 0755 $(BUILD)/gkm $(DESTDIR)$(PREFIX)/bin/gkm

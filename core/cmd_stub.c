@@ -18,8 +18,6 @@ static int not_built(const char *name)
 		return not_built(name);                                                            \
 	}
 
-STUB(cmd_operator, "operator")
-STUB(cmd_agent, "agent")
 STUB(cmd_csi, "csi")
 STUB(cmd_webhook, "webhook")
 STUB(cmd_cache, "cache")

@@ -43,7 +43,7 @@ struct tree_size {
 };
 
 struct csi_node {
-	char *node_id, *root, *run_dir, *state_dir, *volumes_dir, *version;
+	char *node_id, *root, *run_dir, *state_dir, *volumes_dir, *version, *driver;
 	pthread_mutex_t lock;
 	struct entry **vols;
 	size_t nvols, cap;
@@ -55,6 +55,22 @@ struct csi_node {
 };
 
 static struct metric *m_calls, *m_seconds, *m_volumes;
+
+static bool alnum(char c)
+{
+	return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9');
+}
+
+bool csi_node_valid_driver(const char *name)
+{
+	size_t n = name ? strlen(name) : 0;
+	if (n == 0 || n > 63 || !alnum(name[0]) || !alnum(name[n - 1]))
+		return false;
+	for (size_t i = 0; i < n; i++)
+		if (!alnum(name[i]) && name[i] != '-' && name[i] != '.')
+			return false;
+	return true;
+}
 
 const char *csi_code_name(int code)
 {
@@ -965,7 +981,7 @@ static void get_plugin_info(struct csi_node *n, const uint8_t *data, size_t len,
 	(void)data;
 	(void)len;
 	Csi__V1__GetPluginInfoResponse resp = CSI__V1__GET_PLUGIN_INFO_RESPONSE__INIT;
-	resp.name = CSI_DRIVER_NAME;
+	resp.name = n->driver;
 	resp.vendor_version = n->version;
 	reply_msg(r, &resp.base);
 }
@@ -1174,6 +1190,7 @@ void csi_node_free(struct csi_node *n)
 	free(n->state_dir);
 	free(n->volumes_dir);
 	free(n->version);
+	free(n->driver);
 	free(n);
 }
 
@@ -1182,7 +1199,7 @@ int csi_node_new(const struct csi_node_config *cfg, struct csi_node **out)
 	static const double buckets[] = {0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025,
 	                                 0.05,   0.1,   0.25,   0.5,   1,    5};
 	if (!cfg || !cfg->node_id || !*cfg->node_id || !cfg->root || !cfg->run_dir ||
-	    strlen(cfg->node_id) > 128)
+	    strlen(cfg->node_id) > 128 || (cfg->driver && !csi_node_valid_driver(cfg->driver)))
 		return -EINVAL;
 	m_calls = metrics_counter("gkm_csi_calls_total", "CSI calls answered, by method and code",
 	                          "method,code");
@@ -1202,9 +1219,10 @@ int csi_node_new(const struct csi_node_config *cfg, struct csi_node **out)
 	n->state_dir = cfg->state_dir ? strdup(cfg->state_dir) : join(cfg->root, "csi");
 	n->volumes_dir = join(cfg->run_dir, "volumes");
 	n->version = strdup(cfg->version && *cfg->version ? cfg->version : "0.0.0");
+	n->driver = strdup(cfg->driver ? cfg->driver : CSI_DRIVER_NAME);
 	int rc = -ENOMEM;
 	if (!n->node_id || !n->root || !n->run_dir || !n->state_dir || !n->volumes_dir ||
-	    !n->version)
+	    !n->version || !n->driver)
 		goto fail;
 	/* The state directory goes into overlay mount options. */
 	rc = -EINVAL;

@@ -117,6 +117,26 @@ def stats(node, vid, path):
     return call(node.NodeGetVolumeStats, pb.NodeGetVolumeStatsRequest(volume_id=vid, volume_path=path))
 
 
+class UsageLock:
+    """Hold the lock the plugin takes to update a cache's usage file, so that
+    publishes of that cache are provably in flight until release()."""
+
+    def __init__(self, ns, name):
+        d = os.path.join(run, "usage", ns, name)
+        os.makedirs(d, exist_ok=True)
+        self.fd = os.open(d, os.O_RDONLY | os.O_DIRECTORY)
+        fcntl.flock(self.fd, fcntl.LOCK_EX)
+
+    def release(self):
+        fcntl.flock(self.fd, fcntl.LOCK_UN)
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        os.close(self.fd)
+
+
 def tree_counts(path):
     n, size = 0, 0
     for d, dirs, files in os.walk(path):
@@ -454,11 +474,7 @@ def test_busy_volume():
     # A publish held in flight by the usage lock; other calls for the same
     # volume meanwhile are answered ABORTED, and it ends with one mount.
     tgt = new_target("busy")
-    udir = os.path.join(run, "usage", "team-a", "llama")
-    os.makedirs(udir, exist_ok=True)
-    lock = os.open(udir, os.O_RDONLY | os.O_DIRECTORY)
-    fcntl.flock(lock, fcntl.LOCK_EX)
-    try:
+    with UsageLock("team-a", "llama") as lock:
         with channel() as ch, concurrent.futures.ThreadPoolExecutor(max_workers=2) as ex:
             node = pbg.NodeStub(ch)
             first = ex.submit(publish, node, "v-busy", tgt)
@@ -469,14 +485,12 @@ def test_busy_volume():
             code, details = unpublish(node, "v-busy", tgt)
             t.ok(code == C.ABORTED, "an unpublish while a publish runs for the volume: ABORTED",
                  diag=(code, details))
-            fcntl.flock(lock, fcntl.LOCK_UN)
+            lock.release()
             code, details = first.result()
             t.ok(code == C.OK and cc.mount_count(tgt) == 1, "the first publish then completes, one mount",
                  diag=(code, details))
             code, _ = unpublish(node, "v-busy", tgt)
             t.ok(code == C.OK and cc.mount_count(tgt) == 0, "and it unpublishes")
-    finally:
-        os.close(lock)
 
 
 def test_internal_error_undoes():
@@ -566,16 +580,56 @@ def test_second_instance_refused():
         t.eq(code, C.OK, "the first plugin still serves")
 
 
+def test_chart_flags():
+    # How the Helm chart starts it: --config-dir (the gkm-config ConfigMap as
+    # files), --node-name, --driver-name.
+    r2, u2, conf = (os.path.join(tmp, d) for d in ("root2", "run2", "config"))
+    lay2 = cc.Layout(r2)
+    lay2.view("ns2", "c2", lay2.store_entry({"k.json": b"{}"}))
+    os.makedirs(conf)
+    for k, v in {"store-dir": r2 + "/store\n", "views-dir": r2 + "/caches", "usage-dir": u2 + "/usage"}.items():
+        with open(os.path.join(conf, k), "w") as f:
+            f.write(v)
+    p2 = cc.Plugin(tmp, None, None, name="chart", flags=[
+        "--config-dir", conf, "--node-name", "node-2", "--driver-name", "csi.example.com"]).start()
+    try:
+        tgt = new_target("chart")
+        with grpc.insecure_channel(p2.endpoint) as ch:
+            ident, node = pbg.IdentityStub(ch), pbg.NodeStub(ch)
+            code, info = call(ident.GetPluginInfo, pb.GetPluginInfoRequest())
+            t.ok(code == C.OK and info.name == "csi.example.com", "--driver-name sets the plugin name",
+                 diag=(code, info))
+            code, ni = call(node.NodeGetInfo, pb.NodeGetInfoRequest())
+            t.ok(code == C.OK and ni.node_id == "node-2", "--node-name sets the node id", diag=(code, ni))
+            code, details = call(node.NodePublishVolume, cc.publish_request(pb, "v-chart", tgt, "c2", ns="ns2",
+                                                                            pod_ns="ns2"))
+            used = os.path.exists(os.path.join(u2, "usage", "ns2", "c2", "usage.json"))
+            t.ok(code == C.OK and cc.mount_count(tgt) == 1 and used,
+                 "--config-dir: views from views-dir, usage under usage-dir", diag=(code, details))
+            code, _ = call(node.NodeUnpublishVolume, pb.NodeUnpublishVolumeRequest(volume_id="v-chart",
+                                                                                   target_path=tgt))
+            t.eq(code, C.OK, "and unpublish")
+    finally:
+        t.eq(p2.stop(), 0, "the chart-style plugin stops cleanly")
+
+    with open(os.path.join(conf, "views-dir"), "w") as f:
+        f.write("/elsewhere/caches")
+    for name, flags, want in [
+        ("store-dir and views-dir of different roots", ["--config-dir", conf, "--node-name", "n"],
+         "must be ROOT/store and ROOT/caches"),
+        ("a bad --driver-name", ["--node-id", "n", "--driver-name", "-bad-"], "not a valid CSI driver name"),
+        ("no node id", ["--root", r2, "--run-dir", u2], "--node-id is required"),
+    ]:
+        r = subprocess.run([cc.BIN, "csi", "--endpoint", "unix://" + os.path.join(tmp, "bad.sock")] + flags,
+                           capture_output=True, text=True, timeout=30, env={"PATH": os.environ.get("PATH", "")})
+        t.ok(r.returncode == 2 and want in r.stderr, "usage error for %s" % name, diag=(r.returncode, r.stderr))
+
+
 def test_sigterm_drains():
-    # Hold the lock the plugin takes to update the cache's usage file, so
-    # that publishes are provably in flight when SIGTERM arrives.
+    # Publishes held in flight by the usage lock when SIGTERM arrives.
     global plugin
     targets = {"v-t%02d" % i: new_target("t%02d" % i) for i in range(10)}
-    udir = os.path.join(run, "usage", "team-a", "llama")
-    os.makedirs(udir, exist_ok=True)
-    lock = os.open(udir, os.O_RDONLY | os.O_DIRECTORY)
-    fcntl.flock(lock, fcntl.LOCK_EX)
-    try:
+    with UsageLock("team-a", "llama") as lock:
         with channel() as ch, concurrent.futures.ThreadPoolExecutor(max_workers=10) as ex:
             node = pbg.NodeStub(ch)
             futs = [ex.submit(publish, node, v, p, pod="pod-" + v[2:], uid=v) for v, p in targets.items()]
@@ -587,10 +641,8 @@ def test_sigterm_drains():
             with channel() as ch2:
                 code, _ = call(pbg.IdentityStub(ch2).Probe, pb.ProbeRequest())
             t.eq(code, C.UNAVAILABLE, "while draining, new calls are refused")
-            fcntl.flock(lock, fcntl.LOCK_UN)
+            lock.release()
             res = [f.result()[0] for f in futs]
-    finally:
-        os.close(lock)
     rc = plugin.wait(60)
     t.ok(all(c == C.OK for c in res) and all(cc.mount_count(p) == 1 for p in targets.values()),
          "every call in flight at SIGTERM completed and is mounted", diag=res)
@@ -610,7 +662,8 @@ try:
                test_permission_denied, test_failed_precondition, test_read_only_publish_and_sharing,
                test_writable_overlay, test_unpublish_edge_cases, test_concurrent_100, test_busy_volume,
                test_internal_error_undoes,
-               test_sigkill_and_restart, test_metrics, test_second_instance_refused, test_sigterm_drains]:
+               test_sigkill_and_restart, test_metrics, test_second_instance_refused, test_chart_flags,
+               test_sigterm_drains]:
         t.run(fn.__name__, fn)
 finally:
     if t.failed and plugin and plugin.proc:

@@ -110,13 +110,14 @@ class Layout:
 class Plugin:
     """`gkm csi` running in temp dirs; stop() always leaves no process behind."""
 
-    def __init__(self, tmp, root, run, node_id="node-1", threads=4):
-        self.sock = os.path.join(tmp, "plugin", "csi.sock")
+    def __init__(self, tmp, root, run, node_id="node-1", threads=4, name="plugin", flags=None):
+        """flags replaces --node-id/--root/--run-dir (to test other spellings)."""
+        self.sock = os.path.join(tmp, name, "csi.sock")
         self.endpoint = "unix://" + self.sock
-        self.log = os.path.join(tmp, "plugin.log")
-        self.args = [BIN, "csi", "--endpoint", self.endpoint, "--node-id", node_id, "--root", root,
-                     "--run-dir", run, "--health-listen", "127.0.0.1:0", "--threads", str(threads),
-                     "--drain-timeout", "20"]
+        self.log = os.path.join(tmp, name + ".log")
+        place = flags if flags is not None else ["--node-id", node_id, "--root", root, "--run-dir", run]
+        self.args = [BIN, "csi", "--endpoint", self.endpoint] + place + [
+            "--health-listen", "127.0.0.1:0", "--threads", str(threads), "--drain-timeout", "20"]
         self.proc = None
         self.health_port = None
 
