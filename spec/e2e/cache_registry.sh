@@ -224,6 +224,22 @@ expect_fail "a registry that hangs times out" "timed out" \
 echo "# hang gave up after $((SECONDS - start)) s"
 proxy_fault "$P" '{}'
 
+# uploads: chunked PATCHes when asked, and when the registry refuses a large PUT
+$G cache build "$FX/triton/hip-gfx90a-vector-add" --label up=chunked -t "oci:$W/up:v1" >/dev/null 2>&1
+$GS cache push --chunk-size 4096 "oci:$W/up:v1" "$P/up/chunked:v1" >"$W/out" 2>&1 &&
+	skopeo copy -q $SK "docker://$R/up/chunked:v1" "oci:$W/up-back:v1" >/dev/null 2>&1 &&
+	curl -s "http://$P/_stats" | py "
+import json,sys; r=json.load(sys.stdin)['requests']
+assert sum(1 for m,p in r if m=='PATCH' and '/up/chunked/blobs/uploads/' in p) >= 2, r"
+show $? "push --chunk-size uploads in PATCH chunks; skopeo reads the result" "$W/out"
+$G cache build "$FX/triton/hip-gfx90a-vector-add" --label up=413 -t "oci:$W/up:v2" >/dev/null 2>&1
+proxy_fault "$P" '{"fail": 1, "status": 413, "match": "PUT /v2/up/big/blobs/uploads/.*digest="}'
+$GS cache push "oci:$W/up:v2" "$P/up/big:v1" >"$W/out" 2>&1 &&
+	grep -q "refused a monolithic upload, sending chunks" "$W/out" &&
+	skopeo inspect $SK "docker://$R/up/big:v1" >/dev/null 2>&1
+show $? "a monolithic upload refused with 413 is sent again in chunks" "$W/out"
+proxy_fault "$P" '{}'
+
 # a layer of a media type gkm cannot extract
 $G cache build "$FX/triton/cuda-sm75-vector-add" -t "oci:$W/odd:v1" >/dev/null 2>&1
 py "

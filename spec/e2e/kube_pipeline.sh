@@ -337,13 +337,16 @@ wait_for 20 refused agent1 && wait_for 10 refused agent3 && wait_for 10 refused 
 ok $? "a broken policy is refused by the agents and the operator, the log names compat.lua:3"
 refusals() {
 	json events -n gkm-system --field-selector involvedObject.name=gkm-policies | py "import json,sys
-print(len([e for e in json.load(sys.stdin)['items'] if e['reason'] == 'PolicyRejected' and 'compat.lua:3' in e['message']]))"
+print(len([e for e in json.load(sys.stdin)['items'] if e['reason'] == 'PoliciesRefused' and 'compat.lua:3' in e['message']]))"
 }
-wait_for 10 is 4 refusals
-ok $? "each daemon records a PolicyRejected Event on the ConfigMap (file and line)"
+wait_for 10 is 1 refusals
+ok $? "the operator records one PoliciesRefused Event on the ConfigMap, naming file and line"
 kubectl describe configmap gkm-policies -n gkm-system >"$W/describe" 2>&1
-grep -qE 'Warning +PolicyRejected .*gkm agent on node-1 refused the policies' "$W/describe"
-ok $? "kubectl describe configmap shows which daemon refused it" || sed 's/^/#   /' "$W/describe"
+grep -qE 'Warning +PoliciesRefused .*gkm-operator .*compat.lua:3' "$W/describe"
+ok $? "kubectl describe configmap shows it" || sed 's/^/#   /' "$W/describe"
+field "o['metadata']['annotations']['gkm.io/policy-status'] + ' ' + o['metadata']['annotations']['gkm.io/policy-error']" \
+	configmap gkm-policies -n gkm-system | grep -q '^Refused .*compat.lua:3'
+ok $? "the ConfigMap's gkm.io/policy-status annotation says Refused, with the error"
 [ "$(metric agent1 'gkm_policy_reloads_total{result="refused"}')" -ge 1 ] 2>/dev/null
 ok $? "metrics count the refused reload"
 kubectl annotate gkmc vector-add gkm.io/poke=1 >/dev/null # any event: a fresh decision

@@ -336,8 +336,8 @@ same "get gkmcn: node, GPU, caches ready/total/failed" kubectl get gkmcn -n $NS 
 NAME NODE GPU CACHES-READY CACHES-TOTAL CACHES-FAILED AGE
 node-1 node-1 AMD Instinct MI210 1 1 0 <age>
 EOF
-same "get gkmcn --field-selector spec.nodeName (selectable field)" \
-	kubectl get gkmcn -n $NS --field-selector spec.nodeName=node-1 -o name <<'EOF'
+same "get gkmcn -l gkm.io/node=node-1 (the node label)" \
+	kubectl get gkmcn -n $NS -l gkm.io/node=node-1 -o name <<'EOF'
 gkmcachenode.gkm.io/node-1
 EOF
 same "get gkmcn -l gkm.io/node=node-2 finds nothing" kubectl get gkmcn -n $NS -l gkm.io/node=node-2 <<'EOF'
@@ -408,6 +408,76 @@ EOF
 has "describe configmap shows the data" "^compat.lua:" kubectl describe cm gkm-policies
 has "describe secret shows sizes only" "^\.dockerconfigjson:  12 bytes" kubectl describe secret pull-secret
 has "describe lease" "^  Holder Identity: +gkm-operator-0" kubectl describe lease gkm-operator
+
+# the other kinds the chart installs are served too (no controller runs them)
+cat >"$W/workloads.yaml" <<'EOF'
+apiVersion: v1
+kind: ServiceAccount
+metadata: {name: gkm-agent}
+---
+apiVersion: rbac.authorization.k8s.io/v1
+kind: ClusterRoleBinding
+metadata: {name: gkm-agent}
+roleRef: {apiGroup: rbac.authorization.k8s.io, kind: ClusterRole, name: gkm-agent}
+subjects:
+- {kind: ServiceAccount, name: gkm-agent, namespace: default}
+---
+apiVersion: apps/v1
+kind: DaemonSet
+metadata: {name: gkm-node}
+spec:
+  selector: {matchLabels: {app: gkm}}
+  template:
+    metadata: {labels: {app: gkm}}
+    spec:
+      nodeSelector: {gkm.io/gpu: "true"}
+      containers:
+      - {name: agent, image: "quay.io/gkm/gkm:v1"}
+---
+apiVersion: apps/v1
+kind: Deployment
+metadata: {name: gkm-operator}
+spec:
+  replicas: 2
+  selector: {matchLabels: {app: op}}
+  template:
+    metadata: {labels: {app: op}}
+    spec:
+      containers:
+      - {name: op, image: "quay.io/gkm/gkm:v1"}
+---
+apiVersion: v1
+kind: Service
+metadata: {name: gkm-webhook}
+spec:
+  selector: {app: wh}
+  ports:
+  - {port: 443, targetPort: 8443}
+EOF
+same "apply the chart's other kinds" kubectl apply --server-side -f "$W/workloads.yaml" <<'EOF'
+serviceaccount/gkm-agent serverside-applied
+clusterrolebinding.rbac.authorization.k8s.io/gkm-agent serverside-applied
+daemonset.apps/gkm-node serverside-applied
+deployment.apps/gkm-operator serverside-applied
+service/gkm-webhook serverside-applied
+EOF
+same "get them" sh -c "kubectl get sa/gkm-agent clusterrolebinding/gkm-agent ds/gkm-node deploy/gkm-operator \
+	svc/gkm-webhook | sed -E 's/10\.96\.[0-9]+\.[0-9]+/<ip>/'" <<'EOF'
+NAME SECRETS AGE
+serviceaccount/gkm-agent 0 <age>
+
+NAME ROLE AGE
+clusterrolebinding.rbac.authorization.k8s.io/gkm-agent ClusterRole/gkm-agent <age>
+
+NAME DESIRED CURRENT READY UP-TO-DATE AVAILABLE NODE SELECTOR AGE
+daemonset.apps/gkm-node 0 0 0 0 0 gkm.io/gpu=true <age>
+
+NAME READY UP-TO-DATE AVAILABLE AGE
+deployment.apps/gkm-operator 0/2 0 0 <age>
+
+NAME TYPE CLUSTER-IP EXTERNAL-IP PORT(S) AGE
+service/gkm-webhook ClusterIP <ip> <none> 443/TCP <age>
+EOF
 
 # kubectl create of built-ins sends protobuf bodies
 same "kubectl create namespace / configmap / secret (protobuf bodies)" sh -c "kubectl create ns scratch &&

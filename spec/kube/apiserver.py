@@ -15,7 +15,8 @@ garbage collection; Table output for kubectl.
 """
 import argparse
 import base64
-import copy
+import bisect
+import collections
 import datetime
 import json
 import os
@@ -23,7 +24,6 @@ import random
 import signal
 import socket
 import ssl
-import string
 import subprocess
 import sys
 import threading
@@ -34,6 +34,7 @@ import uuid
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import kadmission  # noqa: E402
 import kopenapi  # noqa: E402
 import kproto  # noqa: E402
 import kschema  # noqa: E402
@@ -71,6 +72,15 @@ PATCH_TYPES_BUILTIN = ["application/json-patch+json", "application/merge-patch+j
 
 def now_str():
     return datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+class NeedsAdmission(Exception):
+    """Raised with the store lock held when webhooks must review an object."""
+
+    def __init__(self, hooks, rt, sub, op, obj, old, cur, name, ns):
+        super().__init__("admission")
+        self.hooks, self.rt, self.sub, self.op = hooks, rt, sub, op
+        self.obj, self.old, self.cur, self.name, self.ns = obj, old, cur, name, ns
 
 
 class ApiError(Exception):
@@ -153,7 +163,12 @@ class Server:
         self.fault_lock = threading.Lock()
         self.watch_conns = set()
         self.token = args.token
+        self.local = threading.local()
+        self.admission = kadmission.Admission(self, args.service_endpoint)
+        self.json_patch = json_patch
         self.request_count = 0
+        self.requests = collections.deque(maxlen=100000)   # with --test-control
+        self.request_seq = 0
         for rt in ktypes.builtin_types():
             self.register(rt)
         self.openapi = kopenapi.OpenAPI(self)
@@ -172,6 +187,73 @@ class Server:
         for d in args.crds or []:
             self.load_crds(d)
         threading.Thread(target=self.gc_loop, daemon=True, name="gc").start()
+
+    def admit(self, rt, sub, op, obj, old, cur, name, ns):
+        """Mutating and validating admission webhooks. They are called outside
+        the store lock: the first time round this raises NeedsAdmission (the
+        caller releases the lock, calls them and runs the request again);
+        the second time the reviewed object is used if the stored object is
+        still the one it was computed from. Lock held."""
+        if not getattr(self.local, "in_run", False):
+            return obj      # objects the server makes itself
+        if not self.store.objs.get("admissionregistration.k8s.io/mutatingwebhookconfigurations") and \
+                not self.store.objs.get("admissionregistration.k8s.io/validatingwebhookconfigurations"):
+            return obj
+        nsobj = self.store.get("core/namespaces", ns) if ns else None
+        hooks = self.admission.hooks(rt, sub, op, obj, old,
+                                     ((nsobj or {}).get("metadata") or {}).get("labels"))
+        if not hooks:
+            return obj
+        st = self.local
+        done = getattr(st, "admitted", None)
+        if done is not None and done[0] is cur and done[1] == (rt.storage, op, name, ns):
+            st.admitted = None
+            return done[2]
+        raise NeedsAdmission(hooks, rt, sub, op, obj, old, cur, name, ns)
+
+    def run(self, fn, manager="", dry=False):
+        """Run a write, with the admission round trips it needs."""
+        st = self.local
+        st.admitted = None
+        st.warnings = []
+        st.in_run = True
+        try:
+            return self._run(fn, manager, dry)
+        finally:
+            st.in_run = False
+            st.admitted = None
+
+    def _run(self, fn, manager, dry):
+        st = self.local
+        for _ in range(8):
+            try:
+                return fn()
+            except NeedsAdmission as na:
+                try:
+                    obj, warns = self.admission.review(
+                        na.hooks, na.rt, na.sub, na.op, na.obj, na.old, na.name, na.ns, dry,
+                        manager, {"username": "gkm-test-admin",
+                                  "groups": ["system:masters", "system:authenticated"]})
+                except kadmission.Denied as d:
+                    raise ApiError(d.code, d.reason, d.message, d.details)
+                st.warnings += warns
+                st.admitted = (na.cur, (na.rt.storage, na.op, na.name, na.ns), obj)
+        raise ApiError(409, "Conflict", "the object kept changing while admission webhooks "
+                                        "reviewed it; try again")
+
+    def log_request(self, h):
+        """Remember a request for /_test/requests (what clients really sent)."""
+        url = urllib.parse.urlsplit(h.path)
+        q = urllib.parse.parse_qs(url.query)
+        with self.fault_lock:
+            self.request_seq += 1
+            self.requests.append({
+                "seq": self.request_seq, "time": time.time(), "method": h.command,
+                "path": url.path, "query": url.query,
+                "contentType": h.headers.get("Content-Type", ""),
+                "userAgent": h.headers.get("User-Agent", ""),
+                "fieldManager": (q.get("fieldManager") or [""])[0],
+                "watch": (q.get("watch") or [""])[0] in ("1", "true"), "status": h.status_sent})
 
     # ---------------------------------------------------------------- registry
     def register(self, rt):
@@ -249,7 +331,6 @@ class Server:
                 for o in objs:
                     key = self.key_of(storage, o)
                     if key not in self.store.objs[storage]:
-                        import bisect
                         bisect.insort(self.store.keys[storage], key)
                     self.store.objs[storage][key] = o
                     self.store._index(storage, key, o)
@@ -465,7 +546,11 @@ class Server:
         if md.get("resourceVersion"):
             raise bad_request("resourceVersion should not be set on objects to be created")
         if not md.get("name") and md.get("generateName"):
-            md["name"] = md["generateName"] + "".join(random.choice(NAME_CHARS) for _ in range(5))
+            prev = getattr(self.local, "admitted", None)
+            if prev and prev[1][1] == "CREATE" and prev[1][2].startswith(md["generateName"]):
+                md["name"] = prev[1][2]     # the name the webhooks saw
+            else:
+                md["name"] = md["generateName"] + "".join(random.choice(NAME_CHARS) for _ in range(5))
         request_gv = rt.gv
         manager = self.manager_name(params, headers)
         dry = "All" in params.get("dryRun", [])
@@ -501,6 +586,7 @@ class Server:
             obj.setdefault("spec", {}).setdefault("conversion", {"strategy": "None"})
         if rt.has_defaults:
             kschema.apply_defaults(obj, rt.schema)
+        obj = self.admit(rt, "", "CREATE", obj, None, None, md.get("name", ""), ns)
         storage_form = self.to_storage(rt, obj)
         self.storage_skeleton(rt).apply_skeleton(storage_form)
         if not apply_done:
@@ -630,6 +716,8 @@ class Server:
                     new.pop("status", None)
         if rt.has_defaults:
             new = kschema.apply_defaults(copy_obj(new), rt.schema)
+        new = self.admit(rt, sub, "UPDATE", new, cur_out, cur, cmd.get("name", ""),
+                         cmd.get("namespace", ""))
         storage_form = self.to_storage(rt, new)
         self.storage_skeleton(rt).apply_skeleton(storage_form)
         if rt.normalize is not None:
@@ -1300,15 +1388,18 @@ class Server:
                 except ValueError:
                     raise bad_request("resourceVersion: Invalid value: %s: must be an integer" % rvp)
                 evs = self.store.replay(rt.storage, since)
-                if evs is None:
+                if since > self.store.rv:
+                    error = status_obj(504, "Timeout", "Too large resource version: %d, current: %d"
+                                       % (since, self.store.rv),
+                                       {"causes": [{"reason": "ResourceVersionTooLarge",
+                                                    "message": "Too large resource version"}],
+                                        "retryAfterSeconds": 1})
+                elif evs is None:
                     error = status_obj(410, "Expired", "too old resource version: %d (%d)"
                                        % (since, self.store.oldest(rt.storage)))
                 else:
                     for ev in evs:
-                        before = w.q.qsize()
                         w.offer(ev)
-                        if w.q.qsize() > before:
-                            pass
             if error is None:
                 self.store.watchers[rt.storage].add(w)
         if initial_flag and error is None:
@@ -1678,9 +1769,17 @@ class Handler(BaseHTTPRequestHandler):
     def do_HEAD(self):
         self.dispatch()
 
+    record = False
+    status_sent = 0
+
+    def send_response(self, code, message=None):
+        self.status_sent = code
+        super().send_response(code, message)
+
     def dispatch(self):
         api = self.api
         api.request_count += 1
+        self.status_sent = 0
         try:
             url = urllib.parse.urlsplit(self.path)
             path = url.path
@@ -1688,12 +1787,13 @@ class Handler(BaseHTTPRequestHandler):
             body = b""
             if self.command in ("POST", "PUT", "PATCH", "DELETE"):
                 body = self.read_body()
+            if path not in ("/version", "/healthz", "/livez", "/readyz") and not self.authenticated():
+                raise ApiError(401, "Unauthorized", "Unauthorized")
             if path.startswith("/_test/"):
                 if not api.args.test_control:
                     raise not_found_path(path)
                 return self.test_control(path, body)
-            if path not in ("/version", "/healthz", "/livez", "/readyz") and not self.authenticated():
-                raise ApiError(401, "Unauthorized", "Unauthorized")
+            self.record = api.args.test_control
             fault = self.take_fault("request")
             if fault:
                 if fault.startswith("status:"):
@@ -1720,6 +1820,10 @@ class Handler(BaseHTTPRequestHandler):
                                                 "Internal error occurred: %s" % e))
             except OSError:
                 self.close_connection = True
+        finally:
+            if self.record:
+                self.record = False
+                api.log_request(self)
 
     def route(self, path, params, body):
         api = self.api
@@ -1809,21 +1913,28 @@ class Handler(BaseHTTPRequestHandler):
                 raise ApiError(405, "MethodNotAllowed", "the server does not allow this method "
                                "on the requested resource")
             obj = api.parse_body(body, rt, self.headers.get("Content-Type"))
-            res, warnings = api.create(rt, ns, obj, params, self.headers)
+            res, warnings = api.run(lambda: api.create(rt, ns, obj, params, self.headers),
+                                    *self.write_opts(params))
+            warnings = warnings + api.local.warnings
             return self.send_json(201, None, self.warning_headers(warnings), text=api.encode(rt, res))
         if m == "PUT":
             if not name:
                 raise ApiError(405, "MethodNotAllowed", "the server does not allow this method "
                                "on the requested resource")
             obj = api.parse_body(body, rt, self.headers.get("Content-Type"))
-            res, warnings = api.update(rt, ns, name, sub, obj, params, self.headers)
+            res, warnings = api.run(lambda: api.update(rt, ns, name, sub, obj, params, self.headers),
+                                    *self.write_opts(params))
+            warnings = warnings + api.local.warnings
             return self.send_json(200, None, self.warning_headers(warnings), text=api.encode(rt, res))
         if m == "PATCH":
             if not name:
                 raise ApiError(405, "MethodNotAllowed", "the server does not allow this method "
                                "on the requested resource")
-            res, warnings, code = api.patch(rt, ns, name, sub, body,
-                                            self.headers.get("Content-Type"), params, self.headers)
+            res, warnings, code = api.run(lambda: api.patch(rt, ns, name, sub, body,
+                                                            self.headers.get("Content-Type"),
+                                                            params, self.headers),
+                                          *self.write_opts(params))
+            warnings = warnings + api.local.warnings
             return self.send_json(code, None, self.warning_headers(warnings), text=api.encode(rt, res))
         if m == "DELETE":
             opts = {}
@@ -1846,6 +1957,11 @@ class Handler(BaseHTTPRequestHandler):
                                   else json.dumps(res, separators=(",", ":")))
         raise ApiError(405, "MethodNotAllowed", "the server does not allow this method on the "
                        "requested resource")
+
+    def write_opts(self, params):
+        return ((params.get("fieldManager") or [""])[0] or
+                self.headers.get("User-Agent", "").split("/")[0],
+                "All" in params.get("dryRun", []))
 
     def warning_headers(self, warnings):
         return [("Warning", '299 - %s' % json.dumps(w)) for w in warnings]
@@ -1920,6 +2036,9 @@ class Handler(BaseHTTPRequestHandler):
         as_table = wants_table(self.headers.get("Accept", ""))
         w, initial, error = api.start_watch(rt, ns, params, name)
         self.send_response(200)
+        if self.record:
+            self.record = False
+            api.log_request(self)
         self.send_header("Content-Type", "application/json")
         self.send_header("Transfer-Encoding", "chunked")
         self.send_header("Cache-Control", "no-cache, private")
@@ -2045,6 +2164,19 @@ class Handler(BaseHTTPRequestHandler):
             with api.fault_lock:
                 api.faults.clear()
             return self.send_json(200, {})
+        if path == "/_test/service-endpoint":
+            host, _, port = str(req.get("address", "")).rpartition(":")
+            if not req.get("service") or not port.isdigit():
+                raise bad_request('want {"service": "NS/NAME", "address": "HOST:PORT"}')
+            api.admission.endpoints[req["service"]] = (host or "127.0.0.1", int(port))
+            return self.send_json(200, req)
+        if path == "/_test/requests":
+            since = int(req.get("since", 0))
+            sub = req.get("path", "")
+            with api.fault_lock:
+                out = [r for r in api.requests if r["seq"] > since and sub in r["path"]]
+                nxt = api.request_seq
+            return self.send_json(200, {"requests": out, "next": nxt})
         if path == "/_test/stats":
             with api.store.lock:
                 watchers = sum(len(v) for v in api.store.watchers.values())
@@ -2183,6 +2315,8 @@ def main(argv=None):
     ap.add_argument("--watch-timeout", type=float, default=1800.0,
                     help="default watch duration when the client sets no timeoutSeconds")
     ap.add_argument("--state", help="load objects from this file at start, save them at exit")
+    ap.add_argument("--service-endpoint", action="append", default=[], metavar="NS/NAME=HOST:PORT",
+                    help="where the Service an admission webhook names listens")
     ap.add_argument("--test-control", action="store_true",
                     help="enable /_test/ endpoints (fault injection, compaction, closing watches)")
     ap.add_argument("--verbose", action="store_true")

@@ -39,7 +39,37 @@ CONDITION = obj(type=S, status=S, lastHeartbeatTime=T, lastProbeTime=T, lastTran
 CONDITIONS = arr(CONDITION, key="type")
 OPEN_NAMED = arr(dict(ANY, properties={"name": S}), key="name")
 
+POD_TEMPLATE = obj(metadata=ANY, spec=dict(ANY, properties={
+    "containers": OPEN_NAMED, "initContainers": OPEN_NAMED, "volumes": OPEN_NAMED,
+    "nodeSelector": MS, "serviceAccountName": S,
+    "tolerations": arr(obj(key=S, operator=S, value=S, effect=S, tolerationSeconds=I64))}))
+WORKLOAD_STATUS = dict(ANY, properties={"conditions": CONDITIONS, "observedGeneration": I64})
+RULES = arr(obj(apiGroups=arr(S), resources=arr(S), resourceNames=arr(S), verbs=arr(S),
+                nonResourceURLs=arr(S)))
+SUBJECTS = arr(obj(kind=S, apiGroup=S, name=S, namespace=S))
+ROLE_REF = obj(atomic=True, apiGroup=S, kind=S, name=S)
+WEBHOOKS = arr(dict(ANY, properties={"name": S}), key="name")
+
 KINDS = {
+    "Deployment": {"spec": dict(ANY, properties={"replicas": I32, "selector": ANY,
+                                                 "template": POD_TEMPLATE}),
+                   "status": WORKLOAD_STATUS},
+    "DaemonSet": {"spec": dict(ANY, properties={"selector": ANY, "template": POD_TEMPLATE}),
+                  "status": WORKLOAD_STATUS},
+    "Service": {"spec": dict(ANY, properties={
+        "ports": arr(dict(ANY, properties={"port": I32, "protocol": S, "name": S}), key="port"),
+        "selector": MS, "type": S, "clusterIP": S, "clusterIPs": arr(S)}),
+        "status": ANY},
+    "ServiceAccount": {"secrets": arr(ANY), "imagePullSecrets": arr(obj(name=S)),
+                       "automountServiceAccountToken": B},
+    "ClusterRole": {"rules": RULES, "aggregationRule": ANY},
+    "Role": {"rules": RULES},
+    "ClusterRoleBinding": {"subjects": SUBJECTS, "roleRef": ROLE_REF},
+    "RoleBinding": {"subjects": SUBJECTS, "roleRef": ROLE_REF},
+    "PodDisruptionBudget": {"spec": dict(ANY, properties={"selector": ANY}),
+                            "status": WORKLOAD_STATUS},
+    "MutatingWebhookConfiguration": {"webhooks": WEBHOOKS},
+    "ValidatingWebhookConfiguration": {"webhooks": WEBHOOKS},
     "Namespace": {"spec": obj(finalizers=arr(S)),
                   "status": obj(phase=S, conditions=CONDITIONS)},
     "Node": {

@@ -4,6 +4,7 @@ field selectors, and the events.k8s.io <-> core/v1 Event conversion."""
 import base64
 import copy
 import datetime
+import hashlib
 import json
 import re
 
@@ -614,8 +615,6 @@ def builtin_types():
                                                       "be evaluated for pod readiness.",
                               priority=1)]
     pod.table = _pod_cells
-    named = {"type": "array", "x-kubernetes-list-type": "map",
-             "x-kubernetes-list-map-keys": ["name"], "items": {"type": "object"}}
     pod.ssa_schema = _root(kbuiltin.KINDS["Pod"])
     out.append(pod)
 
@@ -673,10 +672,118 @@ def builtin_types():
                                       "time when this object was created.")]
     crd.ssa_schema = _root(kbuiltin.KINDS["CustomResourceDefinition"])
     out.append(crd)
+    out += workload_types()
 
     for rt in out:
         if rt.ssa_schema is None:
             rt.ssa_schema = _root({})
+    return out
+
+
+AGE_COL = _col("Age", desc="CreationTimestamp is a timestamp representing the server time when "
+                          "this object was created.")
+CREATED_COL = _col("Created At", "date", "CreationTimestamp is a timestamp representing the "
+                                         "server time when this object was created.")
+
+
+def _int(v):
+    return v if isinstance(v, int) and not isinstance(v, bool) else 0
+
+
+def _deploy_cells(o):
+    s, st = o.get("spec") or {}, o.get("status") or {}
+    return [o["metadata"]["name"], "%d/%d" % (_int(st.get("readyReplicas")), _int(s.get("replicas", 1))),
+            _int(st.get("updatedReplicas")), _int(st.get("availableReplicas")), _age(o)]
+
+
+def _ds_cells(o):
+    st = o.get("status") or {}
+    sel = ((o.get("spec") or {}).get("template") or {}).get("spec", {}).get("nodeSelector") or {}
+    return [o["metadata"]["name"]] + [_int(st.get(k)) for k in (
+        "desiredNumberScheduled", "currentNumberScheduled", "numberReady", "updatedNumberScheduled",
+        "numberAvailable")] + [",".join("%s=%s" % kv for kv in sorted(sel.items())) or "<none>", _age(o)]
+
+
+def _svc_cells(o):
+    s = o.get("spec") or {}
+    ports = ",".join("%s/%s" % (p.get("port"), p.get("protocol", "TCP")) for p in s.get("ports") or [])
+    return [o["metadata"]["name"], s.get("type", "ClusterIP"), s.get("clusterIP") or "<none>",
+            ",".join(s.get("externalIPs") or []) or "<none>", ports or "<none>", _age(o)]
+
+
+def _service_ip(obj):
+    """A Service gets a cluster IP unless it asks for none."""
+    spec = obj.get("spec")
+    if isinstance(spec, dict) and not spec.get("clusterIP"):
+        n = int.from_bytes(hashlib.sha256(obj["metadata"].get("name", "").encode()).digest()[:2], "big")
+        spec = dict(spec, clusterIP="10.96.%d.%d" % (n >> 8, (n & 255) or 1))
+        spec.setdefault("clusterIPs", [spec["clusterIP"]])
+        spec.setdefault("type", "ClusterIP")
+        obj["spec"] = spec
+
+
+def workload_types():
+    """The other kinds the chart installs: served with the common semantics
+    (no controller acts on them)."""
+    out = []
+    dep = _mk("apps", "v1", "deployments", "Deployment", True, short=["deploy"], status=True,
+              generation=True, categories=["all"])
+    dep.table_columns = ["Name", _col("Ready", desc="Number of the pod with ready state"),
+                         _col("Up-to-date", "integer", "Total number of non-terminated pods "
+                                                       "targeted by this deployment that have the "
+                                                       "desired template spec."),
+                         _col("Available", "integer", "Total number of available pods (ready for "
+                                                      "at least minReadySeconds) targeted by this "
+                                                      "deployment."), AGE_COL]
+    dep.table = _deploy_cells
+    ds = _mk("apps", "v1", "daemonsets", "DaemonSet", True, short=["ds"], status=True,
+             generation=True, categories=["all"])
+    ds.table_columns = ["Name"] + [_col(n, "integer", n) for n in (
+        "Desired", "Current", "Ready", "Up-to-date", "Available")] + [
+        _col("Node Selector", desc="The node selector of the pods."), AGE_COL]
+    ds.table = _ds_cells
+    svc = _mk("", "v1", "services", "Service", True, short=["svc"], status=True, categories=["all"])
+    svc.table_columns = ["Name", _col("Type", desc="The type of the service."),
+                         _col("Cluster-IP", desc="The IP address of the service."),
+                         _col("External-IP", desc="The external IPs of the service."),
+                         _col("Port(s)", desc="The ports of the service."), AGE_COL]
+    svc.table = _svc_cells
+    svc.normalize = _service_ip
+    sa = _mk("", "v1", "serviceaccounts", "ServiceAccount", True, short=["sa"])
+    sa.table_columns = ["Name", _col("Secrets", "integer", "Secrets of the service account."), AGE_COL]
+    sa.table = lambda o: [o["metadata"]["name"], len(o.get("secrets") or []), _age(o)]
+    out += [dep, ds, svc, sa]
+    for plural, kind, ns in (("clusterroles", "ClusterRole", False), ("roles", "Role", True)):
+        r = _mk("rbac.authorization.k8s.io", "v1", plural, kind, ns)
+        r.table_columns = ["Name", CREATED_COL]
+        out.append(r)
+    for plural, kind, ns in (("clusterrolebindings", "ClusterRoleBinding", False),
+                             ("rolebindings", "RoleBinding", True)):
+        r = _mk("rbac.authorization.k8s.io", "v1", plural, kind, ns)
+        r.table_columns = ["Name", _col("Role", desc="The role of the binding."), AGE_COL]
+        r.table = lambda o: [o["metadata"]["name"], "%s/%s" % (
+            (o.get("roleRef") or {}).get("kind", ""), (o.get("roleRef") or {}).get("name", "")), _age(o)]
+        out.append(r)
+    pdb = _mk("policy", "v1", "poddisruptionbudgets", "PodDisruptionBudget", True, short=["pdb"],
+              status=True, generation=True)
+    pdb.table_columns = ["Name", _col("Min Available", desc="The minimum number of pods."),
+                         _col("Max Unavailable", desc="The maximum number of unavailable pods."),
+                         _col("Allowed Disruptions", "integer", "Disruptions allowed now."), AGE_COL]
+    pdb.table = lambda o: [o["metadata"]["name"], str((o.get("spec") or {}).get("minAvailable", "N/A")),
+                           str((o.get("spec") or {}).get("maxUnavailable", "N/A")),
+                           _int((o.get("status") or {}).get("disruptionsAllowed")), _age(o)]
+    out.append(pdb)
+    for kind in ("MutatingWebhookConfiguration", "ValidatingWebhookConfiguration"):
+        w = _mk("admissionregistration.k8s.io", "v1", kind.lower() + "s", kind, False,
+                generation=True, categories=["api-extensions"])
+        w.table_columns = ["Name", _col("Webhooks", "integer", "Webhooks of the configuration."),
+                           AGE_COL]
+        w.table = lambda o: [o["metadata"]["name"], len(o.get("webhooks") or []), _age(o)]
+        out.append(w)
+    for rt in out:
+        rt.ssa_schema = _root(kbuiltin.KINDS.get(rt.kind, {}))
+        if rt.table is None:
+            rt.table = lambda o: [o["metadata"]["name"], o["metadata"].get("creationTimestamp")]
     return out
 
 

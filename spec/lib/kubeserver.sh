@@ -90,7 +90,10 @@ kubeserver_curl() {
 	curl -sS -X "$method" "${ca[@]}" "${auth[@]}" "$@" "$KUBESERVER_URL$path"
 }
 
-# kubeserver_control WHAT [JSON]: compact, close-watches, fault, clear-faults, stats.
+# kubeserver_control WHAT [JSON]: compact, close-watches, fault, clear-faults, stats,
+# requests ({"since": SEQ, "path": SUBSTRING}: the requests clients sent),
+# service-endpoint ({"service": "NS/NAME", "address": "HOST:PORT"}: an admission
+# webhook's Service).
 kubeserver_control() {
 	kubeserver_curl POST "/_test/$1" -H 'Content-Type: application/json' -d "${2:-{\}}"
 }
