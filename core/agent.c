@@ -586,6 +586,8 @@ static void status_done(struct loop *l, void *ud)
 	if (sj->rc) {
 		log_warn("node status write failed; will retry", "node", a->node, "namespace",
 		         sj->n->ns, "error", sj->err);
+		if (sj->rc == -ENOENT) /* the object was deleted: create it again */
+			sj->n->created = false;
 		if (!a->stopping)
 			mark_dirty(a, sj->n->ns);
 	} else if (sj->obj) {
