@@ -69,6 +69,7 @@ struct agent {
 	bool synced_caches, synced_cluster, probed, stopping;
 	char node_uid[64];
 	unsigned jobs; /* worker jobs in flight that point at this agent */
+	bool gc_running, gc_again;
 };
 
 static struct metric *m_reconciles, *m_pulls, *m_pull_bytes, *m_hits, *m_verdicts, *m_extract_s;
@@ -629,6 +630,100 @@ static void flush_status(struct loop *l, void *ud)
 	}
 }
 
+/* ---- store clean-up ---- */
+
+/* A store entry younger than this survives a clean-up even when nothing
+ * names it: it may be a pull that committed after the snapshot of names. */
+#define GC_MIN_AGE_S 10
+
+struct gc_job {
+	struct agent *a;
+	char (*keep)[80]; /* digests some cache names (a snapshot taken on the loop) */
+	size_t nkeep;
+	struct store_gc_stats st;
+	int rc;
+};
+
+static bool gc_keep(void *ctx, const char *digest)
+{
+	struct gc_job *g = ctx;
+	for (size_t i = 0; i < g->nkeep; i++)
+		if (!strcmp(g->keep[i], digest))
+			return true;
+	bool used = true;
+	if (cache_view_digest_in_use(g->a->run_dir, digest, &used) != 0)
+		return true; /* usage records unreadable: keep */
+	return used;
+}
+
+static void gc_work(void *ud)
+{
+	struct gc_job *g = ud;
+	g->rc = store_gc(g->a->store, gc_keep, g, GC_MIN_AGE_S, &g->st);
+}
+
+static void gc_request(struct agent *a);
+
+static void gc_done(struct loop *l, void *ud)
+{
+	struct gc_job *g = ud;
+	struct agent *a = g->a;
+	(void)l;
+	a->jobs--;
+	a->gc_running = false;
+	if (g->rc) {
+		log_warn("store clean-up failed", "error", strerror(-g->rc));
+	} else if (g->st.removed) {
+		char n[24], bytes[24];
+		snprintf(n, sizeof(n), "%llu", (unsigned long long)g->st.removed);
+		snprintf(bytes, sizeof(bytes), "%llu", (unsigned long long)g->st.bytes_removed);
+		log_info("removed store entries no cache names and no pod uses", "entries", n,
+		         "bytes", bytes);
+	}
+	free(g->keep);
+	free(g);
+	if (a->gc_again && !a->stopping) {
+		a->gc_again = false;
+		gc_request(a);
+	}
+}
+
+/* Remove the extracted images that no cache of this node names and no pod
+ * uses (a deleted cache, a digest replaced by a new one). Only once the
+ * caches are listed: before that every entry would look unnamed. */
+static void gc_request(struct agent *a)
+{
+	if (a->stopping || !a->synced_caches || !a->synced_cluster)
+		return;
+	if (a->gc_running) {
+		a->gc_again = true;
+		return;
+	}
+	size_t n = 0;
+	for (struct cache *c = a->caches; c; c = c->next)
+		n += 3;
+	struct gc_job *g = calloc(1, sizeof(*g));
+	if (!g || !(g->keep = calloc(n ? n : 1, sizeof(*g->keep)))) {
+		free(g);
+		return;
+	}
+	g->a = a;
+	for (struct cache *c = a->caches; c; c = c->next) {
+		const char *names[] = {c->digest, c->store_digest, c->view_digest};
+		for (size_t i = 0; i < 3; i++)
+			if (*names[i])
+				snprintf(g->keep[g->nkeep++], sizeof(g->keep[0]), "%s", names[i]);
+	}
+	a->gc_running = true;
+	a->jobs++;
+	if (workers_submit(a->workers, gc_work, gc_done, g) != 0) {
+		a->jobs--;
+		a->gc_running = false;
+		free(g->keep);
+		free(g);
+	}
+}
+
 /* ---- reconcile ---- */
 
 static int validate_decision(const cJSON *r, char *err, size_t errlen)
@@ -838,6 +933,7 @@ static void reconcile(struct agent *a, const char *key)
 	metrics_add(m_reconciles, METRICS_L("ok"), 1);
 	cJSON *entry = cJSON_DetachItemFromObjectCaseSensitive(out, "entry");
 	entry_lists(entry);
+	bool released = false;
 	const cJSON *act;
 	cJSON_ArrayForEach(act, cJSON_GetObjectItemCaseSensitive(out, "actions"))
 	{
@@ -864,11 +960,15 @@ static void reconcile(struct agent *a, const char *key)
 		} else if (!strcmp(t, "link") && entry) {
 			if (c->pull == PULL_WAITING)
 				c->pull = PULL_IDLE; /* another cache's pull brought the digest */
-			if (do_link(a, c, entry) == 0)
+			if (do_link(a, c, entry) == 0) {
 				enqueue(a, key, 0);
+				released = true; /* the view may have left an older digest */
+			}
 		} else if (!strcmp(t, "unlink")) {
-			if (cache_view_unpublish(a->root, c->ns, c->name) == 0)
+			if (cache_view_unpublish(a->root, c->ns, c->name) == 0) {
 				c->view_digest[0] = '\0';
+				released = true;
+			}
 		}
 	}
 	start_waiting_pulls(a);
@@ -887,6 +987,8 @@ static void reconcile(struct agent *a, const char *key)
 	/* deleted and released: forget it */
 	if (!c->obj && !c->entry && !c->view_digest[0] && c->pull != PULL_RUNNING)
 		forget_cache(a, c);
+	if (released)
+		gc_request(a);
 }
 
 static void process(struct loop *l, void *ud)
@@ -974,6 +1076,7 @@ static void resync_tick(struct loop *l, void *ud)
 {
 	struct agent *a = ud;
 	enqueue_all(a);
+	gc_request(a);
 	a->resync_timer = loop_add_timer(l, (uint64_t)a->o.resync_s * 1000, resync_tick, a);
 }
 

@@ -437,11 +437,18 @@ ok $? "... listing the pod that uses it"
 ok $? "... and the view stays"
 wait_for 20 node_obj gkmcn default node-3 "assert 'vector-add' not in o['status'].get('caches', {}), o['status']"
 ok $? "node-3, where nothing uses it, drops it at once"
+CUDA_HEX=${CUDA_DIGEST#sha256:}
+wait_for 10 test ! -e "$W/n3/root/store/sha256/$CUDA_HEX"
+ok $? "... view and extracted image"
+[ -e "$W/n1/root/store/sha256/$CUDA_HEX" ]
+ok $? "node-1 keeps the extracted image while the pod uses it"
 rm -f "$U/usage.json"
 wait_for 20 test ! -e "$V1/ready.json"
 ok $? "the usage released, the view goes"
 wait_for 10 node_obj gkmcn default node-1 "assert 'vector-add' not in o['status'].get('caches', {}), o['status']"
 ok $? "... and the entry leaves node-1's status"
+wait_for 10 test ! -e "$W/n1/root/store/sha256/$CUDA_HEX"
+ok $? "... and its extracted image leaves the store"
 
 # ---- nodes deleted ----
 # Does this API server collect dependents (ownerReferences)? A probe object says.
