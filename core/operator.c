@@ -80,6 +80,22 @@ static struct ocache *find_cache(struct operator_ *op, const char *key, bool cre
 
 static void flush(struct loop *l, void *ud);
 
+/* A cache deleted while a write or a resolution was in flight stays listed
+ * (without its object) until that job is done; then it goes. */
+static void forget_if_gone(struct operator_ *op, struct ocache *c)
+{
+	if (c->obj || c->writing || c->resolving)
+		return;
+	for (struct ocache **p = &op->caches; *p; p = &(*p)->next) {
+		if (*p == c) {
+			*p = c->next;
+			cJSON_Delete(c->applied);
+			free(c);
+			return;
+		}
+	}
+}
+
 static void mark(struct operator_ *op, const char *key)
 {
 	struct ocache *c = find_cache(op, key, false);
@@ -309,6 +325,7 @@ static void resolve_done(struct loop *l, void *ud)
 			log_warn("cannot resolve the image digest", "cache", j->key, "image",
 			         j->image, "error", j->err);
 		mark(j->op, j->key);
+		forget_if_gone(j->op, c);
 	}
 	free(j);
 }
@@ -387,6 +404,7 @@ static void write_done(struct loop *l, void *ud)
 				mark(j->op, j->key);
 			}
 		}
+		forget_if_gone(j->op, c);
 	}
 	cJSON_Delete(j->obj);
 	cJSON_Delete(j->events);
