@@ -93,8 +93,10 @@ int oci_challenge_parse(const char *hdr, struct oci_challenge *out, struct oci_e
 			rc = read_value(&q, &val);
 			if (rc) {
 				if (rc == -EINVAL)
-					oci_errf(err, "unterminated quoted string in WWW-Authenticate '%s'",
-					         hdr);
+					oci_errf(
+					    err,
+					    "unterminated quoted string in WWW-Authenticate '%s'",
+					    hdr);
 				goto out;
 			}
 			rc = -EINVAL;
@@ -310,14 +312,16 @@ static int entry_to_creds(const cJSON *e, const char *host, struct oci_creds *ou
 		size_t dlen = 0;
 		if (oci_b64_decode(auth, strlen(auth), &dec, &dlen) || memchr(dec, '\0', dlen)) {
 			free(dec);
-			oci_errf(err, "credentials for %s: 'auth' is not base64 of user:password", host);
+			oci_errf(err, "credentials for %s: 'auth' is not base64 of user:password",
+			         host);
 			return -EINVAL;
 		}
 		char *colon = strchr((char *)dec, ':');
 		if (!colon) {
 			explicit_bzero(dec, dlen);
 			free(dec);
-			oci_errf(err, "credentials for %s: 'auth' does not hold user:password", host);
+			oci_errf(err, "credentials for %s: 'auth' does not hold user:password",
+			         host);
 			return -EINVAL;
 		}
 		*colon = '\0';
@@ -334,8 +338,10 @@ static int entry_to_creds(const cJSON *e, const char *host, struct oci_creds *ou
 	if (tok && *tok && !(c.identity_token = strdup(tok)))
 		goto fail;
 	if (!c.username && !c.identity_token) {
-		oci_errf(err, "credentials for %s hold neither auth, username/password nor "
-		              "identitytoken", host);
+		oci_errf(err,
+		         "credentials for %s hold neither auth, username/password nor "
+		         "identitytoken",
+		         host);
 		return -EINVAL;
 	}
 	*out = c;
