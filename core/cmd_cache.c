@@ -15,6 +15,7 @@
 
 #include "cache_image.h"
 #include "cli.h"
+#include "cli_registry.h"
 #include "cmd.h"
 #include "extract.h"
 #include "fstree.h"
@@ -27,18 +28,10 @@
 #include "signature.h"
 #include "store.h"
 
-#define MAX_KEYS 16
 #define MAX_LABELS 64
 
 enum {
-	OPT_AUTHFILE = CLI_OPT_FIRST_FREE,
-	OPT_CREDS,
-	OPT_PLAIN_HTTP,
-	OPT_TLS_NO_VERIFY,
-	OPT_CA_FILE,
-	OPT_TIMEOUT,
-	OPT_RETRIES,
-	OPT_PLATFORM,
+	OPT_PLATFORM = CLI_OPT_FIRST_FREE,
 	OPT_CHUNK,
 	OPT_FORMAT,
 	OPT_REWRITE,
@@ -46,7 +39,6 @@ enum {
 	OPT_SDE,
 	OPT_LEVEL,
 	OPT_ENTRIES,
-	OPT_KEY,
 	OPT_PASSFILE,
 	OPT_BUNDLE,
 	OPT_STORE,
@@ -55,42 +47,24 @@ enum {
 	OPT_REQUIRE_SIG,
 };
 
+/* The registry flags every command shares (core/cli_registry.h), plus the
+ * two only image copying needs. --key is added per subcommand. */
 #define REGISTRY_OPTIONS                                                                           \
-	{"authfile", required_argument, 0, OPT_AUTHFILE},                                          \
-	    {"creds", required_argument, 0, OPT_CREDS},                                            \
-	    {"plain-http", no_argument, 0, OPT_PLAIN_HTTP},                                        \
-	    {"insecure-skip-tls-verify", no_argument, 0, OPT_TLS_NO_VERIFY},                       \
-	    {"ca-file", required_argument, 0, OPT_CA_FILE},                                        \
-	    {"timeout", required_argument, 0, OPT_TIMEOUT},                                        \
-	    {"retries", required_argument, 0, OPT_RETRIES},                                        \
-	    {"platform", required_argument, 0, OPT_PLATFORM},                                      \
+	CLI_REGISTRY_OPTIONS, {"platform", required_argument, 0, OPT_PLATFORM},                    \
 	{                                                                                          \
 		"chunk-size", required_argument, 0, OPT_CHUNK                                      \
 	}
 
 #define REGISTRY_HELP                                                                              \
-	"Registry flags:\n"                                                                        \
-	"  --authfile FILE      dockerconfigjson credentials (or a Secret as JSON);\n"             \
-	"                       default $REGISTRY_AUTH_FILE, then ~/.docker/config.json\n"         \
-	"  --creds USER:PASS    credentials for the registry\n"                                    \
-	"  --plain-http         speak HTTP, not HTTPS (loopback registries fall back by\n"         \
-	"                       themselves)\n"                                                     \
-	"  --insecure-skip-tls-verify  do not verify the registry's certificate\n"                 \
-	"  --ca-file FILE       extra CA certificates for TLS\n"                                   \
-	"  --timeout SECONDS    connect timeout, and abort when no byte moves for this long\n"     \
-	"                       (default 10 / 30)\n"                                               \
-	"  --retries N          retries on 5xx, resets and timeouts (default 4)\n"                 \
+	CLI_REGISTRY_HELP                                                                          \
 	"  --platform OS/ARCH   the image to pick from an index (default linux/<this machine>)\n"  \
 	"  --chunk-size BYTES   upload blobs in chunks of this size\n"
 
 struct cli {
 	const char *cmd;
-	struct oci_registry_opts reg;
-	char *creds_buf;
+	struct cli_registry r; /* registry flags and --key files */
 	const char *platform;
 	const char *output;
-	const char *keys[MAX_KEYS];
-	size_t n_keys;
 	const char *passfile;
 	bool bundle, entries, no_sigs, require_sig;
 	const char *store_root;
@@ -102,10 +76,7 @@ struct cli {
 
 static void cli_free(struct cli *c)
 {
-	if (c->creds_buf) {
-		explicit_bzero(c->creds_buf, strlen(c->creds_buf));
-		free(c->creds_buf);
-	}
+	cli_registry_clear(&c->r);
 	cJSON_Delete(c->labels);
 }
 
@@ -113,48 +84,10 @@ static void cli_free(struct cli *c)
 static int common_flag(struct cli *c, int opt, const char *arg)
 {
 	unsigned long long v = 0;
+	int r = cli_registry_flag(&c->r, opt, arg, c->cmd);
+	if (r != 0)
+		return r;
 	switch (opt) {
-	case OPT_AUTHFILE:
-		c->reg.auth_file = arg;
-		return 1;
-	case OPT_CREDS: {
-		free(c->creds_buf);
-		c->creds_buf = strdup(arg);
-		char *colon = c->creds_buf ? strchr(c->creds_buf, ':') : NULL;
-		if (!colon) {
-			cli_usage_error(c->cmd, "--creds wants USER:PASSWORD");
-			return -1;
-		}
-		*colon = '\0';
-		c->reg.username = c->creds_buf;
-		c->reg.password = colon + 1;
-		return 1;
-	}
-	case OPT_PLAIN_HTTP:
-		c->reg.plain_http = "*";
-		return 1;
-	case OPT_TLS_NO_VERIFY:
-		c->reg.tls_no_verify = true;
-		return 1;
-	case OPT_CA_FILE:
-		c->reg.ca_file = arg;
-		return 1;
-	case OPT_TIMEOUT:
-		if (cli_parse_u64(arg, 3600, &v) || v == 0) {
-			cli_usage_error(c->cmd, "invalid --timeout '%s' (1..3600 seconds)", arg);
-			return -1;
-		}
-		c->reg.connect_timeout_s = c->reg.stall_timeout_s = (unsigned)v;
-		if (c->reg.request_timeout_s > 4 * v)
-			c->reg.request_timeout_s = (unsigned)(4 * v);
-		return 1;
-	case OPT_RETRIES:
-		if (cli_parse_u64(arg, 20, &v)) {
-			cli_usage_error(c->cmd, "invalid --retries '%s' (0..20)", arg);
-			return -1;
-		}
-		c->reg.retries = (unsigned)v;
-		return 1;
 	case OPT_PLATFORM:
 		c->platform = arg;
 		return 1;
@@ -163,14 +96,7 @@ static int common_flag(struct cli *c, int opt, const char *arg)
 			cli_usage_error(c->cmd, "invalid --chunk-size '%s' (at least 4096)", arg);
 			return -1;
 		}
-		c->reg.chunk_size = (size_t)v;
-		return 1;
-	case OPT_KEY:
-		if (c->n_keys >= MAX_KEYS) {
-			cli_usage_error(c->cmd, "at most %d --key flags", MAX_KEYS);
-			return -1;
-		}
-		c->keys[c->n_keys++] = arg;
+		c->r.reg.chunk_size = (size_t)v;
 		return 1;
 	case 'o':
 		if (strcmp(arg, "json") != 0 && strcmp(arg, "table") != 0) {
@@ -227,7 +153,7 @@ static int open_ref(struct cli *c, const char *s, bool create, struct oci_ref *r
 		fprintf(stderr, "%s: invalid image reference '%s': %s\n", c->cmd, s, e.msg);
 		return EXIT_USAGE;
 	}
-	if ((rc = oci_repo_open(ref, &c->reg, create, repo, &e))) {
+	if ((rc = oci_repo_open(ref, &c->r.reg, create, repo, &e))) {
 		oci_ref_clear(ref);
 		return fail(c->cmd, s, &e, rc);
 	}
@@ -269,13 +195,13 @@ static int load_keyset(struct cli *c, struct sig_keyset **out)
 	char why[256] = "";
 	if (sig_keyset_new(&ks))
 		return -ENOMEM;
-	for (size_t i = 0; i < c->n_keys; i++) {
+	for (unsigned i = 0; i < c->r.nkeys; i++) {
 		struct sig_key *k = NULL;
-		int rc = sig_key_load_public_file(c->keys[i], &k, why, sizeof(why));
+		int rc = sig_key_load_public_file(c->r.keys[i], &k, why, sizeof(why));
 		if (rc == 0 && (rc = sig_keyset_add(ks, k)))
 			sig_key_free(k);
 		if (rc) {
-			fprintf(stderr, "%s: key %s: %s\n", c->cmd, c->keys[i],
+			fprintf(stderr, "%s: key %s: %s\n", c->cmd, c->r.keys[i],
 			        why[0] ? why : strerror(-rc));
 			sig_keyset_free(ks);
 			return rc;
@@ -316,7 +242,7 @@ static void sig_state_check(struct cli *c, struct oci_repo *repo, const char *di
 	memset(s, 0, sizeof(*s));
 	s->looked = true;
 	s->rc = oci_sig_collect(repo, digest, &s->found, &s->err);
-	if (s->rc || c->n_keys == 0)
+	if (s->rc || c->r.nkeys == 0)
 		return;
 	struct sig_keyset *ks = NULL;
 	if ((s->verify_rc = load_keyset(c, &ks)))
@@ -659,7 +585,7 @@ static const struct option inspect_opts[] = {
     {"output", required_argument, 0, 'o'},
     {"entries", no_argument, 0, OPT_ENTRIES},
     {"no-signatures", no_argument, 0, OPT_NO_SIGS},
-    {"key", required_argument, 0, OPT_KEY},
+    {"key", required_argument, 0, CLI_OPT_KEY},
     {0, 0, 0, 0},
 };
 
@@ -882,7 +808,7 @@ static int signed_by(struct oci_repo *repo, const struct oci_desc *image, const 
 static const struct option sign_opts[] = {
     CLI_COMMON_OPTIONS,
     REGISTRY_OPTIONS,
-    {"key", required_argument, 0, OPT_KEY},
+    {"key", required_argument, 0, CLI_OPT_KEY},
     {"passphrase-file", required_argument, 0, OPT_PASSFILE},
     {"bundle", no_argument, 0, OPT_BUNDLE},
     {0, 0, 0, 0},
@@ -899,14 +825,14 @@ static int cache_sign_cmd(struct cli *c, int argc, char **argv)
 	size_t plen = 0;
 	char why[256] = "";
 	int rc = 0;
-	if (optind + 1 != argc || c->n_keys != 1) {
+	if (optind + 1 != argc || c->r.nkeys != 1) {
 		rc = cli_usage_error(c->cmd, "want one image reference and one --key");
 		goto out;
 	}
 	pass = read_passphrase(c);
-	int krc = sig_key_load_private_file(c->keys[0], pass, &key, why, sizeof(why));
+	int krc = sig_key_load_private_file(c->r.keys[0], pass, &key, why, sizeof(why));
 	if (krc) {
-		fprintf(stderr, "%s: key %s: %s\n", c->cmd, c->keys[0],
+		fprintf(stderr, "%s: key %s: %s\n", c->cmd, c->r.keys[0],
 		        why[0] ? why : strerror(-krc));
 		rc = EXIT_FAIL;
 		goto out;
@@ -983,7 +909,7 @@ static const char verify_usage[] =
 static const struct option verify_opts[] = {
     CLI_COMMON_OPTIONS,
     REGISTRY_OPTIONS,
-    {"key", required_argument, 0, OPT_KEY},
+    {"key", required_argument, 0, CLI_OPT_KEY},
     {"output", required_argument, 0, 'o'},
     {0, 0, 0, 0},
 };
@@ -995,7 +921,7 @@ static int cache_verify_cmd(struct cli *c, int argc, char **argv)
 	struct oci_desc desc = {0};
 	struct sig_state s = {0};
 	int rc = 0;
-	if (optind + 1 != argc || c->n_keys == 0) {
+	if (optind + 1 != argc || c->r.nkeys == 0) {
 		rc = cli_usage_error(c->cmd, "want one image reference and at least one --key");
 		goto out;
 	}
@@ -1069,7 +995,7 @@ static int extract_flag(struct cli *c, int opt, const char *arg)
 
 static int verify_before_extract(struct cli *c, struct oci_repo *repo, const char *digest)
 {
-	if (c->n_keys == 0)
+	if (c->r.nkeys == 0)
 		return 0;
 	struct sig_state s;
 	sig_state_check(c, repo, digest, &s);
@@ -1106,7 +1032,7 @@ static int extract_to_store(struct cli *c, struct oci_repo *repo, const struct o
 	}
 	/* by digest, a present entry needs no network at all (unless verifying) */
 	const char *digest = ref->digest;
-	if (!(digest && c->n_keys == 0 && store_lookup(st, digest, &info) == 0)) {
+	if (!(digest && c->r.nkeys == 0 && store_lookup(st, digest, &info) == 0)) {
 		rc = oci_repo_fetch_image(repo, oci_ref_reference(ref), c->platform, img, &e);
 		if (rc) {
 			rc = fail(c->cmd, refstr, &e, rc);
@@ -1217,7 +1143,7 @@ static int extract_to_dir(struct cli *c, struct oci_repo *repo, const struct oci
 static const struct option extract_opts[] = {
     CLI_COMMON_OPTIONS,
     REGISTRY_OPTIONS,
-    {"key", required_argument, 0, OPT_KEY},
+    {"key", required_argument, 0, CLI_OPT_KEY},
     {"store", required_argument, 0, OPT_STORE},
     {0, 0, 0, 0},
 };
@@ -1362,7 +1288,7 @@ static int run_sub(const struct sub *sub, int argc, char **argv)
 	char cmd[64];
 	snprintf(cmd, sizeof(cmd), "gkm cache %s", sub->name);
 	struct cli c = {.cmd = cmd, .output = "table", .prefix = "cosign"};
-	oci_registry_opts_init(&c.reg);
+	cli_registry_init(&c.r, true);
 	cache_build_opts_init(&c.build);
 	const char *sde = getenv("SOURCE_DATE_EPOCH");
 	unsigned long long v = 0;
