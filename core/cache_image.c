@@ -1,3 +1,4 @@
+#include "fsutil.h"
 #include "cache_image.h"
 
 #include <archive.h>
@@ -482,7 +483,7 @@ static char *read_small_json(const char *full, const struct stat *st, size_t *le
 	if (nl < 5 || strcmp(full + nl - 5, ".json") != 0 || st->st_size > (off_t)CACHE_JSON_MAX)
 		return NULL;
 	char *buf = NULL;
-	if (oci_read_file(full, CACHE_JSON_MAX, &buf, len))
+	if (fsutil_read_file(full, CACHE_JSON_MAX, &buf, len))
 		return NULL;
 	return buf;
 }

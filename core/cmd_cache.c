@@ -13,6 +13,7 @@
 
 #include <cJSON.h>
 
+#include "fsutil.h"
 #include "cache_image.h"
 #include "cli.h"
 #include "cli_registry.h"
@@ -216,7 +217,7 @@ static char *read_passphrase(struct cli *c)
 	char *buf = NULL;
 	size_t len = 0;
 	if (c->passfile) {
-		if (oci_read_file(c->passfile, 4096, &buf, &len))
+		if (fsutil_read_file(c->passfile, 4096, &buf, &len))
 			return NULL;
 		while (len && (buf[len - 1] == '\n' || buf[len - 1] == '\r'))
 			buf[--len] = '\0';

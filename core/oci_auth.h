@@ -54,8 +54,6 @@ __attribute__((warn_unused_result)) int oci_b64_encode(const void *buf, size_t l
 __attribute__((warn_unused_result)) int oci_b64_decode(const char *s, size_t slen,
                                                        unsigned char **out, size_t *outlen);
 
-/* Read a whole (small) file: -EFBIG past max. Caller frees *out (NUL added). */
-__attribute__((warn_unused_result)) int oci_read_file(const char *path, size_t max, char **out,
-                                                      size_t *len);
+
 
 #endif

@@ -1,3 +1,4 @@
+#include "fsutil.h"
 #include "oci_layout.h"
 
 #include <errno.h>
@@ -114,7 +115,7 @@ int oci_layout_open(const char *dir, bool create, struct oci_layout **out, struc
 		if ((rc = write_atomic(dir, "oci-layout", LAYOUT_FILE, strlen(LAYOUT_FILE))))
 			goto io;
 	} else {
-		rc = oci_read_file(marker, 4096, &buf, &len);
+		rc = fsutil_read_file(marker, 4096, &buf, &len);
 		if (rc || !strstr(buf, "imageLayoutVersion")) {
 			oci_errf(err, "%s/oci-layout is unreadable or not a layout marker", dir);
 			rc = rc ? rc : -EINVAL;
@@ -184,7 +185,7 @@ static int read_index(struct oci_layout *l, struct oci_index *ix, struct oci_err
 	size_t len = 0;
 	if (!path)
 		return -ENOMEM;
-	int rc = oci_read_file(path, INDEX_MAX, &buf, &len);
+	int rc = fsutil_read_file(path, INDEX_MAX, &buf, &len);
 	if (rc) {
 		oci_errf(err, "cannot read %s: %s", path, strerror(-rc));
 	} else if ((rc = oci_index_parse(buf, len, OCI_MT_INDEX, ix, err))) {
