@@ -31,11 +31,10 @@ static void copy(char *dst, size_t len, const char *src)
 	snprintf(dst, len, "%s", src ? src : "");
 }
 
-static void on_change(struct kube_informer *inf, enum kube_event_type t, const cJSON *old,
-                      const cJSON *obj, void *ud)
+static void on_change(struct kube_informer *inf, enum kube_event_type t, const cJSON *obj,
+                      void *ud)
 {
 	(void)inf;
-	(void)old;
 	struct kwatch *w = ud;
 	enum objstore_event_type ot = t == KUBE_ADDED      ? OBJSTORE_ADDED
 	                              : t == KUBE_DELETED  ? OBJSTORE_DELETED

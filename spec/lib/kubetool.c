@@ -241,8 +241,8 @@ static void print_stats(const struct kube_watch_stats *s)
 	fflush(stdout);
 }
 
-static void on_change(struct kube_informer *inf, enum kube_event_type t, const cJSON *old,
-                      const cJSON *obj, void *ud)
+static void on_change(struct kube_informer *inf, enum kube_event_type t, const cJSON *obj,
+                      void *ud)
 {
 	struct watchctx *w = ud;
 	w->changes++;
