@@ -12,6 +12,9 @@
  *       one JSON line per cache change, "synced" once listed, stats at the end
  *   kubetool lease NS NAME IDENTITY [--duration-ms N --renew-ms N --retry-ms N]
  *       prints "leading" / "stopped" / "holder ID" lines until SIGTERM
+ *   kubetool controller BUNDLE_DIR MODULE --manager M [--config JSON]
+ *       runs a Lua controller (kube_controller.h) from the policy bundle in
+ *       BUNDLE_DIR until SIGTERM; prints its stats at the end
  *   kubetool bench APIVERSION KIND NS --expect N
  *       informer throughput and memory: waits until N objects are cached
  *
@@ -26,12 +29,16 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "bundle.h"
+#include "engine.h"
 #include "kube_client.h"
+#include "kube_controller.h"
 #include "kube_config.h"
 #include "kube_informer.h"
 #include "kube_lease.h"
 #include "log.h"
 #include "loop.h"
+#include "workers.h"
 
 static struct kube_client *client;
 
@@ -387,6 +394,78 @@ static int cmd_lease(int argc, char **argv)
 	return rc < 0 ? 1 : 0;
 }
 
+/* ---- controller ---- */
+
+static void ctl_shutdown(struct loop *l, int signo, void *ud)
+{
+	(void)l;
+	(void)signo;
+	struct kube_controller **cp = ud;
+	if (!*cp)
+		return; /* the second run of the loop, to finish posted work */
+	struct kube_controller_stats st = kube_controller_stats(*cp);
+	printf("{\"stats\":{\"reconciles\":%llu,\"reconcile_errors\":%llu,\"actions\":%llu,"
+	       "\"action_errors\":%llu,\"requeues\":%llu}}\n",
+	       (unsigned long long)st.reconciles, (unsigned long long)st.reconcile_errors,
+	       (unsigned long long)st.actions, (unsigned long long)st.action_errors,
+	       (unsigned long long)st.requeues);
+	fflush(stdout);
+	kube_controller_stop(*cp);
+	*cp = NULL;
+}
+
+static int cmd_controller(int argc, char **argv)
+{
+	const char *manager = opt(argc, argv, "--manager");
+	const char *cfg = opt(argc, argv, "--config");
+	if (argc < 3 || !manager)
+		return 2;
+	char err[1024];
+	struct bundle *b = NULL;
+	if (bundle_from_dir(argv[1], &b, err, sizeof(err)) < 0) {
+		fprintf(stderr, "bundle: %s\n", err);
+		return 2;
+	}
+	struct engine_slot slot;
+	engine_slot_init(&slot, &engine_limits_default);
+	struct engine_error ee;
+	int rc = engine_slot_load(&slot, b, &ee);
+	bundle_free(b);
+	if (rc < 0) {
+		fprintf(stderr, "engine: %s\n", ee.message);
+		return 2;
+	}
+	cJSON *config = cfg ? cJSON_Parse(cfg) : NULL;
+	struct loop *l = NULL;
+	struct workers *w = NULL;
+	struct kube_controller *c = NULL;
+	rc = 1;
+	if (loop_new(&l) < 0 || workers_new(l, 2, &w) < 0)
+		goto out;
+	struct kube_controller_opts o = {
+		.loop = l, .workers = w, .client = client, .engine = &slot, .module = argv[2],
+		.config = config, .field_manager = manager, .component = "kubetool", .host = "test-node",
+	};
+	if (kube_controller_start(&o, &c, err, sizeof(err)) < 0) {
+		fprintf(stderr, "controller: %s\n", err);
+		goto out;
+	}
+	printf("{\"started\":\"%s\"}\n", argv[2]);
+	fflush(stdout);
+	loop_on_shutdown(l, ctl_shutdown, &c);
+	rc = loop_run(l) < 0 ? 1 : 0;
+out:
+	if (w) {
+		workers_free(w); /* waits for running actions; their completions are posted */
+		loop_post(l, stop_cb, NULL);
+		loop_run(l); /* run those completions so nothing is left behind */
+	}
+	loop_free(l);
+	cJSON_Delete(config);
+	engine_slot_clear(&slot);
+	return rc;
+}
+
 /* ---- bench: events/s into the informer cache, memory per object ---- */
 
 struct benchctx {
@@ -518,6 +597,8 @@ int main(int argc, char **argv)
 		rc = cmd_watch(argc, argv);
 	else if (!strcmp(verb, "lease"))
 		rc = cmd_lease(argc, argv);
+	else if (!strcmp(verb, "controller"))
+		rc = cmd_controller(argc, argv);
 	else if (!strcmp(verb, "bench"))
 		rc = cmd_bench(argc, argv);
 	else {
