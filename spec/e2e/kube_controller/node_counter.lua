@@ -3,7 +3,8 @@
 -- and applies the counts to the cache's status, with an Event when they
 -- change. Annotations make it fail on purpose: test/fail raises,
 -- test/bad-return returns nonsense after queueing a write (which must then
--- not happen).
+-- not happen), test/bad-apply queues a valid write and then an object
+-- without a name (gkm.kube raises: neither is written).
 local kube = require 'gkm.kube'
 
 local M = {}
@@ -52,6 +53,9 @@ function M.reconcile(req)
     metadata = { name = req.name, namespace = req.namespace },
     status = { totalNodes = total, readyNodes = ready },
   })
+  if ann["test/bad-apply"] == "yes" then
+    kube.apply({ apiVersion = "v1", kind = "ConfigMap", metadata = { namespace = req.namespace } })
+  end
   if ann["test/bad-return"] == "yes" then
     return { requeue_after = "soon" }
   end
