@@ -1,4 +1,5 @@
-/* Lua-reconciled controllers: informers -> work queue -> reconcile -> actions (see kube_controller.h). */
+/* Lua-reconciled controllers: informers -> work queue -> reconcile -> actions (see
+ * kube_controller.h). */
 #include "kube_controller.h"
 
 #include <errno.h>
@@ -62,7 +63,8 @@ struct job {
 	unsigned retry_after_s;
 };
 
-static void seterr(char *err, size_t len, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
+static void seterr(char *err, size_t len, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
 static void seterr(char *err, size_t len, const char *fmt, ...)
 {
 	va_list ap;
@@ -79,9 +81,10 @@ static struct metric *m_reconciles(void)
 
 static struct metric *m_actions(void)
 {
-	return metrics_counter("gkm_kube_actions_total",
-	                       "Kubernetes writes queued by reconciles, by controller, operation and result",
-	                       "controller,op,result");
+	return metrics_counter(
+	    "gkm_kube_actions_total",
+	    "Kubernetes writes queued by reconciles, by controller, operation and result",
+	    "controller,op,result");
 }
 
 /* ---- validation of what Lua returns ---- */
@@ -111,8 +114,9 @@ static bool num_in(const cJSON *v, double lo, double hi)
 
 static int validate_watches(const cJSON *r, char *err, size_t errlen)
 {
-	static const char *const keys[] = {"apiVersion", "kind", "namespace", "labelSelector",
-	                                   "fieldSelector", "enqueue", "debounce_ms", "resync_s", NULL};
+	static const char *const keys[] = {"apiVersion",    "kind",          "namespace",
+	                                   "labelSelector", "fieldSelector", "enqueue",
+	                                   "debounce_ms",   "resync_s",      NULL};
 	int n = cJSON_GetArraySize(r);
 	if (!cJSON_IsArray(r) || n < 1 || n > KUBE_CONTROLLER_MAX_WATCHES) {
 		seterr(err, errlen, "watches() must return a list of 1 to %d watches",
@@ -145,20 +149,23 @@ static int validate_watches(const cJSON *r, char *err, size_t errlen)
 		const cJSON *rs = cJSON_GetObjectItemCaseSensitive(w, "resync_s");
 		if ((ns && !cJSON_IsString(ns)) || (fs && !cJSON_IsString(fs)) ||
 		    (ls && !cJSON_IsString(ls) && !cJSON_IsObject(ls))) {
-			seterr(err, errlen, "%s: namespace and fieldSelector must be strings, "
-			                    "labelSelector a string or a map", where);
+			seterr(err, errlen,
+			       "%s: namespace and fieldSelector must be strings, "
+			       "labelSelector a string or a map",
+			       where);
 			return -1;
 		}
 		if (eq && (!cJSON_IsString(eq) ||
 		           (strcmp(eq->valuestring, "self") && strcmp(eq->valuestring, "owner") &&
 		            strcmp(eq->valuestring, "map") && strcmp(eq->valuestring, "none")))) {
-			seterr(err, errlen, "%s: enqueue must be \"self\", \"owner\", \"map\" or \"none\"",
+			seterr(err, errlen,
+			       "%s: enqueue must be \"self\", \"owner\", \"map\" or \"none\"",
 			       where);
 			return -1;
 		}
 		if ((db && !num_in(db, 0, 3600000)) || (rs && !num_in(rs, 0, 86400))) {
-			seterr(err, errlen, "%s: debounce_ms must be 0..3600000 and resync_s 0..86400",
-			       where);
+			seterr(err, errlen,
+			       "%s: debounce_ms must be 0..3600000 and resync_s 0..86400", where);
 			return -1;
 		}
 	}
@@ -193,7 +200,8 @@ static bool key_ok(const char *k)
 {
 	size_t n = strlen(k);
 	const char *slash = strchr(k, '/');
-	return n > 0 && n <= KEY_MAX && (!slash || (slash != k && slash[1] && !strchr(slash + 1, '/')));
+	return n > 0 && n <= KEY_MAX &&
+	       (!slash || (slash != k && slash[1] && !strchr(slash + 1, '/')));
 }
 
 static int validate_keys(const cJSON *r, char *err, size_t errlen)
@@ -208,7 +216,8 @@ static int validate_keys(const cJSON *r, char *err, size_t errlen)
 	cJSON_ArrayForEach(k, r)
 	{
 		if (!cJSON_IsString(k) || !key_ok(k->valuestring)) {
-			seterr(err, errlen, "map returned a key that is not \"namespace/name\" or \"name\"");
+			seterr(err, errlen,
+			       "map returned a key that is not \"namespace/name\" or \"name\"");
 			return -1;
 		}
 	}
@@ -336,8 +345,7 @@ static void enqueue_mapped(struct cwatch *w, enum kube_event_type t, const cJSON
 		return;
 	}
 	const cJSON *k;
-	cJSON_ArrayForEach(k, out)
-	enqueue_key(w, k->valuestring);
+	cJSON_ArrayForEach(k, out) enqueue_key(w, k->valuestring);
 	cJSON_Delete(out);
 }
 
@@ -352,7 +360,7 @@ static void enqueue_for(struct cwatch *w, enum kube_event_type t, const cJSON *o
 		break;
 	case EQ_OWNER: {
 		const cJSON *refs = cJSON_GetObjectItemCaseSensitive(
-			cJSON_GetObjectItemCaseSensitive(obj, "metadata"), "ownerReferences");
+		    cJSON_GetObjectItemCaseSensitive(obj, "metadata"), "ownerReferences");
 		const char *ns = kube_obj_namespace(obj);
 		const cJSON *ref;
 		cJSON_ArrayForEach(ref, refs)
@@ -378,8 +386,7 @@ static void enqueue_for(struct cwatch *w, enum kube_event_type t, const cJSON *o
 	}
 }
 
-static void on_change(struct kube_informer *inf, enum kube_event_type t, const cJSON *obj,
-                      void *ud)
+static void on_change(struct kube_informer *inf, enum kube_event_type t, const cJSON *obj, void *ud)
 {
 	(void)inf;
 	struct cwatch *w = ud;
@@ -443,12 +450,12 @@ static int run_action(struct kube_controller *c, const cJSON *a, unsigned *retry
 	int rc = -EINVAL;
 	if (!strcmp(op, "event")) {
 		struct kube_event ev = {
-			.regarding = cJSON_GetObjectItemCaseSensitive(a, "regarding"),
-			.type = kube_obj_str(a, NULL, "type"),
-			.reason = kube_obj_str(a, NULL, "reason"),
-			.message = kube_obj_str(a, NULL, "message"),
-			.component = c->component,
-			.host = c->host,
+		    .regarding = cJSON_GetObjectItemCaseSensitive(a, "regarding"),
+		    .type = kube_obj_str(a, NULL, "type"),
+		    .reason = kube_obj_str(a, NULL, "reason"),
+		    .message = kube_obj_str(a, NULL, "message"),
+		    .component = c->component,
+		    .host = c->host,
 		};
 		rc = kube_client_event(c->o.client, &ev, &e);
 		if (rc < 0) /* an Event that cannot be written is no reason to retry */
@@ -459,22 +466,22 @@ static int run_action(struct kube_controller *c, const cJSON *a, unsigned *retry
 	const cJSON *obj = cJSON_GetObjectItemCaseSensitive(a, "object");
 	const char *av = !strcmp(op, "delete") ? kube_obj_str(a, NULL, "apiVersion")
 	                                       : kube_obj_str(obj, NULL, "apiVersion");
-	const char *kind = !strcmp(op, "delete") ? kube_obj_str(a, NULL, "kind")
-	                                         : kube_obj_str(obj, NULL, "kind");
+	const char *kind =
+	    !strcmp(op, "delete") ? kube_obj_str(a, NULL, "kind") : kube_obj_str(obj, NULL, "kind");
 	struct kube_resource r;
 	rc = kube_client_resource(c->o.client, av, kind, &r, &e);
 	if (rc == 0 && !strcmp(op, "apply")) {
 		struct kube_apply_opts ao = {
-			.field_manager = c->field_manager,
-			.force = !cJSON_IsFalse(cJSON_GetObjectItemCaseSensitive(a, "force")),
-			.status = cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(a, "status")),
+		    .field_manager = c->field_manager,
+		    .force = !cJSON_IsFalse(cJSON_GetObjectItemCaseSensitive(a, "force")),
+		    .status = cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(a, "status")),
 		};
 		rc = kube_client_apply(c->o.client, &r, NULL, NULL, obj, &ao, NULL, &e);
 	} else if (rc == 0 && !strcmp(op, "delete")) {
 		struct kube_delete_opts d = {
-			.uid = kube_obj_str(a, NULL, "uid"),
-			.resource_version = kube_obj_str(a, NULL, "resourceVersion"),
-			.propagation = kube_obj_str(a, NULL, "propagation"),
+		    .uid = kube_obj_str(a, NULL, "uid"),
+		    .resource_version = kube_obj_str(a, NULL, "resourceVersion"),
+		    .propagation = kube_obj_str(a, NULL, "propagation"),
 		};
 		rc = kube_client_delete(c->o.client, &r, kube_obj_str(a, NULL, "namespace"),
 		                        kube_obj_str(a, NULL, "name"), &d, &e);
@@ -483,8 +490,8 @@ static int run_action(struct kube_controller *c, const cJSON *a, unsigned *retry
 	}
 	if (rc < 0) {
 		*retry_after = e.retry_after_s;
-		log_warn("kube: controller action failed", "controller", c->module, "op", op, "kind",
-		         kind ? kind : "", "error", e.message);
+		log_warn("kube: controller action failed", "controller", c->module, "op", op,
+		         "kind", kind ? kind : "", "error", e.message);
 	}
 	return rc;
 }
@@ -497,8 +504,9 @@ static void job_work(void *ud)
 	{
 		unsigned ra = 0;
 		bool ok = run_action(j->c, a, &ra) == 0;
-		metrics_add(m_actions(), METRICS_L(j->c->module, kube_obj_str(a, NULL, "op"),
-		                                   ok ? "ok" : "error"), 1);
+		metrics_add(
+		    m_actions(),
+		    METRICS_L(j->c->module, kube_obj_str(a, NULL, "op"), ok ? "ok" : "error"), 1);
 		if (!ok) {
 			/* later actions may depend on this one: the whole reconcile is retried */
 			j->failed = true;
@@ -518,7 +526,8 @@ static void finish(struct kube_controller *c, const char *key, bool failed, unsi
 	} else {
 		kube_workqueue_forget(c->q, key);
 		if (requeue_after > 0)
-			kube_workqueue_add_after(c->q, key, (uint64_t)(requeue_after * 1000.0), now);
+			kube_workqueue_add_after(c->q, key, (uint64_t)(requeue_after * 1000.0),
+			                         now);
 		else if (requeue)
 			kube_workqueue_add_rate_limited(c->q, key, now);
 	}
@@ -648,7 +657,8 @@ static void kick(struct loop *l, void *ud)
 			reconcile(c, k);
 		}
 		if (kube_workqueue_ready(c->q) &&
-		    kube_workqueue_in_flight(c->q) < (c->o.queue.max_in_flight ? c->o.queue.max_in_flight : 4))
+		    kube_workqueue_in_flight(c->q) <
+		        (c->o.queue.max_in_flight ? c->o.queue.max_in_flight : 4))
 			schedule(c); /* more, after other work on the loop had a turn */
 		arm_timer(c);
 	}
@@ -668,7 +678,8 @@ size_t kube_reconcile_informers(struct kube_reconcile *r, const char *api_versio
 	size_t n = 0;
 	for (size_t i = 0; i < r->c->nwatches && n < max; i++) {
 		const struct cwatch *w = &r->c->watches[i];
-		if (strcmp(w->res.kind, kind) || (api_version && strcmp(w->api_version, api_version)))
+		if (strcmp(w->res.kind, kind) ||
+		    (api_version && strcmp(w->api_version, api_version)))
 			continue;
 		out[n++] = w->inf;
 	}
@@ -725,7 +736,7 @@ static int setup_watch(struct kube_controller *c, int index, const cJSON *w, cha
 	cw->ns = dup_or_null(kube_obj_str(w, NULL, "namespace"));
 	cw->field_selector = dup_or_null(kube_obj_str(w, NULL, "fieldSelector"));
 	const char *eq = kube_obj_str(w, NULL, "enqueue");
-	cw->enqueue = !eq ? (index == 1 ? EQ_SELF : EQ_NONE)
+	cw->enqueue = !eq                    ? (index == 1 ? EQ_SELF : EQ_NONE)
 	              : !strcmp(eq, "self")  ? EQ_SELF
 	              : !strcmp(eq, "owner") ? EQ_OWNER
 	              : !strcmp(eq, "map")   ? EQ_MAP
@@ -741,8 +752,11 @@ static int setup_watch(struct kube_controller *c, int index, const cJSON *w, cha
 int kube_controller_start(const struct kube_controller_opts *o, struct kube_controller **out,
                           char *err, size_t errlen)
 {
-	if (!o->loop || !o->workers || !o->client || !o->engine || !o->module || !o->field_manager) {
-		seterr(err, errlen, "controller: loop, workers, client, engine, module and field manager are required");
+	if (!o->loop || !o->workers || !o->client || !o->engine || !o->module ||
+	    !o->field_manager) {
+		seterr(err, errlen,
+		       "controller: loop, workers, client, engine, module and field manager are "
+		       "required");
 		return -EINVAL;
 	}
 	if (!o->engine->current) {
@@ -774,7 +788,7 @@ int kube_controller_start(const struct kube_controller_opts *o, struct kube_cont
 	struct engine_error ee;
 	struct engine *e = engine_ref(o->engine->current);
 	enum engine_status st =
-		engine_call_fn(e, c->module, "watches", c->config, validate_watches, &watches, &ee);
+	    engine_call_fn(e, c->module, "watches", c->config, validate_watches, &watches, &ee);
 	engine_unref(e);
 	if (st != ENGINE_OK) {
 		seterr(err, errlen, "controller %s: %s", c->module, ee.message);
@@ -794,23 +808,24 @@ int kube_controller_start(const struct kube_controller_opts *o, struct kube_cont
 	for (size_t i = 0; i < c->nwatches; i++) {
 		struct cwatch *cw = &c->watches[i];
 		struct kube_informer_opts io = {
-			.watch = {.resource = cw->res,
-			          .ns = cw->ns,
-			          .label_selector = cw->label_selector,
-			          .field_selector = cw->field_selector},
-			.loop = c->o.loop,
-			.on_change = on_change,
-			.on_synced = on_synced,
-			.ud = cw,
+		    .watch = {.resource = cw->res,
+		              .ns = cw->ns,
+		              .label_selector = cw->label_selector,
+		              .field_selector = cw->field_selector},
+		    .loop = c->o.loop,
+		    .on_change = on_change,
+		    .on_synced = on_synced,
+		    .ud = cw,
 		};
 		if ((rc = kube_informer_start(c->o.client, &io, &cw->inf)) < 0) {
-			seterr(err, errlen, "controller %s: cannot start watch %zu: %s", c->module, i + 1,
-			       strerror(-rc));
+			seterr(err, errlen, "controller %s: cannot start watch %zu: %s", c->module,
+			       i + 1, strerror(-rc));
 			goto fail;
 		}
 		if (cw->resync_s) {
 			atomic_fetch_add(&c->refs, 1);
-			cw->resync_timer = loop_add_timer(c->o.loop, (uint64_t)cw->resync_s * 1000, on_resync, cw);
+			cw->resync_timer =
+			    loop_add_timer(c->o.loop, (uint64_t)cw->resync_s * 1000, on_resync, cw);
 			if (!cw->resync_timer)
 				unref(c);
 		}

@@ -64,12 +64,12 @@ struct kube_controller_opts {
 	struct loop *loop;
 	struct workers *workers;
 	struct kube_client *client;
-	struct engine_slot *engine;  /* the daemon's; the current engine is used per call */
-	const char *module;          /* "gkm.operator" */
-	const cJSON *config;         /* copied; passed to watches() and each reconcile */
-	const char *field_manager;   /* for applies: "gkm-operator", "gkm-agent/node-1" */
-	const char *component;       /* reporter of Events; default the field manager */
-	const char *host;            /* node name for Events, or NULL */
+	struct engine_slot *engine; /* the daemon's; the current engine is used per call */
+	const char *module;         /* "gkm.operator" */
+	const cJSON *config;        /* copied; passed to watches() and each reconcile */
+	const char *field_manager;  /* for applies: "gkm-operator", "gkm-agent/node-1" */
+	const char *component;      /* reporter of Events; default the field manager */
+	const char *host;           /* node name for Events, or NULL */
 	struct kube_workqueue_opts queue;
 };
 

@@ -292,7 +292,7 @@ static int prepare(struct kube_informer *inf, cJSON *obj, struct item *it)
 	}
 	if (!inf->o.keep_managed_fields)
 		cJSON_DeleteItemFromObjectCaseSensitive(
-			cJSON_GetObjectItemCaseSensitive(obj, "metadata"), "managedFields");
+		    cJSON_GetObjectItemCaseSensitive(obj, "metadata"), "managedFields");
 	const char *rv = kube_obj_rv(obj);
 	if (rv && strlen(rv) < sizeof(it->rv))
 		memcpy(it->rv, rv, strlen(rv) + 1);
@@ -370,7 +370,8 @@ int kube_informer_start(struct kube_client *c, const struct kube_informer_opts *
 		return -ENOMEM;
 	inf->o = *o;
 	inf->res = o->watch.resource;
-	snprintf(inf->name, sizeof(inf->name), "%s", o->watch.name ? o->watch.name : o->watch.resource.plural);
+	snprintf(inf->name, sizeof(inf->name), "%s",
+	         o->watch.name ? o->watch.name : o->watch.resource.plural);
 	atomic_init(&inf->refs, 1);
 	pthread_mutex_init(&inf->mu, NULL);
 	inf->nbuckets = 64;
@@ -430,8 +431,7 @@ void kube_informer_stop(struct kube_informer *inf)
 	unref(inf); /* drains still posted to the loop hold the rest */
 }
 
-static const struct entry *lookup(const struct kube_informer *inf, const char *ns,
-                                  const char *name)
+static const struct entry *lookup(const struct kube_informer *inf, const char *ns, const char *name)
 {
 	char key[KEY_MAX];
 	int n;

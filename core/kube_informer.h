@@ -36,9 +36,9 @@ typedef void (*kube_informer_change_fn)(struct kube_informer *inf, enum kube_eve
 struct kube_informer_opts {
 	struct kube_watch_opts watch;
 	bool keep_managed_fields;
-	struct loop *loop;            /* drains posted to this loop, or NULL */
+	struct loop *loop; /* drains posted to this loop, or NULL */
 	void (*notify)(struct kube_informer *inf, void *ud); /* without a loop: watch thread */
-	kube_informer_change_fn on_change; /* may be NULL */
+	kube_informer_change_fn on_change;                   /* may be NULL */
 	/* Once, on the owner thread, after the first complete list was applied
 	 * (also when it was empty). May be NULL. */
 	void (*on_synced)(struct kube_informer *inf, void *ud);
@@ -74,7 +74,6 @@ const struct kube_watch_stats *kube_informer_stats(const struct kube_informer *i
 
 /* The cache key of an object: "ns/name" or "name". 0 or -EINVAL (no name),
  * -ENAMETOOLONG. */
-__attribute__((warn_unused_result)) int kube_informer_key(const cJSON *obj, char *buf,
-                                                          size_t len);
+__attribute__((warn_unused_result)) int kube_informer_key(const cJSON *obj, char *buf, size_t len);
 
 #endif

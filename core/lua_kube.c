@@ -53,13 +53,14 @@ static const char *req_field(lua_State *L, int t, const char *field, const char 
 	return s;
 }
 
-static size_t informers_of(lua_State *L, struct kube_reconcile *r, const char *av,
-                           const char *kind, struct kube_informer **inf, const char *fn)
+static size_t informers_of(lua_State *L, struct kube_reconcile *r, const char *av, const char *kind,
+                           struct kube_informer **inf, const char *fn)
 {
 	size_t n = kube_reconcile_informers(r, av, kind, inf, MAX_INFORMERS);
 	if (!n)
-		luaL_error(L, "gkm.kube.%s: this controller does not watch %s%s%s (declare it in watches)",
-		           fn, av ? av : "", av ? " " : "", kind);
+		luaL_error(
+		    L, "gkm.kube.%s: this controller does not watch %s%s%s (declare it in watches)",
+		    fn, av ? av : "", av ? " " : "", kind);
 	return n;
 }
 
@@ -260,7 +261,7 @@ static const char *check_object(const cJSON *o)
 	const char *av = kube_obj_str(o, NULL, "apiVersion"), *kind = kube_obj_str(o, NULL, "kind");
 	const char *name = kube_obj_name(o);
 	const cJSON *ns = cJSON_GetObjectItemCaseSensitive(
-		cJSON_GetObjectItemCaseSensitive(o, "metadata"), "namespace");
+	    cJSON_GetObjectItemCaseSensitive(o, "metadata"), "namespace");
 	if (!av || !*av || !kind || !*kind)
 		return "the object needs apiVersion and kind";
 	if (!name || !*name || strlen(name) > 253)
@@ -318,14 +319,17 @@ static int k_delete(lua_State *L)
 {
 	struct kube_reconcile *r = need_reconcile(L, "delete");
 	luaL_checktype(L, 1, LUA_TTABLE);
-	static const char *const fields[] = {"apiVersion", "kind", "namespace", "name",
-	                                     "uid", "resourceVersion", "propagation", NULL};
+	static const char *const fields[] = {"apiVersion",  "kind", "namespace",
+	                                     "name",        "uid",  "resourceVersion",
+	                                     "propagation", NULL};
 	req_field(L, 1, "apiVersion", "delete");
 	req_field(L, 1, "kind", "delete");
 	req_field(L, 1, "name", "delete");
 	const char *prop = opt_field(L, 1, "propagation", "delete");
-	if (prop && strcmp(prop, "Background") && strcmp(prop, "Foreground") && strcmp(prop, "Orphan"))
-		return luaL_error(L, "gkm.kube.delete: propagation must be Background, Foreground or Orphan");
+	if (prop && strcmp(prop, "Background") && strcmp(prop, "Foreground") &&
+	    strcmp(prop, "Orphan"))
+		return luaL_error(
+		    L, "gkm.kube.delete: propagation must be Background, Foreground or Orphan");
 	cJSON *a = cJSON_CreateObject();
 	if (!a)
 		return luaL_error(L, "gkm.kube.delete: out of memory");
@@ -344,7 +348,8 @@ static bool camel_case(const char *s)
 	if (!s || !*s || strlen(s) > 128 || !((*s >= 'A' && *s <= 'Z') || (*s >= 'a' && *s <= 'z')))
 		return false;
 	for (; *s; s++)
-		if (!((*s >= 'A' && *s <= 'Z') || (*s >= 'a' && *s <= 'z') || (*s >= '0' && *s <= '9')))
+		if (!((*s >= 'A' && *s <= 'Z') || (*s >= 'a' && *s <= 'z') ||
+		      (*s >= '0' && *s <= '9')))
 			return false;
 	return true;
 }
@@ -359,7 +364,8 @@ static int k_event(lua_State *L)
 	if (strcmp(type, "Normal") && strcmp(type, "Warning"))
 		return luaL_error(L, "gkm.kube.event: type must be \"Normal\" or \"Warning\"");
 	if (!camel_case(reason))
-		return luaL_error(L, "gkm.kube.event: reason must be a CamelCase word of at most 128 characters");
+		return luaL_error(
+		    L, "gkm.kube.event: reason must be a CamelCase word of at most 128 characters");
 	cJSON *obj = table_arg(L, 1, "event");
 	const char *bad = check_object(obj);
 	if (bad) {
@@ -393,13 +399,8 @@ static int k_event(lua_State *L)
 }
 
 static const luaL_Reg funcs[] = {
-	{"get", k_get},
-	{"list", k_list},
-	{"apply", k_apply},
-	{"apply_status", k_apply_status},
-	{"delete", k_delete},
-	{"event", k_event},
-	{NULL, NULL},
+    {"get", k_get},       {"list", k_list},   {"apply", k_apply}, {"apply_status", k_apply_status},
+    {"delete", k_delete}, {"event", k_event}, {NULL, NULL},
 };
 
 static int open_kube(lua_State *L)

@@ -8,9 +8,10 @@
 2. watch via the test API server: N status updates of those objects while the
    informer watches; events/s decoded into the cache end to end (bounded by
    the Python server, not by the client).
-3. watch firehose: the client's own ceiling. A loopback HTTP server streams
-   pre-encoded watch events of the same objects as fast as the socket takes
-   them; events/s decoded into the cache.
+3. firehose: the client's own ceiling. A loopback HTTP server answers the
+   list in one page and then streams pre-encoded watch events of the same
+   objects as fast as the socket takes them; objects/s and events/s decoded
+   into the cache.
 
 Medians of RUNS runs with min and max (BENCHMARKING.md). Prints a table."""
 import copy
@@ -253,13 +254,15 @@ def main():
     fh.kubeconfig(kc)
     env = dict(os.environ, KUBECONFIG=kc)
     env.pop("KUBERNETES_SERVICE_HOST", None)
-    frates = []
+    frates, flist = [], []
     for _ in range(RUNS):
         fh.go.clear()
         r = run_kt(env, "bench", GV, "GKMCacheNode", "default", "--expect", str(N),
                    "--then-events", str(FIREHOSE), feeder=fh.go.set)
         frates.append(r["watch_events"] / r["watch_seconds"])
+        flist.append(r["objects"] / r["list_seconds"])
     os.unlink(kc)
+    rows.append(fmt("list from the loopback server (one page)", flist, "objects/s (client-bound)"))
     rows.append(fmt("watch firehose (%d events, loopback)" % FIREHOSE, frates, "events/s (client-bound)"))
 
     print("\nkube client benchmark: %d GKMCacheNode objects, %d runs each (median, min, max)" % (N, RUNS))

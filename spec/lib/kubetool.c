@@ -140,8 +140,8 @@ static int cmd_list(int argc, char **argv)
 	if (argc < 4 || resource(argv[1], argv[2], &r) < 0)
 		return 2;
 	struct kube_list_opts lo = {
-		.label_selector = opt(argc, argv, "--selector"),
-		.field_selector = opt(argc, argv, "--field"),
+	    .label_selector = opt(argc, argv, "--selector"),
+	    .field_selector = opt(argc, argv, "--field"),
 	};
 	const char *lim = opt(argc, argv, "--limit");
 	if (lim)
@@ -158,7 +158,7 @@ static int cmd_list(int argc, char **argv)
 	cJSON *names = cJSON_AddArrayToObject(out, "names");
 	const cJSON *it;
 	cJSON_ArrayForEach(it, items)
-	cJSON_AddItemToArray(names, cJSON_CreateString(kube_obj_name(it)));
+	    cJSON_AddItemToArray(names, cJSON_CreateString(kube_obj_name(it)));
 	cJSON_Delete(items);
 	return print_obj(out);
 }
@@ -182,9 +182,9 @@ static int cmd_write(int argc, char **argv, const char *verb)
 		rc = kube_client_replace(client, &r, NULL, NULL, doc, &out, &e);
 	} else {
 		struct kube_apply_opts ao = {
-			.field_manager = opt(argc, argv, "--manager"),
-			.force = flag(argc, argv, "--force"),
-			.status = flag(argc, argv, "--status"),
+		    .field_manager = opt(argc, argv, "--manager"),
+		    .force = flag(argc, argv, "--force"),
+		    .status = flag(argc, argv, "--status"),
 		};
 		rc = kube_client_apply(client, &r, NULL, NULL, doc, &ao, &out, &e);
 	}
@@ -217,8 +217,11 @@ static int cmd_event(int argc, char **argv)
 	int rc = kube_client_get(client, &r, argv[3], argv[4], &o, &e);
 	if (rc < 0)
 		return fail(&e, rc);
-	struct kube_event ev = {.regarding = o, .reason = argv[5], .message = argv[6],
-	                        .type = opt(argc, argv, "--type"), .component = "kubetool",
+	struct kube_event ev = {.regarding = o,
+	                        .reason = argv[5],
+	                        .message = argv[6],
+	                        .type = opt(argc, argv, "--type"),
+	                        .component = "kubetool",
 	                        .host = "test-node"};
 	rc = kube_client_event(client, &ev, &e);
 	cJSON_Delete(o);
@@ -238,24 +241,25 @@ struct watchctx {
 
 static void print_stats(const struct kube_watch_stats *s)
 {
-	printf("{\"stats\":{\"lists\":%llu,\"relists_gone\":%llu,\"connects\":%llu,\"failures\":%llu,"
-	       "\"events\":%llu,\"bookmarks\":%llu,\"malformed\":%llu,\"skipped\":%llu,\"oversized\":%llu}}\n",
-	       (unsigned long long)s->lists, (unsigned long long)s->relists_gone,
-	       (unsigned long long)s->connects, (unsigned long long)s->failures,
-	       (unsigned long long)s->events, (unsigned long long)s->bookmarks,
-	       (unsigned long long)s->malformed, (unsigned long long)s->skipped,
-	       (unsigned long long)s->oversized);
+	printf(
+	    "{\"stats\":{\"lists\":%llu,\"relists_gone\":%llu,\"connects\":%llu,\"failures\":%llu,"
+	    "\"events\":%llu,\"bookmarks\":%llu,\"malformed\":%llu,\"skipped\":%llu,\"oversized\":%"
+	    "llu}}\n",
+	    (unsigned long long)s->lists, (unsigned long long)s->relists_gone,
+	    (unsigned long long)s->connects, (unsigned long long)s->failures,
+	    (unsigned long long)s->events, (unsigned long long)s->bookmarks,
+	    (unsigned long long)s->malformed, (unsigned long long)s->skipped,
+	    (unsigned long long)s->oversized);
 	fflush(stdout);
 }
 
-static void on_change(struct kube_informer *inf, enum kube_event_type t, const cJSON *obj,
-                      void *ud)
+static void on_change(struct kube_informer *inf, enum kube_event_type t, const cJSON *obj, void *ud)
 {
 	struct watchctx *w = ud;
 	w->changes++;
 	printf("{\"type\":\"%s\",\"name\":\"%s\",\"rv\":\"%s\",\"cached\":%zu}\n",
-	       kube_event_type_name(t), kube_obj_name(obj), kube_obj_rv(obj) ? kube_obj_rv(obj) : "",
-	       kube_informer_len(inf));
+	       kube_event_type_name(t), kube_obj_name(obj),
+	       kube_obj_rv(obj) ? kube_obj_rv(obj) : "", kube_informer_len(inf));
 	if (!w->synced_said && kube_informer_synced(inf)) {
 		w->synced_said = true;
 		printf("{\"synced\":%zu}\n", kube_informer_len(inf));
@@ -303,14 +307,14 @@ static int cmd_watch(int argc, char **argv)
 		return 1;
 	struct watchctx w = {0};
 	struct kube_informer_opts o = {
-		.watch = {.resource = r,
-		          .ns = strcmp(argv[3], "-") ? argv[3] : NULL,
-		          .label_selector = opt(argc, argv, "--selector"),
-		          .backoff_initial_ms = 200,
-		          .backoff_max_ms = 2000},
-		.loop = l,
-		.on_change = on_change,
-		.ud = &w,
+	    .watch = {.resource = r,
+	              .ns = strcmp(argv[3], "-") ? argv[3] : NULL,
+	              .label_selector = opt(argc, argv, "--selector"),
+	              .backoff_initial_ms = 200,
+	              .backoff_max_ms = 2000},
+	    .loop = l,
+	    .on_change = on_change,
+	    .ud = &w,
 	};
 	const char *t = opt(argc, argv, "--timeout-s");
 	if (t)
@@ -371,8 +375,12 @@ static int cmd_lease(int argc, char **argv)
 	if (loop_new(&l) < 0)
 		return 1;
 	struct kube_lease_opts o = {
-		.ns = argv[1], .name = argv[2], .identity = argv[3],
-		.on_started = lease_started, .on_stopped = lease_stopped, .on_new_leader = lease_holder,
+	    .ns = argv[1],
+	    .name = argv[2],
+	    .identity = argv[3],
+	    .on_started = lease_started,
+	    .on_stopped = lease_stopped,
+	    .on_new_leader = lease_holder,
 	};
 	const char *v;
 	if ((v = opt(argc, argv, "--duration-ms")))
@@ -443,8 +451,15 @@ static int cmd_controller(int argc, char **argv)
 	if (loop_new(&l) < 0 || workers_new(l, 2, &w) < 0)
 		goto out;
 	struct kube_controller_opts o = {
-		.loop = l, .workers = w, .client = client, .engine = &slot, .module = argv[2],
-		.config = config, .field_manager = manager, .component = "kubetool", .host = "test-node",
+	    .loop = l,
+	    .workers = w,
+	    .client = client,
+	    .engine = &slot,
+	    .module = argv[2],
+	    .config = config,
+	    .field_manager = manager,
+	    .component = "kubetool",
+	    .host = "test-node",
 	};
 	if (kube_controller_start(&o, &c, err, sizeof(err)) < 0) {
 		fprintf(stderr, "controller: %s\n", err);
@@ -489,7 +504,8 @@ static void bench_poll(struct loop *l, void *ud)
 {
 	struct benchctx *b = ud;
 	const struct kube_watch_stats *s = kube_informer_stats(b->inf);
-	if (b->phase == 0 && kube_informer_synced(b->inf) && kube_informer_len(b->inf) >= b->expect) {
+	if (b->phase == 0 && kube_informer_synced(b->inf) &&
+	    kube_informer_len(b->inf) >= b->expect) {
 		double secs = since(&b->t0);
 		struct mallinfo2 m1 = mallinfo2();
 		size_t n = kube_informer_len(b->inf);
@@ -534,9 +550,9 @@ static int cmd_bench(int argc, char **argv)
 	if (we)
 		b.want_events = strtoul(we, NULL, 10);
 	struct kube_informer_opts o = {
-		.watch = {.resource = r, .ns = strcmp(argv[3], "-") ? argv[3] : NULL},
-		.loop = l,
-		.ud = &b,
+	    .watch = {.resource = r, .ns = strcmp(argv[3], "-") ? argv[3] : NULL},
+	    .loop = l,
+	    .ud = &b,
 	};
 	b.m0 = mallinfo2();
 	clock_gettime(CLOCK_MONOTONIC, &b.t0);

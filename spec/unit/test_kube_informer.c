@@ -57,8 +57,7 @@ static void notify(struct kube_informer *inf, void *ud)
 	pthread_mutex_unlock(&e->mu);
 }
 
-static void on_change(struct kube_informer *inf, enum kube_event_type t, const cJSON *obj,
-                      void *ud)
+static void on_change(struct kube_informer *inf, enum kube_event_type t, const cJSON *obj, void *ud)
 {
 	(void)inf;
 	struct ienv *e = ud;
@@ -87,12 +86,17 @@ static size_t wait_drain(struct ienv *e, struct kube_informer *inf)
 static struct kube_informer_opts widget_informer(struct ienv *e)
 {
 	struct kube_informer_opts o = {
-		.watch = {.resource = {.group = "example.com", .version = "v1", .plural = "widgets",
-		                       .kind = "Widget", .namespaced = true},
-		          .ns = "default", .backoff_initial_ms = 20, .backoff_max_ms = 100},
-		.notify = notify,
-		.on_change = on_change,
-		.ud = e,
+	    .watch = {.resource = {.group = "example.com",
+	                           .version = "v1",
+	                           .plural = "widgets",
+	                           .kind = "Widget",
+	                           .namespaced = true},
+	              .ns = "default",
+	              .backoff_initial_ms = 20,
+	              .backoff_max_ms = 100},
+	    .notify = notify,
+	    .on_change = on_change,
+	    .ud = e,
 	};
 	return o;
 }
@@ -218,9 +222,11 @@ static void test_informer_on_loop(void **state)
 static void test_bad_objects_not_cached(void **state)
 {
 	struct ienv *e = *state;
-	const char *list = "{\"kind\":\"WidgetList\",\"metadata\":{\"resourceVersion\":\"9\"},\"items\":["
-	                   "{\"metadata\":{\"namespace\":\"default\",\"resourceVersion\":\"1\"}},"
-	                   "{\"metadata\":{\"name\":\"ok\",\"namespace\":\"default\",\"resourceVersion\":\"2\"}}]}";
+	const char *list =
+	    "{\"kind\":\"WidgetList\",\"metadata\":{\"resourceVersion\":\"9\"},\"items\":["
+	    "{\"metadata\":{\"namespace\":\"default\",\"resourceVersion\":\"1\"}},"
+	    "{\"metadata\":{\"name\":\"ok\",\"namespace\":\"default\",\"resourceVersion\":\"2\"}}]"
+	    "}";
 	replay_push(e->srv, 200, list, strlen(list), false);
 	struct kube_informer_opts o = widget_informer(e);
 	struct kube_informer *inf = NULL;
@@ -241,9 +247,9 @@ static void test_bad_objects_not_cached(void **state)
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
-		cmocka_unit_test_setup_teardown(test_list_watch_relist, isetup, iteardown),
-		cmocka_unit_test_setup_teardown(test_informer_on_loop, isetup, iteardown),
-		cmocka_unit_test_setup_teardown(test_bad_objects_not_cached, isetup, iteardown),
+	    cmocka_unit_test_setup_teardown(test_list_watch_relist, isetup, iteardown),
+	    cmocka_unit_test_setup_teardown(test_informer_on_loop, isetup, iteardown),
+	    cmocka_unit_test_setup_teardown(test_bad_objects_not_cached, isetup, iteardown),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);
 }
