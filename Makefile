@@ -34,6 +34,8 @@ SAN      := -fsanitize=address,undefined -fno-omit-frame-pointer -fno-sanitize-r
 
 EMBED_FILES := $(sort $(shell find lua policies -name '*.lua' 2>/dev/null))
 
+.DEFAULT_GOAL := all
+
 # Generated C sources (protobuf-c output etc.) are appended by */*.mk files.
 GEN_SRCS :=
 -include $(wildcard core/*.mk webhook/*.mk csi/*.mk spec/*.mk)
@@ -46,7 +48,7 @@ UNIT_SRCS := $(wildcard spec/unit/test_*.c)
 UNIT_BINS := $(patsubst spec/unit/%.c,$(BUILD)/unit/%,$(UNIT_SRCS))
 SPEC_MOD  := $(BUILD)/spec/gkmspec.so
 
-.PHONY: all deps test unit-tests lint format bench run install clean manifests
+.PHONY: all deps test unit-tests lint format bench run install clean manifests image
 all: $(BUILD)/gkm
 
 $(BUILD)/gkm: $(BUILD)/obj/core/main.o $(LIB_OBJS)
@@ -116,10 +118,33 @@ bench: deps all
 	@BUILD=$(BUILD) bash spec/bench/run.sh
 
 run: deps all
-	@BUILD=$(BUILD) sh core/demo.sh
+	@BUILD=$(BUILD) bash core/demo.sh
 
 install: all
 	install -D -m 0755 $(BUILD)/gkm $(DESTDIR)$(PREFIX)/bin/gkm
+
+# The chart as plain YAML (namespace, CRDs, everything) for clusters without
+# Helm: kubectl apply --server-side -f build/manifests/gkm.yaml
+MANIFESTS_NAMESPACE ?= gkm
+manifests: $(CHART_RENDER) chart-policies
+	@mkdir -p $(BUILD)/manifests
+	$(CHART_RENDER) --create-namespace --include-crds --namespace $(MANIFESTS_NAMESPACE) \
+		charts/gkm > $(BUILD)/manifests/gkm.yaml.tmp
+	@mv $(BUILD)/manifests/gkm.yaml.tmp $(BUILD)/manifests/gkm.yaml
+	@echo "wrote $(BUILD)/manifests/gkm.yaml (namespace $(MANIFESTS_NAMESPACE))"
+
+# The container image (Containerfile), with buildah or podman.
+IMAGE ?= localhost/gkm:$(VERSION)
+image:
+	@if command -v buildah >/dev/null 2>&1; then \
+		buildah bud --layers -f Containerfile --build-arg VERSION=$(VERSION) -t $(IMAGE) . ; \
+	elif command -v podman >/dev/null 2>&1; then \
+		podman build -f Containerfile --build-arg VERSION=$(VERSION) -t $(IMAGE) . ; \
+	else \
+		echo "make image: neither buildah nor podman is installed (apt-get install buildah)." >&2; \
+		echo "On a machine with one: buildah bud -f Containerfile --build-arg VERSION=$(VERSION) -t $(IMAGE) ." >&2; \
+		exit 1; \
+	fi
 
 clean:
 	rm -rf $(BUILD)

@@ -176,7 +176,7 @@ static void add_kernel(struct cache_meta *m, const cJSON *j, const char *hash_di
 		list = e ? entry_list(e, "triton") : NULL;
 		if (e && !jstr(e, "cacheFormat"))
 			cJSON_AddStringToObject(e, "cacheFormat", "triton");
-	} else {
+	} else if (m->format != CACHE_VLLM) {
 		m->entries++;
 	}
 	if (!list || !cJSON_AddItemToArray(list, k))

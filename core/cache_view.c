@@ -16,6 +16,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "fsutil.h"
 #include "log.h"
 
 enum {
@@ -26,7 +27,7 @@ enum {
 };
 
 static void seterr(char *err, size_t errlen, const char *fmt, ...)
-	__attribute__((format(printf, 3, 4)));
+    __attribute__((format(printf, 3, 4)));
 static void seterr(char *err, size_t errlen, const char *fmt, ...)
 {
 	if (!err || errlen == 0)
@@ -38,7 +39,8 @@ static void seterr(char *err, size_t errlen, const char *fmt, ...)
 }
 
 /* Format a path into buf; buf is only written when the whole path fits. */
-static int fmt_path(char *buf, size_t size, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
+static int fmt_path(char *buf, size_t size, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
 static int fmt_path(char *buf, size_t size, const char *fmt, ...)
 {
 	char tmp[PATH_MAX];
@@ -124,175 +126,25 @@ int cache_view_dir(char *buf, size_t size, const char *base, const char *sub, co
 
 /* ---- files ---- */
 
-static int read_fd(int fd, size_t max, char **out, size_t *len)
+/* Replace dir/data with a symlink to target, atomically (symlink beside it,
+ * then rename over it). */
+static int replace_symlink(const char *dir, const char *name, const char *target)
 {
-	struct stat st;
-	if (fstat(fd, &st) != 0)
-		return -errno;
-	if (!S_ISREG(st.st_mode))
-		return -EINVAL;
-	if ((unsigned long long)st.st_size > max)
-		return -EFBIG;
-	size_t cap = (size_t)st.st_size + 1, n = 0;
-	char *buf = malloc(cap + 1);
-	if (!buf)
-		return -ENOMEM;
-	/* Read one byte more than the size said, in case it grew meanwhile. */
-	for (;;) {
-		ssize_t r = read(fd, buf + n, cap - n);
-		if (r < 0) {
-			if (errno == EINTR)
-				continue;
-			int e = -errno;
-			free(buf);
-			return e;
-		}
-		if (r == 0)
-			break;
-		n += (size_t)r;
-		if (n == cap) {
-			if (cap > max) {
-				free(buf);
-				return -EFBIG;
-			}
-			size_t ncap = cap * 2 > max + 1 ? max + 1 : cap * 2;
-			char *nb = realloc(buf, ncap + 1);
-			if (!nb) {
-				free(buf);
-				return -ENOMEM;
-			}
-			buf = nb;
-			cap = ncap;
-		}
-	}
-	if (n > max) {
-		free(buf);
-		return -EFBIG;
-	}
-	buf[n] = '\0';
-	*out = buf;
-	*len = n;
-	return 0;
-}
-
-static int read_file_at(int dfd, const char *path, size_t max, char **out, size_t *len)
-{
-	int fd = openat(dfd, path, O_RDONLY | O_CLOEXEC | O_NOFOLLOW);
-	if (fd < 0)
-		return -errno;
-	int rc = read_fd(fd, max, out, len);
-	close(fd);
-	return rc;
-}
-
-int cache_view_read_file(const char *path, size_t max, char **out, size_t *len)
-{
-	return read_file_at(AT_FDCWD, path, max, out, len);
-}
-
-static int write_all(int fd, const void *data, size_t len)
-{
-	const char *p = data;
-	while (len > 0) {
-		ssize_t w = write(fd, p, len);
-		if (w < 0) {
-			if (errno == EINTR)
-				continue;
-			return -errno;
-		}
-		p += w;
-		len -= (size_t)w;
-	}
-	return 0;
-}
-
-static atomic_uint tmp_counter;
-
-static int tmp_name(char *buf, size_t size, const char *base)
-{
-	return fmt_path(buf, size, ".%s.%ld.%u.tmp", base, (long)getpid(),
-	                atomic_fetch_add(&tmp_counter, 1));
-}
-
-/* Atomic replace of dfd/base. dfd stays open (callers may hold a lock on it). */
-static int write_atomic_at(int dfd, const char *base, const void *data, size_t len, mode_t mode)
-{
-	char tmp[NAME_MAX + 1];
-	int rc = tmp_name(tmp, sizeof(tmp), base);
+	static atomic_uint counter;
+	char tmp[PATH_MAX], path[PATH_MAX];
+	int rc = fmt_path(tmp, sizeof(tmp), "%s/.%s.%ld.%u.tmp", dir, name, (long)getpid(),
+	                  atomic_fetch_add(&counter, 1));
+	if (rc == 0)
+		rc = fmt_path(path, sizeof(path), "%s/%s", dir, name);
 	if (rc)
 		return rc;
-	int fd = openat(dfd, tmp, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC | O_NOFOLLOW, mode);
-	if (fd < 0)
+	if (symlink(target, tmp) != 0)
 		return -errno;
-	rc = write_all(fd, data, len);
-	if (rc == 0 && fsync(fd) != 0)
+	if (rename(tmp, path) != 0) {
 		rc = -errno;
-	if (close(fd) != 0 && rc == 0)
-		rc = -errno;
-	if (rc == 0 && renameat(dfd, tmp, dfd, base) != 0)
-		rc = -errno;
-	if (rc) {
-		unlinkat(dfd, tmp, 0);
-		return rc;
+		unlink(tmp);
 	}
-	if (fsync(dfd) != 0)
-		return -errno;
-	return 0;
-}
-
-static int split_path(const char *path, char *dir, size_t dsize, const char **base)
-{
-	const char *slash = strrchr(path, '/');
-	if (!slash || !slash[1])
-		return -EINVAL;
-	size_t n = slash == path ? 1 : (size_t)(slash - path);
-	if (n >= dsize)
-		return -ENAMETOOLONG;
-	memcpy(dir, path, n);
-	dir[n] = '\0';
-	*base = slash + 1;
-	return 0;
-}
-
-int cache_view_write_atomic(const char *path, const void *data, size_t len, mode_t mode)
-{
-	char dir[PATH_MAX];
-	const char *base;
-	int rc = split_path(path, dir, sizeof(dir), &base);
-	if (rc)
-		return rc;
-	int dfd = open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-	if (dfd < 0)
-		return -errno;
-	rc = write_atomic_at(dfd, base, data, len, mode);
-	close(dfd);
 	return rc;
-}
-
-int cache_view_mkdirs(const char *path, mode_t mode)
-{
-	char buf[PATH_MAX];
-	size_t n = strlen(path);
-	if (n == 0)
-		return -EINVAL;
-	if (n >= sizeof(buf))
-		return -ENAMETOOLONG;
-	memcpy(buf, path, n + 1);
-	for (char *p = buf + 1;; p++) {
-		if (*p != '/' && *p != '\0')
-			continue;
-		char saved = *p;
-		*p = '\0';
-		if (mkdir(buf, mode) != 0 && errno != EEXIST)
-			return -errno;
-		*p = saved;
-		if (!saved)
-			break;
-	}
-	struct stat st;
-	if (stat(path, &st) != 0)
-		return -errno;
-	return S_ISDIR(st.st_mode) ? 0 : -ENOTDIR;
 }
 
 void cache_view_rfc3339(time_t t, char *buf, size_t size)
@@ -427,7 +279,8 @@ int cache_view_ready_parse(const char *json, size_t len, struct cache_view_ready
 		{
 			if (!cJSON_IsString(g) || strlen(g->valuestring) > GPU_ID_MAX ||
 			    !printable(g->valuestring)) {
-				seterr(err, errlen, "\"compatibleGPUs\" holds a non-string or overlong id");
+				seterr(err, errlen,
+				       "\"compatibleGPUs\" holds a non-string or overlong id");
 				goto out;
 			}
 			r.compatible_gpus[r.ncompatible_gpus] = strdup(g->valuestring);
@@ -473,7 +326,7 @@ int cache_view_ready_read(const char *root, const char *ns, const char *name,
 		seterr(err, errlen, "invalid cache name or namespace");
 		return rc;
 	}
-	rc = cache_view_read_file(path, CACHE_VIEW_READY_MAX, &text, &len);
+	rc = fsutil_read_file(path, CACHE_VIEW_READY_MAX, &text, &len);
 	if (rc == -ENOENT || rc == -ENOTDIR) {
 		seterr(err, errlen, "no %s", path);
 		return -ENOENT;
@@ -541,8 +394,9 @@ int cache_view_open_data(const char *root, const char *ns, const char *name, con
 	}
 	if (strcmp(entry, digest + 7) != 0) {
 		rc = -ESTALE;
-		seterr(err, errlen, "data link names %.19s..., ready.json %.19s... (update in flight)",
-		       entry, digest + 7);
+		seterr(err, errlen,
+		       "data link names %.19s..., ready.json %.19s... (update in flight)", entry,
+		       digest + 7);
 		goto out;
 	}
 	/* Open the entry by digest from the store directory without following
@@ -600,53 +454,31 @@ static cJSON *ready_to_json(const struct cache_view_ready *r)
 int cache_view_publish(const char *root, const char *ns, const char *name,
                        const struct cache_view_ready *r)
 {
-	char dir[PATH_MAX], entry[PATH_MAX], target[PATH_MAX], tmp[NAME_MAX + 1];
+	char dir[PATH_MAX], entry[PATH_MAX], target[PATH_MAX], ready[PATH_MAX];
 	struct stat st;
-	int dfd = -1, rc;
-	char *text = NULL;
-	cJSON *j = NULL;
-
 	if (!r || !cache_view_valid_digest(r->digest))
 		return -EINVAL;
-	rc = cache_view_dir(dir, sizeof(dir), root, "caches", ns, name);
+	int rc = cache_view_dir(dir, sizeof(dir), root, "caches", ns, name);
 	if (rc == 0)
 		rc = fmt_path(entry, sizeof(entry), "%s/store/sha256/%s", root, r->digest + 7);
 	if (rc == 0)
 		rc = fmt_path(target, sizeof(target), "../../../store/sha256/%s", r->digest + 7);
 	if (rc == 0)
-		rc = tmp_name(tmp, sizeof(tmp), CACHE_VIEW_DATA);
+		rc = fmt_path(ready, sizeof(ready), "%s/%s", dir, CACHE_VIEW_READY);
 	if (rc)
 		return rc;
 	if (lstat(entry, &st) != 0)
 		return -errno;
 	if (!S_ISDIR(st.st_mode))
 		return -ENOTDIR;
-	rc = cache_view_mkdirs(dir, 0755);
-	if (rc)
+	if ((rc = fsutil_mkdirs(dir, 0755)) || (rc = replace_symlink(dir, CACHE_VIEW_DATA, target)))
 		return rc;
-	dfd = open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-	if (dfd < 0)
-		return -errno;
-	if (symlinkat(target, dfd, tmp) != 0) {
-		rc = -errno;
-		goto out;
-	}
-	if (renameat(dfd, tmp, dfd, CACHE_VIEW_DATA) != 0) {
-		rc = -errno;
-		unlinkat(dfd, tmp, 0);
-		goto out;
-	}
-	j = ready_to_json(r);
-	text = j ? cJSON_PrintUnformatted(j) : NULL;
-	if (!text) {
-		rc = -ENOMEM;
-		goto out;
-	}
-	rc = write_atomic_at(dfd, CACHE_VIEW_READY, text, strlen(text), 0644);
-out:
+	cJSON *j = ready_to_json(r);
+	char *text = j ? cJSON_PrintUnformatted(j) : NULL;
+	/* Also makes the link's rename durable (it syncs the directory). */
+	rc = text ? fsutil_write_atomic(ready, text, strlen(text), 0644) : -ENOMEM;
 	cJSON_free(text);
 	cJSON_Delete(j);
-	close(dfd);
 	return rc;
 }
 
@@ -706,14 +538,14 @@ void cache_view_usage_list_free(struct cache_view_usage *list, size_t n)
 static int pod_copy(struct cache_view_pod *dst, const struct cache_view_pod *src)
 {
 	struct cache_view_pod p = {
-		.name = strdup(src->name ? src->name : ""),
-		.namespace = strdup(src->namespace ? src->namespace : ""),
-		.uid = strdup(src->uid ? src->uid : ""),
-		.volume_id = strdup(src->volume_id ? src->volume_id : ""),
-		.target_path = strdup(src->target_path ? src->target_path : ""),
-		.digest = strdup(src->digest ? src->digest : ""),
-		.read_only = src->read_only,
-		.started = src->started,
+	    .name = strdup(src->name ? src->name : ""),
+	    .namespace = strdup(src->namespace ? src->namespace : ""),
+	    .uid = strdup(src->uid ? src->uid : ""),
+	    .volume_id = strdup(src->volume_id ? src->volume_id : ""),
+	    .target_path = strdup(src->target_path ? src->target_path : ""),
+	    .digest = strdup(src->digest ? src->digest : ""),
+	    .read_only = src->read_only,
+	    .started = src->started,
 	};
 	if (!p.name || !p.namespace || !p.uid || !p.volume_id || !p.target_path || !p.digest) {
 		pod_free(&p);
@@ -809,7 +641,8 @@ static char *usage_to_text(const struct cache_view_usage *u)
 		const struct cache_view_pod *p = &u->pods[i];
 		cJSON *e = cJSON_CreateObject();
 		cache_view_rfc3339(p->started, ts, sizeof(ts));
-		ok = e && cJSON_AddItemToArray(arr, e) && cJSON_AddStringToObject(e, "name", p->name) &&
+		ok = e && cJSON_AddItemToArray(arr, e) &&
+		     cJSON_AddStringToObject(e, "name", p->name) &&
 		     cJSON_AddStringToObject(e, "namespace", p->namespace) &&
 		     cJSON_AddStringToObject(e, "uid", p->uid) &&
 		     cJSON_AddStringToObject(e, "volumeId", p->volume_id) &&
@@ -837,16 +670,20 @@ static int usage_init(struct cache_view_usage *u, const char *ns, const char *na
 	return 0;
 }
 
-/* Read dfd/usage.json into a fresh usage for (ns, name). */
-static int usage_read_at(int dfd, const char *ns, const char *name, struct cache_view_usage *out)
+/* Read dir/usage.json into a fresh usage for (ns, name); no file (or no
+ * directory) is a cache nobody uses. */
+static int usage_read_dir(const char *dir, const char *ns, const char *name,
+                          struct cache_view_usage *out)
 {
 	struct cache_view_usage u;
-	char *text = NULL;
+	char path[PATH_MAX], *text = NULL;
 	size_t len = 0;
-	int rc = usage_init(&u, ns, name);
+	int rc = fmt_path(path, sizeof(path), "%s/%s", dir, CACHE_VIEW_USAGE);
+	if (rc == 0)
+		rc = usage_init(&u, ns, name);
 	if (rc)
 		return rc;
-	rc = read_file_at(dfd, CACHE_VIEW_USAGE, CACHE_VIEW_USAGE_MAX, &text, &len);
+	rc = fsutil_read_file(path, CACHE_VIEW_USAGE_MAX, &text, &len);
 	if (rc == -ENOENT || rc == -ENOTDIR)
 		rc = 0;
 	else if (rc == 0)
@@ -867,16 +704,7 @@ int cache_view_usage_read(const char *run_dir, const char *ns, const char *name,
 	int rc = cache_view_dir(dir, sizeof(dir), run_dir, "usage", ns, name);
 	if (rc)
 		return rc;
-	int dfd = open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-	if (dfd < 0 && errno != ENOENT)
-		return -errno;
-	/* A missing directory reads as "nobody uses it" (dfd -1 fails with EBADF
-	 * in openat, so skip the read). */
-	if (dfd < 0)
-		return usage_init(out, ns, name);
-	rc = usage_read_at(dfd, ns, name, out);
-	close(dfd);
-	return rc;
+	return usage_read_dir(dir, ns, name, out);
 }
 
 /* Locked read-modify-write: drop the entry of volume_id (if any), then append
@@ -893,7 +721,7 @@ static int usage_update(const char *run_dir, const char *ns, const char *name,
 	if (rc)
 		return rc;
 	if (add) {
-		rc = cache_view_mkdirs(dir, 0755);
+		rc = fsutil_mkdirs(dir, 0755);
 		if (rc)
 			return rc;
 	}
@@ -908,7 +736,7 @@ static int usage_update(const char *run_dir, const char *ns, const char *name,
 			goto out;
 		}
 	}
-	rc = usage_read_at(dfd, ns, name, &u);
+	rc = usage_read_dir(dir, ns, name, &u);
 	if (rc)
 		goto out;
 	have_u = true;
@@ -947,7 +775,10 @@ static int usage_update(const char *run_dir, const char *ns, const char *name,
 		rc = -ENOMEM;
 		goto out;
 	}
-	rc = write_atomic_at(dfd, CACHE_VIEW_USAGE, text, strlen(text), 0644);
+	char path[PATH_MAX];
+	rc = fmt_path(path, sizeof(path), "%s/%s", dir, CACHE_VIEW_USAGE);
+	if (rc == 0) /* the lock keeps other writers out of the temp file too */
+		rc = fsutil_write_atomic(path, text, strlen(text), 0644);
 out:
 	cJSON_free(text);
 	if (have_u)
@@ -1001,8 +832,8 @@ static int list_scope(const char *run_dir, const char *scope, struct cache_view_
 		struct cache_view_usage u;
 		int r = cache_view_usage_read(run_dir, ns, e->d_name, &u);
 		if (r) {
-			log_warn("skipping unreadable usage file", "scope", scope, "cache", e->d_name,
-			         "error", strerror(-r));
+			log_warn("skipping unreadable usage file", "scope", scope, "cache",
+			         e->d_name, "error", strerror(-r));
 			continue;
 		}
 		if (*n == *cap) {

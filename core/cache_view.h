@@ -172,8 +172,8 @@ void cache_view_usage_free(struct cache_view_usage *u);
 __attribute__((warn_unused_result)) int cache_view_usage_add(const char *run_dir, const char *ns,
                                                              const char *name,
                                                              const struct cache_view_pod *pod);
-__attribute__((warn_unused_result)) int cache_view_usage_remove(const char *run_dir,
-                                                                const char *ns, const char *name,
+__attribute__((warn_unused_result)) int cache_view_usage_remove(const char *run_dir, const char *ns,
+                                                                const char *name,
                                                                 const char *volume_id);
 
 /* In-use guard: number of pods using (ns, name) on this node. */
@@ -185,23 +185,12 @@ __attribute__((warn_unused_result)) int cache_view_digest_in_use(const char *run
 /* Every cache with a usage file (including ones with 0 pods), for node
  * status. Caller frees with cache_view_usage_list_free(). Malformed files
  * are skipped (and logged), so one bad file does not hide the others. */
-__attribute__((warn_unused_result)) int cache_view_usage_list(const char *run_dir,
-                                                              struct cache_view_usage **out,
-                                                              size_t *n);
+__attribute__((warn_unused_result)) int
+cache_view_usage_list(const char *run_dir, struct cache_view_usage **out, size_t *n);
 void cache_view_usage_list_free(struct cache_view_usage *list, size_t n);
 
-/* ---- helpers shared with the CSI plugin ---- */
+/* ---- time stamps as the files above write them ---- */
 
-/* Write data to path atomically (temp file in the same directory, fsync,
- * rename, fsync of the directory). The directory must exist. */
-__attribute__((warn_unused_result)) int cache_view_write_atomic(const char *path, const void *data,
-                                                                size_t len, mode_t mode);
-/* Read a whole regular file of at most max bytes (-EFBIG beyond); *out is
- * NUL-terminated, caller frees. */
-__attribute__((warn_unused_result)) int cache_view_read_file(const char *path, size_t max,
-                                                             char **out, size_t *len);
-/* mkdir -p with mode for the directories it creates. */
-__attribute__((warn_unused_result)) int cache_view_mkdirs(const char *path, mode_t mode);
 /* RFC 3339 UTC ("2024-05-01T12:00:00Z") into buf (>= 21 bytes). */
 void cache_view_rfc3339(time_t t, char *buf, size_t size);
 /* Parse what cache_view_rfc3339 writes; -EINVAL otherwise. */

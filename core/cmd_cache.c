@@ -468,7 +468,7 @@ static int cache_build_cmd(int argc, char **argv)
 	c.build.platform = c.platform;
 	int brc = cache_build(dir, &c.build, repo, ref.tag, &res, &e);
 	if (brc) {
-		rc = fail(c.cmd, dir, &e, brc);
+		rc = fail(c.cmd, "cannot package", &e, brc);
 		goto out;
 	}
 	char *summary = cache_summary_json(&res.meta);
@@ -857,6 +857,34 @@ static int sign_flag(struct cli *c, int opt, const char *arg)
 	return 1;
 }
 
+/* 1 when image already has a signature of kind that key verifies (signing
+ * again would only add a different-looking copy: ECDSA is randomised),
+ * 0 when not, -errno when the repository cannot be read. */
+static int signed_by(struct oci_repo *repo, const struct oci_desc *image,
+                     const struct sig_key *key, enum sig_kind kind, struct oci_err *e)
+{
+	struct oci_sig_found found;
+	struct sig_keyset *ks = NULL;
+	struct sig_verdict v;
+	char *pem = NULL, why[128];
+	int rc = oci_sig_collect(repo, image->digest, &found, e);
+	if (rc)
+		return rc;
+	struct sig_candidate same[OCI_SIG_MAX_CANDIDATES]; /* borrowed from found */
+	size_t n = 0;
+	for (size_t i = 0; i < found.n; i++)
+		if (found.c[i].kind == kind)
+			same[n++] = found.c[i];
+	int ret = 0;
+	if (n && sig_key_public_pem(key, &pem) == 0 && sig_keyset_new(&ks) == 0 &&
+	    sig_keyset_add_pem(ks, pem, strlen(pem), why, sizeof(why)) == 0)
+		ret = sig_verify(ks, image->digest, same, n, &v) == 0;
+	sig_keyset_free(ks);
+	free(pem);
+	oci_sig_found_clear(&found);
+	return ret;
+}
+
 static int cache_sign_cmd(int argc, char **argv)
 {
 	struct cli c = {.cmd = "gkm cache sign"};
@@ -897,6 +925,17 @@ static int cache_sign_cmd(int argc, char **argv)
 	name = oci_ref_name(&ref);
 	if (!name) {
 		rc = EXIT_FAIL;
+		goto out;
+	}
+	int already = signed_by(repo, &desc, key, c.bundle ? SIG_KIND_BUNDLE : SIG_KIND_SIMPLE, &e);
+	if (already < 0) {
+		rc = fail(c.cmd, argv[optind], &e, already);
+		goto out;
+	}
+	if (already) {
+		printf("%s@%s already has a %s signature by key %s; nothing added\n", name, desc.digest,
+		       c.bundle ? "bundle" : "simple-signing", sig_key_fingerprint(key));
+		rc = EXIT_OK;
 		goto out;
 	}
 	if (c.bundle) {
@@ -1035,9 +1074,42 @@ static int extract_flag(struct cli *c, int opt, const char *arg)
 	return 1;
 }
 
-static ssize_t blob_read_cb(void *ctx, void *buf, size_t len)
+/* One layer: this thread downloads and hashes, the extractor's helper
+ * thread inflates and writes (two cores in use on a node that has them).
+ * The extractor only sees end-of-stream once the digest has verified. */
+static int extract_one(struct extract *x, struct oci_blob_reader *r, const char *what,
+                       struct oci_err *e)
 {
-	return oci_blob_read(ctx, buf, len);
+	enum { BUF = 1 << 17 };
+	struct extract_push *p = NULL;
+	char *buf = malloc(BUF);
+	int rc = buf ? extract_push_begin(x, &p) : -ENOMEM;
+	if (rc) {
+		free(buf);
+		oci_errf(e, "%s: cannot start extraction: %s", what, strerror(-rc));
+		return rc;
+	}
+	ssize_t n;
+	int wrc = 0;
+	while ((n = oci_blob_read(r, buf, BUF)) > 0)
+		if ((wrc = extract_push_write(p, buf, (size_t)n)))
+			break;
+	free(buf);
+	rc = extract_push_end(p, n == 0 && wrc == 0);
+	if (rc == 0 && n < 0)
+		rc = (int)n;
+	if (rc) {
+		/* A tampered blob usually breaks the decompressor or the tar
+		 * parser before its end: read the rest, and when the digest does
+		 * not match, that is the problem to report. */
+		char xe[512];
+		snprintf(xe, sizeof(xe), "%s", extract_error(x));
+		bool blob_failed = n < 0 || oci_blob_drain(r) < 0;
+		oci_errf(e, "%s: %s", what, blob_failed ? oci_blob_error(r) : xe);
+		if (blob_failed && n < 0)
+			rc = (int)n;
+	}
+	return rc;
 }
 
 /* Stream every layer of img through x. */
@@ -1057,13 +1129,7 @@ static int extract_layers(struct oci_repo *repo, const struct oci_image *img, st
 		int rc = oci_repo_blob_open(repo, l, what, &r, e);
 		if (rc)
 			return rc;
-		rc = extract_layer(x, blob_read_cb, r);
-		if (rc) {
-			/* a failing read names the blob problem; else the extractor's rule */
-			const char *be = oci_blob_error(r);
-			bool blob_failed = oci_blob_read(r, NULL, 0) < 0;
-			oci_errf(e, "%s: %s", what, blob_failed ? be : extract_error(x));
-		}
+		rc = extract_one(x, r, what, e);
 		oci_blob_close(r);
 		if (rc)
 			return rc;

@@ -21,10 +21,10 @@ struct kind_info {
 };
 
 static const struct kind_info kinds[] = {
-	{"GKMCache", "gkmcaches", "gkmc", "gkmcache", true},
-	{"ClusterGKMCache", "clustergkmcaches", "cgkmc", "clustergkmcache", false},
-	{"GKMCacheNode", "gkmcachenodes", "gkmcn", "gkmcachenode", true},
-	{"ClusterGKMCacheNode", "clustergkmcachenodes", "cgkmcn", "clustergkmcachenode", false},
+    {"GKMCache", "gkmcaches", "gkmc", "gkmcache", true},
+    {"ClusterGKMCache", "clustergkmcaches", "cgkmc", "clustergkmcache", false},
+    {"GKMCacheNode", "gkmcachenodes", "gkmcn", "gkmcachenode", true},
+    {"ClusterGKMCacheNode", "clustergkmcachenodes", "cgkmcn", "clustergkmcachenode", false},
 };
 
 static const struct kind_info *find_kind(const char *s)
@@ -50,13 +50,13 @@ static int parse_objargs(int argc, char **argv, const char *cmd, const char *usa
                          struct objargs *a)
 {
 	static const struct option opts[] = {
-		CLI_COMMON_OPTIONS,
-		{"state", required_argument, 0, 's'},
-		{"namespace", required_argument, 0, 'n'},
-		{"all-namespaces", no_argument, 0, 'A'},
-		{"filename", required_argument, 0, 'f'},
-		{"output", required_argument, 0, 'o'},
-		{0, 0, 0, 0},
+	    CLI_COMMON_OPTIONS,
+	    {"state", required_argument, 0, 's'},
+	    {"namespace", required_argument, 0, 'n'},
+	    {"all-namespaces", no_argument, 0, 'A'},
+	    {"filename", required_argument, 0, 'f'},
+	    {"output", required_argument, 0, 'o'},
+	    {0, 0, 0, 0},
 	};
 	int c;
 	*a = (struct objargs){.state = DEFAULT_STATE};
@@ -78,10 +78,11 @@ static int parse_objargs(int argc, char **argv, const char *cmd, const char *usa
 			a->file = optarg;
 			break;
 		case 'o':
-			if (strcmp(optarg, "yaml") && strcmp(optarg, "json") && strcmp(optarg, "wide") &&
-			    strcmp(optarg, "name"))
-				return cli_usage_error(cmd, "unknown output format '%s' (yaml, json, wide, name)",
-				                       optarg);
+			if (strcmp(optarg, "yaml") && strcmp(optarg, "json") &&
+			    strcmp(optarg, "wide") && strcmp(optarg, "name"))
+				return cli_usage_error(
+				    cmd, "unknown output format '%s' (yaml, json, wide, name)",
+				    optarg);
 			a->output = optarg;
 			break;
 		default:
@@ -108,20 +109,22 @@ static int validate_doc(const cJSON *d, int idx, char *err, size_t errlen)
 	const struct kind_info *k = find_kind(kind);
 	if (strcmp(api, GKM_API_VERSION) != 0 || !k || strcmp(k->kind, kind) != 0 ||
 	    strstr(kind, "Node")) {
-		snprintf(err, errlen, "document %d: want apiVersion %s and kind GKMCache or "
-		                      "ClusterGKMCache, got '%s' '%s'",
+		snprintf(err, errlen,
+		         "document %d: want apiVersion %s and kind GKMCache or "
+		         "ClusterGKMCache, got '%s' '%s'",
 		         idx, GKM_API_VERSION, api, kind);
 		return -EINVAL;
 	}
 	if (!obj_valid_name(name)) {
-		snprintf(err, errlen, "document %d: metadata.name '%s' is not a valid DNS-1123 name", idx,
-		         name);
+		snprintf(err, errlen,
+		         "document %d: metadata.name '%s' is not a valid DNS-1123 name", idx, name);
 		return -EINVAL;
 	}
 	size_t n = strlen(image);
 	if (n == 0 || n > 512 || strpbrk(image, " \t\n\r")) {
-		snprintf(err, errlen, "%s %s: spec.image is required: an image reference of at most 512 "
-		                      "characters without spaces",
+		snprintf(err, errlen,
+		         "%s %s: spec.image is required: an image reference of at most 512 "
+		         "characters without spaces",
 		         kind, name);
 		return -EINVAL;
 	}
@@ -191,10 +194,12 @@ int cmd_apply(int argc, char **argv)
 		    cJSON_GetObjectItemCaseSensitive(meta, "annotations"), "gkm.io/resolvedDigest");
 		cJSON *stored = NULL, *before = NULL;
 		char gerr[256];
-		bool existed = s->ops->get(s, GKM_API_VERSION, k->kind, obj_str(d, "metadata.namespace"),
-		                           obj_str(d, "metadata.name"), &before, gerr, sizeof(gerr)) == 0;
-		bool same = existed && cJSON_Compare(cJSON_GetObjectItemCaseSensitive(before, "spec"),
-		                                     cJSON_GetObjectItemCaseSensitive(d, "spec"), 1);
+		bool existed =
+		    s->ops->get(s, GKM_API_VERSION, k->kind, obj_str(d, "metadata.namespace"),
+		                obj_str(d, "metadata.name"), &before, gerr, sizeof(gerr)) == 0;
+		bool same =
+		    existed && cJSON_Compare(cJSON_GetObjectItemCaseSensitive(before, "spec"),
+		                             cJSON_GetObjectItemCaseSensitive(d, "spec"), 1);
 		cJSON_Delete(before);
 		if (s->ops->apply(s, d, "gkm-apply", false, &stored, err, sizeof(err)) != 0) {
 			fprintf(stderr, "gkm apply: %s\n", err);
@@ -202,7 +207,9 @@ int cmd_apply(int argc, char **argv)
 			continue;
 		}
 		printf("%s.%s/%s %s\n", k->singular, GKM_GROUP, obj_str(d, "metadata.name"),
-		       !existed ? "created" : same ? "unchanged" : "configured");
+		       !existed ? "created"
+		       : same   ? "unchanged"
+		                : "configured");
 		cJSON_Delete(stored);
 	}
 	s->ops->free(s);
@@ -226,9 +233,11 @@ static void collect_event(void *ud, enum objstore_event_type t, const cJSON *obj
 static cJSON *list_objects(struct objstore *s, const struct kind_info *k, const char *ns)
 {
 	struct collect c = {.items = cJSON_CreateArray()};
-	struct objstore_watch w = {.api_version = GKM_API_VERSION, .kind = k->kind,
+	struct objstore_watch w = {.api_version = GKM_API_VERSION,
+	                           .kind = k->kind,
 	                           .namespace_ = k->namespaced ? ns : NULL,
-	                           .on_event = collect_event, .ud = &c};
+	                           .on_event = collect_event,
+	                           .ud = &c};
 	if (s->ops->watch(s, &w) != 0) {
 		cJSON_Delete(c.items);
 		return NULL;
@@ -259,7 +268,8 @@ static void age(const char *ts, char *buf, size_t len)
 static const char *condition_status(const cJSON *obj, const char *type)
 {
 	const cJSON *conds = cJSON_GetObjectItemCaseSensitive(
-	    cJSON_GetObjectItemCaseSensitive(obj, "status"), "conditions"), *c;
+	                cJSON_GetObjectItemCaseSensitive(obj, "status"), "conditions"),
+	            *c;
 	cJSON_ArrayForEach(c, conds)
 	{
 		if (!strcmp(obj_str(c, "type"), type))
@@ -270,8 +280,8 @@ static const char *condition_status(const cJSON *obj, const char *type)
 
 static int status_int(const cJSON *obj, const char *field)
 {
-	const cJSON *v =
-	    cJSON_GetObjectItemCaseSensitive(cJSON_GetObjectItemCaseSensitive(obj, "status"), field);
+	const cJSON *v = cJSON_GetObjectItemCaseSensitive(
+	    cJSON_GetObjectItemCaseSensitive(obj, "status"), field);
 	return cJSON_IsNumber(v) ? (int)v->valuedouble : 0;
 }
 
@@ -282,8 +292,8 @@ static void print_table(const struct kind_info *k, const cJSON *items, bool show
 	if (show_ns)
 		printf("%-16s ", "NAMESPACE");
 	if (cache)
-		printf("%-24s %-22s %-9s %-7s %-7s %-7s %s\n", "NAME", "DIGEST", "VERIFIED", "READY",
-		       "NODES", "FAILED", "AGE");
+		printf("%-24s %-22s %-9s %-7s %-7s %-7s %s\n", "NAME", "DIGEST", "VERIFIED",
+		       "READY", "NODES", "FAILED", "AGE");
 	else
 		printf("%-24s %-16s %-6s %-7s %s\n", "NAME", "NODE", "GPUS", "CACHES", "AGE");
 	cJSON_ArrayForEach(o, items)
@@ -297,17 +307,19 @@ static void print_table(const struct kind_info *k, const cJSON *items, bool show
 			char d[32];
 			snprintf(d, sizeof(d), "%.19s%s", digest, strlen(digest) > 19 ? "..." : "");
 			const char *verified = condition_status(o, "Verified");
-			printf("%-24s %-22s %-9s %-7s %d/%-5d %-7d %s\n", obj_str(o, "metadata.name"),
-			       *d ? d : "<none>", *verified ? verified : "Unknown",
-			       *condition_status(o, "Ready") ? condition_status(o, "Ready") : "False",
-			       status_int(o, "readyNodes"), status_int(o, "totalNodes"),
-			       status_int(o, "failedNodes"), a);
+			printf(
+			    "%-24s %-22s %-9s %-7s %d/%-5d %-7d %s\n", obj_str(o, "metadata.name"),
+			    *d ? d : "<none>", *verified ? verified : "Unknown",
+			    *condition_status(o, "Ready") ? condition_status(o, "Ready") : "False",
+			    status_int(o, "readyNodes"), status_int(o, "totalNodes"),
+			    status_int(o, "failedNodes"), a);
 		} else {
 			const cJSON *st = cJSON_GetObjectItemCaseSensitive(o, "status");
 			printf("%-24s %-16s %-6d %-7d %s\n", obj_str(o, "metadata.name"),
 			       obj_str(o, "spec.nodeName"),
 			       cJSON_GetArraySize(cJSON_GetObjectItemCaseSensitive(st, "gpus")),
-			       cJSON_GetArraySize(cJSON_GetObjectItemCaseSensitive(st, "caches")), a);
+			       cJSON_GetArraySize(cJSON_GetObjectItemCaseSensitive(st, "caches")),
+			       a);
 		}
 	}
 }
@@ -377,8 +389,8 @@ int cmd_get(int argc, char **argv)
 			printf("%s.%s/%s\n", k->singular, GKM_GROUP, obj_str(o, "metadata.name"));
 		}
 	} else if (!items->child) {
-		fprintf(stderr, "No resources found%s%s.\n", ns && k->namespaced ? " in namespace " : "",
-		        ns && k->namespaced ? ns : "");
+		fprintf(stderr, "No resources found%s%s.\n",
+		        ns && k->namespaced ? " in namespace " : "", ns && k->namespaced ? ns : "");
 	} else {
 		print_table(k, items, a.all_ns && k->namespaced);
 	}

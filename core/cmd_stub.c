@@ -18,10 +18,7 @@ static int not_built(const char *name)
 		return not_built(name);                                                            \
 	}
 
-STUB(cmd_operator, "operator")
-STUB(cmd_agent, "agent")
 STUB(cmd_csi, "csi")
 STUB(cmd_webhook, "webhook")
-STUB(cmd_up, "up")
 STUB(cmd_cache, "cache")
 STUB(cmd_gpus, "gpus")

@@ -14,24 +14,68 @@
 static const char *const summary_labels[] = {"cache.triton.image/summary",
                                              "cache.vllm.image/summary"};
 
-/* Append a copy of t to list unless an equal target is there already.
+/* The distinct targets found so far: the list handed out, and the targets'
+ * compact JSON texts, sorted, to find duplicates in O(log n). */
+struct targets {
+	cJSON *list;
+	char **keys;
+	size_t n;
+};
+
+/* Append a copy of t unless an equal target is there already.
  * 0, -ENOMEM, or -E2BIG past COMPAT_TARGETS_MAX. */
-static int add_unique(cJSON *list, const cJSON *t)
+static int add_unique(struct targets *ts, const cJSON *t)
 {
-	const cJSON *have;
-	cJSON_ArrayForEach(have, list)
-	{
-		if (cJSON_Compare(have, t, true))
-			return 0;
+	char *key = cJSON_PrintUnformatted(t);
+	if (!key)
+		return -ENOMEM;
+	/* the insertion point: first key not less than key */
+	size_t lo = 0, hi = ts->n;
+	while (lo < hi) {
+		size_t mid = lo + (hi - lo) / 2;
+		if (strcmp(ts->keys[mid], key) < 0)
+			lo = mid + 1;
+		else
+			hi = mid;
 	}
-	if (cJSON_GetArraySize(list) >= COMPAT_TARGETS_MAX)
+	if (lo < ts->n && strcmp(ts->keys[lo], key) == 0) {
+		free(key);
+		return 0;
+	}
+	if (ts->n >= COMPAT_TARGETS_MAX) {
+		free(key);
 		return -E2BIG;
+	}
+	if (!ts->keys) {
+		ts->keys = calloc(COMPAT_TARGETS_MAX, sizeof(*ts->keys));
+		if (!ts->keys) {
+			free(key);
+			return -ENOMEM;
+		}
+	}
 	cJSON *copy = cJSON_Duplicate(t, true);
-	if (!copy || !cJSON_AddItemToArray(list, copy)) {
+	if (!copy || !cJSON_AddItemToArray(ts->list, copy)) {
 		cJSON_Delete(copy);
+		free(key);
 		return -ENOMEM;
 	}
+	memmove(ts->keys + lo + 1, ts->keys + lo, (ts->n - lo) * sizeof(*ts->keys));
+	ts->keys[lo] = key;
+	ts->n++;
 	return 0;
+}
+
+/* Hand the list out (*out) on r == 0, free everything else. Returns r. */
+static int targets_finish(struct targets *ts, int r, cJSON **out)
+{
+	for (size_t i = 0; i < ts->n; i++)
+		free(ts->keys[i]);
+	free(ts->keys);
+	if (r == 0)
+		*out = ts->list;
+	else
+		cJSON_Delete(ts->list);
+	return r;
 }
 
 int compat_targets_from_labels(const cJSON *labels, cJSON **out, char *err, size_t errlen)
@@ -57,11 +101,11 @@ int compat_targets_from_labels(const cJSON *labels, cJSON **out, char *err, size
 		if (r < 0)
 			return r;
 		const cJSON *targets = cJSON_GetObjectItemCaseSensitive(summary, "targets");
-		cJSON *list = cJSON_IsArray(targets) ? cJSON_CreateArray() : NULL;
+		struct targets ts = {.list = cJSON_CreateArray()};
 		if (!cJSON_IsArray(targets)) {
 			snprintf(err, errlen, "label %s: want {\"targets\": [...]}", label);
 			r = -EINVAL;
-		} else if (!list) {
+		} else if (!ts.list) {
 			r = -ENOMEM;
 		}
 		const cJSON *t;
@@ -69,18 +113,13 @@ int compat_targets_from_labels(const cJSON *labels, cJSON **out, char *err, size
 		{
 			if (r < 0)
 				break;
-			r = add_unique(list, t);
+			r = add_unique(&ts, t);
 		}
 		if (r == -E2BIG)
 			snprintf(err, errlen, "label %s: more than %d targets", label,
 			         COMPAT_TARGETS_MAX);
 		cJSON_Delete(summary);
-		if (r < 0) {
-			cJSON_Delete(list);
-			return r;
-		}
-		*out = list;
-		return 0;
+		return targets_finish(&ts, r, out);
 	}
 	snprintf(err, errlen, "no cache.triton.image/summary or cache.vllm.image/summary label");
 	return -ENOENT;
@@ -89,7 +128,7 @@ int compat_targets_from_labels(const cJSON *labels, cJSON **out, char *err, size
 /* ---- Cache directories ---- */
 
 struct walk {
-	cJSON *list;
+	struct targets ts;
 	size_t visited;
 	char *err;
 	size_t errlen;
@@ -128,7 +167,7 @@ static int add_triton(struct walk *w, const cJSON *entry)
 		r = add_field(t, "ptx_version",
 		              cJSON_GetObjectItemCaseSensitive(entry, "ptx_version"));
 	if (r == 0)
-		r = add_unique(w->list, t);
+		r = add_unique(&w->ts, t);
 	cJSON_Delete(t);
 	return r;
 }
@@ -146,7 +185,7 @@ static int add_vllm_env(struct walk *w, const cJSON *env)
 	if (r == 0 && strcmp(device, "cuda") == 0 && cJSON_IsString(cuda))
 		r = add_field(t, "cuda_version", cuda);
 	if (r == 0)
-		r = add_unique(w->list, t);
+		r = add_unique(&w->ts, t);
 	cJSON_Delete(t);
 	return r;
 }
@@ -245,8 +284,8 @@ int compat_targets_from_dir(const char *dir, cJSON **out, char *err, size_t errl
 {
 	static const char *const manifests[] = {"io.triton.manifest/manifest.json",
 	                                        "io.vllm.manifest/manifest.json"};
-	struct walk w = {.list = cJSON_CreateArray(), .err = err, .errlen = errlen};
-	if (!w.list)
+	struct walk w = {.ts = {.list = cJSON_CreateArray()}, .err = err, .errlen = errlen};
+	if (!w.ts.list)
 		return -ENOMEM;
 	int r = 0;
 	bool manifest = false;
@@ -265,21 +304,16 @@ int compat_targets_from_dir(const char *dir, cJSON **out, char *err, size_t errl
 		manifest = true;
 	}
 	/* a manifest without targets says nothing: look at the kernels themselves */
-	if (r == 0 && (!manifest || cJSON_GetArraySize(w.list) == 0))
+	if (r == 0 && (!manifest || w.ts.n == 0))
 		r = walk_dir(&w, dir, 0);
 	if (r == -E2BIG && w.visited <= COMPAT_TARGETS_MAX_FILES)
 		snprintf(err, errlen, "%s: more than %d distinct targets", dir, COMPAT_TARGETS_MAX);
-	if (r == 0 && cJSON_GetArraySize(w.list) == 0) {
+	if (r == 0 && w.ts.n == 0) {
 		snprintf(err, errlen,
 		         "%s: no target metadata (no manifest, kernel JSON or "
 		         "cache_key_factors.json)",
 		         dir);
 		r = -ENOENT;
 	}
-	if (r < 0) {
-		cJSON_Delete(w.list);
-		return r;
-	}
-	*out = w.list;
-	return 0;
+	return targets_finish(&w.ts, r, out);
 }

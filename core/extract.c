@@ -138,7 +138,8 @@ struct extract {
 	uint64_t last_end; /* stream offset where the last entry's data ends */
 };
 
-static int fail(struct extract *x, int rc, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
+static int fail(struct extract *x, int rc, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
 static int fail(struct extract *x, int rc, const char *fmt, ...)
 {
 	if (!x->dead) {
@@ -167,7 +168,7 @@ static const char *shown(const char *name, char *buf, size_t len)
 }
 
 static int refuse(struct extract *x, int rc, const char *entry, const char *fmt, ...)
-	__attribute__((format(printf, 4, 5)));
+    __attribute__((format(printf, 4, 5)));
 static int refuse(struct extract *x, int rc, const char *entry, const char *fmt, ...)
 {
 	char name[300], rule[600];
@@ -246,8 +247,14 @@ int extract_clean_path(const char *name, char *out, size_t outlen, const char **
 		return -EPERM;
 	}
 	if (name[0] == '/') {
-		*rule = "absolute path";
-		return -EPERM;
+		/* "/" alone names the layer's root (umoci writes it); any other
+		 * absolute name would land outside the tree. */
+		if (name[strspn(name, "/.")] != '\0' || strstr(name, "..") != NULL) {
+			*rule = "absolute path";
+			return -EPERM;
+		}
+		out[0] = '\0';
+		return outlen ? 0 : -EPERM;
 	}
 	size_t o = 0;
 	const char *p = name;
@@ -356,7 +363,8 @@ struct source {
 
 static const unsigned char zeros[2048];
 
-static int src_fail(struct source *s, int rc, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
+static int src_fail(struct source *s, int rc, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
 static int src_fail(struct source *s, int rc, const char *fmt, ...)
 {
 	if (s->err == 0) {
@@ -404,7 +412,8 @@ static int src_init(struct source *s, struct extract *x, extract_read_fn fn, voi
 	s->out = malloc(OUT_BUF);
 	if (s->in == NULL || s->out == NULL)
 		return -ENOMEM;
-	uint64_t overhead = x->lim.max_entries > (1u << 24) ? (1ull << 36) : x->lim.max_entries * 4096;
+	uint64_t overhead =
+	    x->lim.max_entries > (1u << 24) ? (1ull << 36) : x->lim.max_entries * 4096;
 	s->tar_cap = x->lim.max_total_bytes + overhead;
 	if (s->tar_cap < x->lim.max_total_bytes)
 		s->tar_cap = UINT64_MAX;
@@ -417,7 +426,8 @@ static int src_init(struct source *s, struct extract *x, extract_read_fn fn, voi
 		if (r < 0)
 			return src_fail(s, (int)r, "reading the layer: %s", strerror((int)-r));
 		if ((size_t)r > IN_BUF - s->in_len)
-			return src_fail(s, -EIO, "reading the layer: read callback overran its buffer");
+			return src_fail(s, -EIO,
+			                "reading the layer: read callback overran its buffer");
 		if (r == 0)
 			s->in_eof = true;
 		s->in_len += (size_t)r;
@@ -439,9 +449,16 @@ static int src_init(struct source *s, struct extract *x, extract_read_fn fn, voi
 		ZSTD_initDStream(s->zs);
 		/* libzstd's default window cap (128 MiB) bounds memory. */
 	} else if (s->in_len >= 3 && s->in[0] == 'B' && s->in[1] == 'Z' && s->in[2] == 'h') {
-		return src_fail(s, -EPROTONOSUPPORT, "the layer is bzip2-compressed; only gzip, zstd and plain tar are supported");
-	} else if (s->in_len >= 6 && memcmp(s->in, "\xfd" "7zXZ", 5) == 0) {
-		return src_fail(s, -EPROTONOSUPPORT, "the layer is xz-compressed; only gzip, zstd and plain tar are supported");
+		return src_fail(
+		    s, -EPROTONOSUPPORT,
+		    "the layer is bzip2-compressed; only gzip, zstd and plain tar are supported");
+	} else if (s->in_len >= 6 && memcmp(s->in,
+	                                    "\xfd"
+	                                    "7zXZ",
+	                                    5) == 0) {
+		return src_fail(
+		    s, -EPROTONOSUPPORT,
+		    "the layer is xz-compressed; only gzip, zstd and plain tar are supported");
 	} else {
 		s->comp = COMP_NONE;
 	}
@@ -469,7 +486,8 @@ static ssize_t src_decode(struct source *s)
 				if (f == 0)
 					return 0;
 				if (s->in[s->in_pos] != 0x1f)
-					return src_fail(s, -EBADMSG, "unexpected data after the gzip stream");
+					return src_fail(s, -EBADMSG,
+					                "unexpected data after the gzip stream");
 				isal_inflate_reset(s->gz); /* next gzip member */
 				s->gz->crc_flag = ISAL_GZIP;
 				s->gz_done = false;
@@ -483,7 +501,8 @@ static ssize_t src_decode(struct source *s)
 			int r = isal_inflate(s->gz);
 			s->in_pos = (size_t)(s->gz->next_in - s->in);
 			if (r < 0)
-				return src_fail(s, -EBADMSG, "the gzip data is corrupt (isa-l error %d)", r);
+				return src_fail(s, -EBADMSG,
+				                "the gzip data is corrupt (isa-l error %d)", r);
 			if (s->gz->block_state == ISAL_BLOCK_FINISH)
 				s->gz_done = true;
 			size_t n = OUT_BUF - s->gz->avail_out;
@@ -492,7 +511,8 @@ static ssize_t src_decode(struct source *s)
 		} else { /* COMP_ZSTD */
 			if (f == 0) {
 				if (s->zs_last != 0)
-					return src_fail(s, -EBADMSG, "the zstd stream is truncated");
+					return src_fail(s, -EBADMSG,
+					                "the zstd stream is truncated");
 				return 0;
 			}
 			ZSTD_inBuffer zin = {s->in, s->in_len, s->in_pos};
@@ -500,7 +520,8 @@ static ssize_t src_decode(struct source *s)
 			size_t r = ZSTD_decompressStream(s->zs, &zout, &zin);
 			s->in_pos = zin.pos;
 			if (ZSTD_isError(r))
-				return src_fail(s, -EBADMSG, "the zstd data is corrupt: %s", ZSTD_getErrorName(r));
+				return src_fail(s, -EBADMSG, "the zstd data is corrupt: %s",
+				                ZSTD_getErrorName(r));
 			s->zs_last = r;
 			if (zout.pos > 0)
 				return (ssize_t)zout.pos;
@@ -556,11 +577,12 @@ static la_ssize_t src_read(struct archive *a, void *cd, const void **buf)
 			uint64_t c = s->compressed ? s->compressed : 1;
 			if (s->tar > s->x->lim.ratio_grace && s->x->lim.max_ratio > 0 &&
 			    s->tar / c > s->x->lim.max_ratio) {
-				src_fail(s, -EFBIG,
-				         "the layer expands more than %u times (%llu bytes from %llu): "
-				         "refused as a decompression bomb",
-				         s->x->lim.max_ratio, (unsigned long long)s->tar,
-				         (unsigned long long)s->compressed);
+				src_fail(
+				    s, -EFBIG,
+				    "the layer expands more than %u times (%llu bytes from %llu): "
+				    "refused as a decompression bomb",
+				    s->x->lim.max_ratio, (unsigned long long)s->tar,
+				    (unsigned long long)s->compressed);
 				goto failed;
 			}
 			*buf = b;
@@ -626,7 +648,8 @@ static int make_parents(struct extract *x, const char *entry, const char *parent
 			if (mkdirat(fd, comp, 0755) < 0 && errno != EEXIST) {
 				int e = errno;
 				close(fd);
-				return fail(x, -e, "creating directory '%s': %s", sofar, strerror(e));
+				return fail(x, -e, "creating directory '%s': %s", sofar,
+				            strerror(e));
 			}
 			int rc = note_created(x, sofar);
 			if (rc < 0) {
@@ -639,10 +662,12 @@ static int make_parents(struct extract *x, const char *entry, const char *parent
 		if (next < 0) {
 			int e = errno;
 			struct stat st;
-			bool link = fstatat(fd, comp, &st, AT_SYMLINK_NOFOLLOW) == 0 && S_ISLNK(st.st_mode);
+			bool link =
+			    fstatat(fd, comp, &st, AT_SYMLINK_NOFOLLOW) == 0 && S_ISLNK(st.st_mode);
 			close(fd);
 			if (link || e == ELOOP)
-				return refuse(x, -EPERM, entry, "path passes through a symlink ('%s')", sofar);
+				return refuse(x, -EPERM, entry,
+				              "path passes through a symlink ('%s')", sofar);
 			if (e == ENOTDIR)
 				return refuse(x, -EPERM, entry, "'%s' is not a directory", sofar);
 			return fail(x, -e, "opening directory '%s': %s", sofar, strerror(e));
@@ -684,7 +709,9 @@ static int make_room(struct extract *x, int pfd, const char *path, const char *b
 {
 	struct stat st;
 	if (fstatat(pfd, base, &st, AT_SYMLINK_NOFOLLOW) < 0)
-		return errno == ENOENT ? 0 : fail(x, -errno, "checking '%s': %s", path, strerror(errno));
+		return errno == ENOENT
+		           ? 0
+		           : fail(x, -errno, "checking '%s': %s", path, strerror(errno));
 	if (S_ISDIR(st.st_mode)) {
 		if (keep_dir)
 			return 1;
@@ -748,16 +775,18 @@ static int write_all(int fd, const void *buf, size_t len)
 	return 0;
 }
 
-static int archive_failure(struct extract *x, struct archive *a, struct source *s, const char *entry)
+static int archive_failure(struct extract *x, struct archive *a, struct source *s,
+                           const char *entry)
 {
 	char name[300];
 	if (s->err)
 		return fail(x, s->err, "%s%s%s%s", entry ? "entry '" : "",
-		            entry ? shown(entry, name, sizeof(name)) : "", entry ? "': " : "", s->errmsg);
+		            entry ? shown(entry, name, sizeof(name)) : "", entry ? "': " : "",
+		            s->errmsg);
 	const char *m = archive_error_string(a);
 	if (entry)
-		return fail(x, -EBADMSG, "entry '%s': malformed tar: %s", shown(entry, name, sizeof(name)),
-		            m ? m : "unknown error");
+		return fail(x, -EBADMSG, "entry '%s': malformed tar: %s",
+		            shown(entry, name, sizeof(name)), m ? m : "unknown error");
 	return fail(x, -EBADMSG, "malformed tar: %s", m ? m : "unknown error");
 }
 
@@ -770,8 +799,8 @@ static int do_file(struct extract *x, struct archive *a, struct source *s, struc
 	if (archive_entry_sparse_count(e) > 0)
 		return refuse(x, -EPERM, path, "sparse files are not supported");
 	if ((uint64_t)size > x->lim.max_entry_bytes)
-		return refuse(x, -EFBIG, path, "%lld bytes, over the per-entry cap of %llu", (long long)size,
-		              (unsigned long long)x->lim.max_entry_bytes);
+		return refuse(x, -EFBIG, path, "%lld bytes, over the per-entry cap of %llu",
+		              (long long)size, (unsigned long long)x->lim.max_entry_bytes);
 	if (x->st.bytes + (uint64_t)size > x->lim.max_total_bytes)
 		return refuse(x, -EFBIG, path, "the tree would pass the total cap of %llu bytes",
 		              (unsigned long long)x->lim.max_total_bytes);
@@ -867,12 +896,14 @@ static int do_dir(struct extract *x, struct archive_entry *e, const char *path, 
 		return pfd;
 	if (mkdirat(pfd, base, 0700 | (mode & 0777)) < 0) {
 		if (errno != EEXIST)
-			return fail(x, -errno, "creating directory '%s': %s", path, strerror(errno));
+			return fail(x, -errno, "creating directory '%s': %s", path,
+			            strerror(errno));
 		int rc = make_room(x, pfd, path, base, true);
 		if (rc < 0)
 			return rc;
 		if (rc == 0 && mkdirat(pfd, base, 0700 | (mode & 0777)) < 0)
-			return fail(x, -errno, "creating directory '%s': %s", path, strerror(errno));
+			return fail(x, -errno, "creating directory '%s': %s", path,
+			            strerror(errno));
 	}
 	x->st.dirs++;
 	int rc = note_created(x, path);
@@ -1020,8 +1051,8 @@ static int remove_lower(struct extract *x, int dfd, const char *dpath, int depth
 	}
 	for (size_t i = 0; i < n && rc == 0; i++) {
 		char cpath[PATH_BUF];
-		if ((size_t)snprintf(cpath, sizeof(cpath), "%s%s%s", dpath, dpath[0] ? "/" : "", names[i]) >=
-		    sizeof(cpath))
+		if ((size_t)snprintf(cpath, sizeof(cpath), "%s%s%s", dpath, dpath[0] ? "/" : "",
+		                     names[i]) >= sizeof(cpath))
 			continue;
 		if (!pathset_has(&x->created, cpath)) {
 			int r = fstree_remove(dfd, names[i]);
@@ -1101,7 +1132,8 @@ static int do_entry(struct extract *x, struct archive *a, struct source *s, stru
 	if (strncmp(base, ".wh.", 4) == 0)
 		return do_whiteout(x, path, parent, base);
 	if (mode & (S_ISUID | S_ISGID))
-		return refuse(x, -EPERM, path, "setuid/setgid bit set (mode %04o)", (unsigned)(mode & 07777));
+		return refuse(x, -EPERM, path, "setuid/setgid bit set (mode %04o)",
+		              (unsigned)(mode & 07777));
 	if (path[0] == '\0' && (hl != NULL || type != AE_IFDIR))
 		return refuse(x, -EPERM, name, "the root can only be a directory");
 	if (hl != NULL)
@@ -1121,7 +1153,8 @@ static int do_entry(struct extract *x, struct archive *a, struct source *s, stru
 	case AE_IFSOCK:
 		return refuse(x, -EPERM, path, "sockets are not allowed");
 	default:
-		return refuse(x, -EPERM, path, "unsupported entry type (mode %06o)", (unsigned)mode);
+		return refuse(x, -EPERM, path, "unsupported entry type (mode %06o)",
+		              (unsigned)mode);
 	}
 }
 
@@ -1162,11 +1195,13 @@ int extract_layer(struct extract *x, extract_read_fn fn, void *ctx)
 		uint64_t data_at = (uint64_t)archive_filter_bytes(a, 0);
 		if (s.eof && data_at > s.tar) {
 			char sn[300];
-			rc = fail(x, -EBADMSG, "the layer ends inside a tar header (after entry '%s')",
+			rc = fail(x, -EBADMSG,
+			          "the layer ends inside a tar header (after entry '%s')",
 			          last[0] ? shown(last, sn, sizeof(sn)) : "(none)");
 			goto out;
 		}
-		const char *name = entry_str(archive_entry_pathname(e), archive_entry_pathname_utf8(e));
+		const char *name =
+		    entry_str(archive_entry_pathname(e), archive_entry_pathname_utf8(e));
 		snprintf(last, sizeof(last), "%s", name ? name : "?");
 		if ((rc = do_entry(x, a, &s, e)) < 0)
 			goto out;
@@ -1175,8 +1210,10 @@ int extract_layer(struct extract *x, extract_read_fn fn, void *ctx)
 		if (s.eof && x->last_end > s.tar) {
 			char sn[300];
 			rc = fail(x, -EBADMSG,
-			          "entry '%s' is cut short: the layer ends %llu bytes into its %lld bytes of data",
-			          shown(last, sn, sizeof(sn)), (unsigned long long)(s.tar - data_at), (long long)size);
+			          "entry '%s' is cut short: the layer ends %llu bytes into its "
+			          "%lld bytes of data",
+			          shown(last, sn, sizeof(sn)),
+			          (unsigned long long)(s.tar - data_at), (long long)size);
 			goto out;
 		}
 	}
@@ -1276,7 +1313,8 @@ static int resolves_inside(int root, const char *link_dir, const char *target)
 		memcpy(cand + cl, comp, n);
 		cand[cl + n] = '\0';
 		struct stat st;
-		if (!lexical && fstatat(root, cand, &st, AT_SYMLINK_NOFOLLOW) == 0 && S_ISLNK(st.st_mode)) {
+		if (!lexical && fstatat(root, cand, &st, AT_SYMLINK_NOFOLLOW) == 0 &&
+		    S_ISLNK(st.st_mode)) {
 			if (++hops > MAX_LINK_HOPS)
 				return 1; /* the kernel gives up (ELOOP): leads nowhere */
 			ssize_t ln = readlinkat(root, cand, lt, sizeof(lt) - 1);
@@ -1286,13 +1324,15 @@ static int resolves_inside(int root, const char *link_dir, const char *target)
 			if (lt[0] == '/')
 				return 0;
 			char tmp[2 * PATH_BUF];
-			if ((size_t)snprintf(tmp, sizeof(tmp), "%s/%s", lt, rest + pos) >= sizeof(tmp))
+			if ((size_t)snprintf(tmp, sizeof(tmp), "%s/%s", lt, rest + pos) >=
+			    sizeof(tmp))
 				return 0;
 			memcpy(rest, tmp, strlen(tmp) + 1);
 			pos = 0;
 			continue;
 		}
-		if (!lexical && (fstatat(root, cand, &st, AT_SYMLINK_NOFOLLOW) < 0 || !S_ISDIR(st.st_mode)))
+		if (!lexical &&
+		    (fstatat(root, cand, &st, AT_SYMLINK_NOFOLLOW) < 0 || !S_ISDIR(st.st_mode)))
 			lexical = true; /* missing or not a directory: the rest is only text */
 		memcpy(cur, cand, cl + n + 1);
 		curlen = cl + n;
@@ -1328,9 +1368,10 @@ int extract_finish(struct extract *x)
 			continue;
 		target[n] = '\0';
 		if (!resolves_inside(x->root, parent, target))
-			return refuse(x, -EPERM, x->links[i],
-			              "symlink target '%s' resolves outside the tree (through other links)",
-			              shown(target, sn, sizeof(sn)));
+			return refuse(
+			    x, -EPERM, x->links[i],
+			    "symlink target '%s' resolves outside the tree (through other links)",
+			    shown(target, sn, sizeof(sn)));
 	}
 	if (x->ndirs > 1)
 		qsort(x->dirs, x->ndirs, sizeof(*x->dirs), cmp_depth);
@@ -1341,10 +1382,12 @@ int extract_finish(struct extract *x)
 			continue; /* removed or replaced by a later entry */
 		int rc = 0;
 		if (fchmod(fd, d->mode) < 0)
-			rc = fail(x, -errno, "setting the mode of '%s': %s", d->path, strerror(errno));
+			rc = fail(x, -errno, "setting the mode of '%s': %s", d->path,
+			          strerror(errno));
 		struct timespec ts[2] = {d->mtime, d->mtime};
 		if (rc == 0 && d->has_mtime && futimens(fd, ts) < 0)
-			rc = fail(x, -errno, "setting the mtime of '%s': %s", d->path, strerror(errno));
+			rc = fail(x, -errno, "setting the mtime of '%s': %s", d->path,
+			          strerror(errno));
 		close(fd);
 		if (rc < 0)
 			return rc;

@@ -7,7 +7,9 @@
  *
  * Nothing in a layer is trusted. An entry is refused, and the whole
  * extraction fails, when it has
- *   - an absolute path, a `..` component, an empty or over-long name;
+ *   - an absolute path, a `..` component, an empty or over-long name (an
+ *     entry named "/" is the root directory, as umoci writes it; only a
+ *     directory may name the root);
  *   - a path that passes through a symlink (nothing is ever written through
  *     a link: every file is created from a directory fd with O_NOFOLLOW and
  *     O_EXCL, every parent is opened with RESOLVE_BENEATH|RESOLVE_NO_SYMLINKS);
@@ -58,8 +60,8 @@ struct extract_limits {
 void extract_limits_default(struct extract_limits *out);
 
 struct extract_stats {
-	uint64_t bytes;            /* regular-file bytes written */
-	uint64_t files;            /* regular files (hard links count once) */
+	uint64_t bytes; /* regular-file bytes written */
+	uint64_t files; /* regular files (hard links count once) */
 	uint64_t dirs;
 	uint64_t symlinks;
 	uint64_t hardlinks;

@@ -56,8 +56,8 @@ int fstree_open_dir(int dirfd, const char *rel)
 		rel = ".";
 	if (have_openat2) {
 		struct open_how how = {
-			.flags = O_RDONLY | O_DIRECTORY | O_CLOEXEC,
-			.resolve = RESOLVE_BENEATH | RESOLVE_NO_SYMLINKS | RESOLVE_NO_MAGICLINKS,
+		    .flags = O_RDONLY | O_DIRECTORY | O_CLOEXEC,
+		    .resolve = RESOLVE_BENEATH | RESOLVE_NO_SYMLINKS | RESOLVE_NO_MAGICLINKS,
 		};
 		long fd = syscall(SYS_openat2, dirfd, rel, &how, sizeof(how));
 		if (fd >= 0)
@@ -212,7 +212,8 @@ static int walk_fd(int fd, int sync, struct fstree_usage *u, struct inoset *seen
 		}
 		if (S_ISDIR(st.st_mode)) {
 			u->dirs++;
-			int sub = openat(fd, de->d_name, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+			int sub =
+			    openat(fd, de->d_name, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
 			if (sub < 0) {
 				rc = -errno;
 				break;
@@ -225,7 +226,8 @@ static int walk_fd(int fd, int sync, struct fstree_usage *u, struct inoset *seen
 			u->symlinks++;
 		} else if (S_ISREG(st.st_mode)) {
 			bool first = true;
-			if (st.st_nlink > 1 && (rc = inoset_add(seen, (uint64_t)st.st_ino, &first)) < 0)
+			if (st.st_nlink > 1 &&
+			    (rc = inoset_add(seen, (uint64_t)st.st_ino, &first)) < 0)
 				break;
 			if (first) {
 				u->files++;

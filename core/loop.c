@@ -294,6 +294,11 @@ static void run_posted(struct loop *l)
 	}
 }
 
+void loop_drain(struct loop *l)
+{
+	run_posted(l);
+}
+
 /* ---- signals and running ---- */
 
 void loop_on_shutdown(struct loop *l, void (*cb)(struct loop *, int, void *), void *ud)

@@ -32,6 +32,10 @@ void loop_cancel_timer(struct loop *l, uint64_t id);
 /* Run cb on the loop thread soon. Thread-safe; 0 or -errno. */
 int loop_post(struct loop *l, loop_fn cb, void *ud);
 
+/* Run the functions posted so far (after loop_run returned, e.g. the
+ * completions a worker pool posted while shutting down). */
+void loop_drain(struct loop *l);
+
 /* Called on the loop thread when SIGTERM/SIGINT arrives (signo) or when
  * loop_stop() is called (signo 0), before loop_run() returns. */
 void loop_on_shutdown(struct loop *l, void (*cb)(struct loop *l, int signo, void *ud), void *ud);

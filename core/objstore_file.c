@@ -144,8 +144,8 @@ static bool labels_match(const cJSON *obj, const char *sel)
 {
 	if (!sel || !*sel)
 		return true;
-	const cJSON *labels =
-	    cJSON_GetObjectItemCaseSensitive(cJSON_GetObjectItemCaseSensitive(obj, "metadata"), "labels");
+	const cJSON *labels = cJSON_GetObjectItemCaseSensitive(
+	    cJSON_GetObjectItemCaseSensitive(obj, "metadata"), "labels");
 	char copy[256], *save = NULL;
 	snprintf(copy, sizeof(copy), "%s", sel);
 	for (char *t = strtok_r(copy, ",", &save); t; t = strtok_r(NULL, ",", &save)) {
@@ -186,7 +186,8 @@ static void scan(struct fstore *fs, struct fwatch *w)
 		DIR *d = opendir(nsdir);
 		while (d && (de = readdir(d)) != NULL) {
 			size_t n = strlen(de->d_name);
-			if (n < 6 || strcmp(de->d_name + n - 5, ".yaml") != 0 || de->d_name[0] == '.')
+			if (n < 6 || strcmp(de->d_name + n - 5, ".yaml") != 0 ||
+			    de->d_name[0] == '.')
 				continue;
 			char path[1100], sig[96];
 			if (snprintf(path, sizeof(path), "%s/%s", nsdir, de->d_name) >= 512)
@@ -335,8 +336,8 @@ static cJSON *merge_object(cJSON *stored, const cJSON *applied)
 		char *h = sha_hex(seed);
 		if (h) {
 			char uid[40];
-			snprintf(uid, sizeof(uid), "%.8s-%.4s-%.4s-%.4s-%.12s", h, h + 8, h + 12, h + 16,
-			         h + 20);
+			snprintf(uid, sizeof(uid), "%.8s-%.4s-%.4s-%.4s-%.12s", h, h + 8, h + 12,
+			         h + 16, h + 20);
 			cJSON_AddStringToObject(meta, "uid", uid);
 		}
 		free(h);
@@ -367,15 +368,17 @@ static int f_apply(struct objstore *s, const cJSON *obj, const char *manager, bo
 			goto out;
 		}
 		cJSON *doc = cJSON_CreateObject();
-		cJSON_AddItemToObject(doc, "status",
-		                      cJSON_Duplicate(cJSON_GetObjectItemCaseSensitive(obj, "status"), 1));
+		cJSON_AddItemToObject(
+		    doc, "status",
+		    cJSON_Duplicate(cJSON_GetObjectItemCaseSensitive(obj, "status"), 1));
 		char *text = cJSON_PrintUnformatted(doc);
 		cJSON_Delete(doc);
 		rc = text ? fsutil_write_atomic(spath, text, strlen(text), 0644) : -ENOMEM;
 		free(text);
 		if (rc == 0 && result)
-			obj_set(stored, "status",
-			        cJSON_Duplicate(cJSON_GetObjectItemCaseSensitive(obj, "status"), 1));
+			obj_set(
+			    stored, "status",
+			    cJSON_Duplicate(cJSON_GetObjectItemCaseSensitive(obj, "status"), 1));
 	} else {
 		cJSON *merged = merge_object(stored ? stored : cJSON_CreateObject(), obj);
 		char *text = merged ? yamljson_emit(merged) : NULL;
@@ -436,7 +439,8 @@ static int f_remove(struct objstore *s, const char *api_version, const char *kin
 	unlink(spath);
 	pthread_mutex_unlock(&fs->write_lock);
 	if (rc != 0)
-		snprintf(err, errlen, "%s %s: %s", kind, name, rc == -ENOENT ? "not found" : strerror(-rc));
+		snprintf(err, errlen, "%s %s: %s", kind, name,
+		         rc == -ENOENT ? "not found" : strerror(-rc));
 	return rc;
 }
 
@@ -487,12 +491,12 @@ static void f_free(struct objstore *s)
 }
 
 static const struct objstore_ops file_ops = {
-	.watch = f_watch,
-	.apply = f_apply,
-	.get = f_get,
-	.remove = f_remove,
-	.event = f_event,
-	.free = f_free,
+    .watch = f_watch,
+    .apply = f_apply,
+    .get = f_get,
+    .remove = f_remove,
+    .event = f_event,
+    .free = f_free,
 };
 
 int objstore_file_new(const char *dir, struct loop *l, unsigned poll_ms, struct objstore **out)

@@ -132,14 +132,19 @@ int oci_challenge_parse(const char *hdr, struct oci_challenge *out, struct oci_e
 		while (*p == ' ')
 			p++;
 		if (*p && *p != ',' && !cur) {
+			/* token68 is tchars then '=' padding; a parameter is name=value */
 			const char *r = p;
 			while (*r && is_tchar(*r))
 				r++;
+			const char *pad = r;
+			while (*pad == '=')
+				pad++;
+			bool ends = *pad == '\0' || *pad == ',' || *pad == ' ';
 			const char *r2 = r;
 			while (*r2 == ' ')
 				r2++;
-			if (*r2 != '=')
-				p = r;
+			if (*r2 != '=' || (pad > r && ends))
+				p = ends ? pad : r;
 		}
 	}
 	if (cand[1].scheme == OCI_AUTH_BEARER) {

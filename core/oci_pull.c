@@ -7,9 +7,8 @@
 #include "log.h"
 #include "oci_sig.h"
 
-int oci_pull_verify(struct oci_repo *repo, const char *image_digest,
-                    const struct sig_keyset *keys, struct sig_verdict *verdict,
-                    struct oci_err *err)
+int oci_pull_verify(struct oci_repo *repo, const char *image_digest, const struct sig_keyset *keys,
+                    struct sig_verdict *verdict, struct oci_err *err)
 {
 	struct oci_sig_found found;
 	memset(&found, 0, sizeof(found));
@@ -19,8 +18,8 @@ int oci_pull_verify(struct oci_repo *repo, const char *image_digest,
 		if (rc == -ENODATA)
 			oci_errf(err, "image %s is not signed", image_digest);
 		else if (rc)
-			oci_errf(err, "no signature of %s verifies with a trusted key: %s", image_digest,
-			         verdict->reason);
+			oci_errf(err, "no signature of %s verifies with a trusted key: %s",
+			         image_digest, verdict->reason);
 	}
 	oci_sig_found_clear(&found);
 	return rc;
@@ -37,8 +36,9 @@ int oci_pull_extract(struct oci_repo *repo, const struct oci_image *img, struct 
 	for (size_t i = 0; i < img->manifest.n_layers; i++) {
 		const struct oci_desc *l = &img->manifest.layers[i];
 		if (oci_layer_compression(l->media_type) == OCI_COMP_UNKNOWN) {
-			oci_errf(err, "layer %zu has media type '%s', which is not a tar layer gkm can "
-			              "extract",
+			oci_errf(err,
+			         "layer %zu has media type '%s', which is not a tar layer gkm can "
+			         "extract",
 			         i, l->media_type);
 			return -EPROTONOSUPPORT;
 		}
@@ -52,7 +52,8 @@ int oci_pull_extract(struct oci_repo *repo, const struct oci_image *img, struct 
 		if (rc) {
 			/* a failing read names the blob problem; else the extractor's rule */
 			bool blob_failed = oci_blob_read(r, NULL, 0) < 0;
-			oci_errf(err, "%s: %s", what, blob_failed ? oci_blob_error(r) : extract_error(x));
+			oci_errf(err, "%s: %s", what,
+			         blob_failed ? oci_blob_error(r) : extract_error(x));
 		}
 		oci_blob_close(r);
 		if (rc)

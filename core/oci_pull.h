@@ -22,11 +22,9 @@ struct oci_pull_opts {
 /* Check the signatures of image_digest in repo against keys. 0 when one
  * verifies; -ENODATA unsigned, -EKEYREJECTED none verifies (err says why for
  * each), other -errno when the registry could not be read. */
-__attribute__((warn_unused_result)) int oci_pull_verify(struct oci_repo *repo,
-                                                        const char *image_digest,
-                                                        const struct sig_keyset *keys,
-                                                        struct sig_verdict *verdict,
-                                                        struct oci_err *err);
+__attribute__((warn_unused_result)) int
+oci_pull_verify(struct oci_repo *repo, const char *image_digest, const struct sig_keyset *keys,
+                struct sig_verdict *verdict, struct oci_err *err);
 
 /* Stream every layer of img from repo through x (digests checked while
  * reading; the extractor's safety rules apply). */
@@ -39,11 +37,9 @@ __attribute__((warn_unused_result)) int oci_pull_extract(struct oci_repo *repo,
  * holds its manifest digest (then nothing is downloaded but, when verifying,
  * the signatures). On success img (may be NULL) holds the image, digest_out
  * (OCI_DIGEST_MAX, may be NULL) the store digest, info the entry. */
-__attribute__((warn_unused_result)) int oci_pull_to_store(struct store *st, const char *ref,
-                                                          const struct oci_pull_opts *o,
-                                                          struct oci_image *img, char *digest_out,
-                                                          struct store_entry_info *info,
-                                                          bool *already_present,
-                                                          struct oci_err *err);
+__attribute__((warn_unused_result)) int
+oci_pull_to_store(struct store *st, const char *ref, const struct oci_pull_opts *o,
+                  struct oci_image *img, char *digest_out, struct store_entry_info *info,
+                  bool *already_present, struct oci_err *err);
 
 #endif

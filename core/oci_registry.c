@@ -938,14 +938,9 @@ static int on_unauthorized(struct oci_registry *r, const struct xfer *x, const c
 	r->service = c.service;
 	c.realm = c.service = NULL;
 	r->auth = OCI_AUTH_BEARER;
-	/* forget the token for this scope; the next auth_for fetches a new one.
-	 * When the challenge names a scope, ask for that one under our key. */
-	rc = fetch_token(r, c.scope && *c.scope ? c.scope : scope, err);
-	if (rc == 0 && c.scope && *c.scope && scope && strcmp(c.scope, scope) != 0) {
-		const char *t = token_for(r, c.scope);
-		if (t)
-			rc = token_store(r, scope, t, 60);
-	}
+	/* Ask for what this request needs (our scope covers the challenge's:
+	 * a push asks for pull,push even when a HEAD was challenged for pull). */
+	rc = fetch_token(r, scope && *scope ? scope : c.scope, err);
 	oci_challenge_clear(&c);
 	return rc;
 }
@@ -1037,8 +1032,9 @@ static int request(struct oci_registry *r, struct req *q, char *url, size_t url_
 		if ((rc = xfer_start(r, q, &x)))
 			goto out;
 		xfer_drive(x, q->stream);
-		/* stream requests return once a 2xx body starts flowing */
-		if (q->stream && !x->done && x->status >= 200 && x->status < 300)
+		/* stream requests return once a 2xx body starts flowing (even when
+		 * the connection broke right after: the reader resumes from there) */
+		if (q->stream && x->status >= 200 && x->status < 300 && (!x->done || x->s_len > 0))
 			break;
 		if (!r->scheme_known) {
 			if (x->cc != CURLE_OK && tls_mismatch(x->cc)) {
@@ -1062,8 +1058,16 @@ static int request(struct oci_registry *r, struct req *q, char *url, size_t url_
 			continue;
 		}
 		if (x->cc == CURLE_OK && x->status == 401) {
-			describe_status(x, q->method, url, err);
-			oci_err_prefix(err, "not authorized%s", r->have_creds ? "" : " (no credentials)");
+			if (auth && r->auth == OCI_AUTH_BASIC) {
+				oci_errf(err, "registry %s rejected the credentials from %s (HTTP 401)",
+				         r->host, r->creds_source);
+			} else if (auth) {
+				oci_errf(err, "registry %s refused the token issued for '%s' (HTTP 401)",
+				         r->host, scope ? scope : "");
+			} else {
+				describe_status(x, q->method, url, err);
+				oci_err_prefix(err, "not authorized%s", r->have_creds ? "" : " (no credentials)");
+			}
 			rc = -EACCES;
 			goto out;
 		}
@@ -1103,7 +1107,7 @@ static int request(struct oci_registry *r, struct req *q, char *url, size_t url_
 		xfer_free(x);
 		x = NULL;
 	}
-	if (x->cc != CURLE_OK) {
+	if (x->cc != CURLE_OK && !(q->stream && x->s_len > 0)) {
 		describe_cc(r, x, q->method, url, err);
 		rc = cc_errno(x->cc);
 		goto out;

@@ -52,7 +52,8 @@ struct sig_keyset {
 	char fp[SIGNATURE_FP_MAX];
 };
 
-static void say(char *why, size_t whylen, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
+static void say(char *why, size_t whylen, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
 static void say(char *why, size_t whylen, const char *fmt, ...)
 {
 	if (why == NULL || whylen == 0)
@@ -224,7 +225,8 @@ static int key_wrap(EVP_PKEY *pkey, bool priv, struct sig_key **out, char *why, 
 
 static bool is_cosign_encrypted(const char *pem, size_t len)
 {
-	static const char *marks[] = {"ENCRYPTED SIGSTORE PRIVATE KEY", "ENCRYPTED COSIGN PRIVATE KEY"};
+	static const char *marks[] = {"ENCRYPTED SIGSTORE PRIVATE KEY",
+	                              "ENCRYPTED COSIGN PRIVATE KEY"};
 	for (size_t i = 0; i < 2; i++)
 		if (memmem(pem, len, marks[i], strlen(marks[i])) != NULL)
 			return true;
@@ -267,7 +269,9 @@ static int read_pem_key(BIO *bio, const char *pass, EVP_PKEY **pkey, bool *priv,
 		*priv = true;
 		if (k == NULL) {
 			say(why, whylen, "cannot read the private key (%s)%s", name,
-			    strstr(name, "ENCRYPTED") || strstr(header, "ENCRYPTED") ? ": wrong passphrase?" : "");
+			    strstr(name, "ENCRYPTED") || strstr(header, "ENCRYPTED")
+			        ? ": wrong passphrase?"
+			        : "");
 			rc = -EINVAL;
 		}
 	} else {
@@ -295,8 +299,9 @@ static int load_key(const char *pem, size_t len, const char *pass, bool want_pri
 		return -EINVAL;
 	}
 	if (is_cosign_encrypted(pem, len)) {
-		say(why, whylen, "cosign-encrypted private keys are not supported: convert the key to "
-		                 "PKCS#8 PEM");
+		say(why, whylen,
+		    "cosign-encrypted private keys are not supported: convert the key to "
+		    "PKCS#8 PEM");
 		return -EINVAL;
 	}
 	BIO *bio = BIO_new_mem_buf(pem, (int)len);
@@ -361,7 +366,8 @@ static int slurp(const char *path, char **buf, size_t *len, char *why, size_t wh
 	}
 	close(fd);
 	if (rc < 0) {
-		say(why, whylen, "%s: %s", path, rc == -EFBIG ? "larger than 64 KiB" : strerror(-rc));
+		say(why, whylen, "%s: %s", path,
+		    rc == -EFBIG ? "larger than 64 KiB" : strerror(-rc));
 		free(b);
 		return rc;
 	}
@@ -458,8 +464,8 @@ int sig_keygen_p256(const char *passphrase, char **priv_pem, char **pub_pem)
 	char *priv = NULL, *pub = NULL;
 	BIO *b = BIO_new(BIO_s_mem());
 	bool enc = passphrase && passphrase[0];
-	if (b && PEM_write_bio_PKCS8PrivateKey(b, pkey, enc ? EVP_aes_256_cbc() : NULL, NULL, 0, NULL,
-	                                       enc ? (void *)passphrase : NULL))
+	if (b && PEM_write_bio_PKCS8PrivateKey(b, pkey, enc ? EVP_aes_256_cbc() : NULL, NULL, 0,
+	                                       NULL, enc ? (void *)passphrase : NULL))
 		rc = bio_string(b, &priv);
 	BIO_free(b);
 	b = BIO_new(BIO_s_mem());
@@ -733,8 +739,8 @@ int sig_check_simple_payload(const void *payload, size_t len, const char *image_
 	if (!cJSON_IsObject(crit))
 		say(why, whylen, "payload has no 'critical' object");
 	else if (type == NULL || strcmp(type, SIGNATURE_PAYLOAD_TYPE) != 0)
-		say(why, whylen, "payload critical.type is '%.80s', not '%s'", type ? type : "(missing)",
-		    SIGNATURE_PAYLOAD_TYPE);
+		say(why, whylen, "payload critical.type is '%.80s', not '%s'",
+		    type ? type : "(missing)", SIGNATURE_PAYLOAD_TYPE);
 	else if (digest == NULL)
 		say(why, whylen, "payload has no critical.image.docker-manifest-digest");
 	else if (image_digest == NULL || strcmp(digest, image_digest) != 0)
@@ -772,7 +778,8 @@ int sig_verify_simple(const struct sig_keyset *ks, const char *image_digest, con
 	unsigned char *sig = NULL;
 	size_t siglen = 0;
 	if (signature_b64 == NULL || strlen(signature_b64) > 4096 ||
-	    sig_base64_decode(signature_b64, strlen(signature_b64), &sig, &siglen) < 0 || siglen == 0) {
+	    sig_base64_decode(signature_b64, strlen(signature_b64), &sig, &siglen) < 0 ||
+	    siglen == 0) {
 		free(sig);
 		say(why, whylen, "signature is not valid base64");
 		return -EBADMSG;
@@ -802,8 +809,10 @@ static int check_statement(const unsigned char *body, size_t len, const char *im
 	const char *type = jstr(j, "_type");
 	const char *pred = jstr(j, "predicateType");
 	const cJSON *subjects = cJSON_GetObjectItemCaseSensitive(j, "subject");
-	const char *want = image_digest && strncmp(image_digest, "sha256:", 7) == 0 ? image_digest + 7 : "";
-	if (type == NULL || (strcmp(type, INTOTO_STATEMENT_V1) != 0 && strcmp(type, INTOTO_STATEMENT_V01) != 0)) {
+	const char *want =
+	    image_digest && strncmp(image_digest, "sha256:", 7) == 0 ? image_digest + 7 : "";
+	if (type == NULL ||
+	    (strcmp(type, INTOTO_STATEMENT_V1) != 0 && strcmp(type, INTOTO_STATEMENT_V01) != 0)) {
 		say(why, whylen, "DSSE payload is not an in-toto statement");
 		goto out;
 	}
@@ -829,8 +838,8 @@ static int check_statement(const unsigned char *body, size_t len, const char *im
 			goto out;
 		}
 	}
-	say(why, whylen, "statement is for sha256:%.64s, not %s", first ? first : "(no sha256 subject)",
-	    image_digest ? image_digest : "(none)");
+	say(why, whylen, "statement is for sha256:%.64s, not %s",
+	    first ? first : "(no sha256 subject)", image_digest ? image_digest : "(none)");
 out:
 	cJSON_Delete(j);
 	return rc;
@@ -850,13 +859,15 @@ int sig_verify_bundle(const struct sig_keyset *ks, const char *image_digest, con
 		goto out;
 	const char *mt = jstr(j, "mediaType");
 	if (mt == NULL || strncmp(mt, "application/vnd.dev.sigstore.bundle", 35) != 0) {
-		say(why, whylen, "not a sigstore bundle (mediaType '%.80s')", mt ? mt : "(missing)");
+		say(why, whylen, "not a sigstore bundle (mediaType '%.80s')",
+		    mt ? mt : "(missing)");
 		goto out;
 	}
 	const cJSON *env = cJSON_GetObjectItemCaseSensitive(j, "dsseEnvelope");
 	if (!cJSON_IsObject(env)) {
 		if (cJSON_GetObjectItemCaseSensitive(j, "messageSignature")) {
-			say(why, whylen, "messageSignature bundles are not supported (need a DSSE envelope)");
+			say(why, whylen,
+			    "messageSignature bundles are not supported (need a DSSE envelope)");
 			rc = -EPROTONOSUPPORT;
 		} else {
 			say(why, whylen, "bundle has no dsseEnvelope");
@@ -878,7 +889,8 @@ int sig_verify_bundle(const struct sig_keyset *ks, const char *image_digest, con
 	}
 	if (!cJSON_IsArray(sigs) || cJSON_GetArraySize(sigs) == 0 ||
 	    cJSON_GetArraySize(sigs) > MAX_DSSE_SIGS) {
-		say(why, whylen, "DSSE envelope has no signatures (or more than %d)", MAX_DSSE_SIGS);
+		say(why, whylen, "DSSE envelope has no signatures (or more than %d)",
+		    MAX_DSSE_SIGS);
 		goto out;
 	}
 	if ((rc = sig_dsse_pae(ptype, body, body_len, &pae, &pae_len)) < 0)
@@ -891,7 +903,8 @@ int sig_verify_bundle(const struct sig_keyset *ks, const char *image_digest, con
 		const char *sb = jstr(s, "sig");
 		unsigned char *sig = NULL;
 		size_t siglen = 0;
-		if (sb == NULL || strlen(sb) > 4096 || sig_base64_decode(sb, strlen(sb), &sig, &siglen) < 0) {
+		if (sb == NULL || strlen(sb) > 4096 ||
+		    sig_base64_decode(sb, strlen(sb), &sig, &siglen) < 0) {
 			free(sig);
 			continue;
 		}
@@ -903,8 +916,9 @@ int sig_verify_bundle(const struct sig_keyset *ks, const char *image_digest, con
 	}
 	if (k < 0) {
 		rc = any_b64 ? -EKEYREJECTED : -EBADMSG;
-		say(why, whylen, any_b64 ? "no trusted key verifies the DSSE signature"
-		                         : "DSSE signature is not valid base64");
+		say(why, whylen,
+		    any_b64 ? "no trusted key verifies the DSSE signature"
+		            : "DSSE signature is not valid base64");
 		goto out;
 	}
 	if ((rc = check_statement(body, body_len, image_digest, why, whylen)) < 0)
@@ -940,10 +954,11 @@ int sig_verify(const struct sig_keyset *ks, const char *image_digest, const stru
 		char why[256] = "", fp[SIGNATURE_FP_MAX] = "";
 		int rc;
 		if (c[i].kind == SIG_KIND_SIMPLE)
-			rc = sig_verify_simple(ks, image_digest, c[i].data, c[i].len, c[i].signature_b64, fp, why,
-			                       sizeof(why));
+			rc = sig_verify_simple(ks, image_digest, c[i].data, c[i].len,
+			                       c[i].signature_b64, fp, why, sizeof(why));
 		else if (c[i].kind == SIG_KIND_BUNDLE)
-			rc = sig_verify_bundle(ks, image_digest, c[i].data, c[i].len, fp, why, sizeof(why));
+			rc = sig_verify_bundle(ks, image_digest, c[i].data, c[i].len, fp, why,
+			                       sizeof(why));
 		else {
 			rc = -EINVAL;
 			snprintf(why, sizeof(why), "unknown signature kind");
@@ -953,15 +968,17 @@ int sig_verify(const struct sig_keyset *ks, const char *image_digest, const stru
 			v.accepted = true;
 			v.kind = c[i].kind;
 			snprintf(v.key_fingerprint, sizeof(v.key_fingerprint), "%s", fp);
-			snprintf(v.reason, sizeof(v.reason), "%s signature%s%s verified with key %s",
-			         c[i].kind == SIG_KIND_BUNDLE ? "bundle" : "simple-signing", src[0] ? " " : "",
-			         src, fp);
+			snprintf(v.reason, sizeof(v.reason),
+			         "%s signature%s%s verified with key %s",
+			         c[i].kind == SIG_KIND_BUNDLE ? "bundle" : "simple-signing",
+			         src[0] ? " " : "", src, fp);
 			*out = v;
 			return 0;
 		}
 		if (used < sizeof(v.reason) - 1) {
-			int w = snprintf(v.reason + used, sizeof(v.reason) - used, "%ssignature %zu%s%s: %s",
-			                 used ? "; " : "", i + 1, src[0] ? " " : "", src, why);
+			int w = snprintf(v.reason + used, sizeof(v.reason) - used,
+			                 "%ssignature %zu%s%s: %s", used ? "; " : "", i + 1,
+			                 src[0] ? " " : "", src, why);
 			used = w < 0 ? used : used + (size_t)w;
 			if (used >= sizeof(v.reason))
 				used = sizeof(v.reason) - 1;
@@ -1006,7 +1023,8 @@ int sig_sign_simple(const struct sig_key *priv, const char *docker_reference,
 int sig_sign_bundle(const struct sig_key *priv, const char *subject_name, const char *image_digest,
                     char **bundle, size_t *bundle_len)
 {
-	if (priv == NULL || !priv->priv || image_digest == NULL || strncmp(image_digest, "sha256:", 7) != 0)
+	if (priv == NULL || !priv->priv || image_digest == NULL ||
+	    strncmp(image_digest, "sha256:", 7) != 0)
 		return -EINVAL;
 	cJSON *st = cJSON_CreateObject();
 	cJSON_AddStringToObject(st, "_type", INTOTO_STATEMENT_V1);
@@ -1145,8 +1163,8 @@ int sig_cache_get(struct sig_cache *c, const char *image_digest, const char *key
 void sig_cache_put(struct sig_cache *c, const char *image_digest, const char *keyset_fp,
                    const struct sig_verdict *v)
 {
-	if (image_digest == NULL || keyset_fp == NULL || strlen(image_digest) >= sizeof(c->e[0].digest) ||
-	    strlen(keyset_fp) >= SIGNATURE_FP_MAX)
+	if (image_digest == NULL || keyset_fp == NULL ||
+	    strlen(image_digest) >= sizeof(c->e[0].digest) || strlen(keyset_fp) >= SIGNATURE_FP_MAX)
 		return;
 	pthread_mutex_lock(&c->mu);
 	struct cache_entry *e = cache_find(c, image_digest, keyset_fp);

@@ -46,15 +46,20 @@
 
 struct sig_key;
 
-enum sig_key_alg { SIG_ALG_ECDSA_P256 = 1, SIG_ALG_ECDSA_P384, SIG_ALG_ECDSA_P521, SIG_ALG_RSA, SIG_ALG_ED25519 };
+enum sig_key_alg {
+	SIG_ALG_ECDSA_P256 = 1,
+	SIG_ALG_ECDSA_P384,
+	SIG_ALG_ECDSA_P521,
+	SIG_ALG_RSA,
+	SIG_ALG_ED25519
+};
 
 /* Public key from PEM: "PUBLIC KEY" (SPKI) or "RSA PUBLIC KEY" (PKCS#1).
  * Only the first PEM block is read. A private key PEM is also accepted (its
  * public half is used). Caller frees with sig_key_free(). -EINVAL (with why)
  * for unparsable input or an unsupported algorithm/curve. */
-__attribute__((warn_unused_result)) int sig_key_load_public(const char *pem, size_t len,
-                                                            struct sig_key **out, char *why,
-                                                            size_t whylen);
+__attribute__((warn_unused_result)) int
+sig_key_load_public(const char *pem, size_t len, struct sig_key **out, char *why, size_t whylen);
 
 /* Private key from PEM (PKCS#8 "PRIVATE KEY", "ENCRYPTED PRIVATE KEY" with
  * passphrase, "EC PRIVATE KEY", "RSA PRIVATE KEY"). passphrase may be NULL.
@@ -66,9 +71,8 @@ __attribute__((warn_unused_result)) int sig_key_load_private(const char *pem, si
                                                              size_t whylen);
 
 /* Read a whole (small, <= 64 KiB) key file and call one of the above. */
-__attribute__((warn_unused_result)) int sig_key_load_public_file(const char *path,
-                                                                 struct sig_key **out, char *why,
-                                                                 size_t whylen);
+__attribute__((warn_unused_result)) int
+sig_key_load_public_file(const char *path, struct sig_key **out, char *why, size_t whylen);
 __attribute__((warn_unused_result)) int sig_key_load_private_file(const char *path,
                                                                   const char *passphrase,
                                                                   struct sig_key **out, char *why,
@@ -76,7 +80,8 @@ __attribute__((warn_unused_result)) int sig_key_load_private_file(const char *pa
 
 void sig_key_free(struct sig_key *k);
 enum sig_key_alg sig_key_alg(const struct sig_key *k);
-const char *sig_key_alg_name(const struct sig_key *k); /* "ecdsa-p256", "rsa-2048", "ed25519"; static or borrowed */
+const char *sig_key_alg_name(
+    const struct sig_key *k); /* "ecdsa-p256", "rsa-2048", "ed25519"; static or borrowed */
 bool sig_key_is_private(const struct sig_key *k);
 
 /* "sha256:<hex>" of the DER SubjectPublicKeyInfo; borrowed until sig_key_free(). */
@@ -142,11 +147,9 @@ struct sig_verdict {
  * or -ENOKEY (empty set) with why. The signature is checked before the
  * payload, so a tampered payload reads as -EKEYREJECTED. On success *fp_out (may be
  * NULL) gets the verifying key's fingerprint (SIGNATURE_FP_MAX bytes). */
-__attribute__((warn_unused_result)) int sig_verify_simple(const struct sig_keyset *ks,
-                                                          const char *image_digest,
-                                                          const void *payload, size_t len,
-                                                          const char *signature_b64, char *fp_out,
-                                                          char *why, size_t whylen);
+__attribute__((warn_unused_result)) int
+sig_verify_simple(const struct sig_keyset *ks, const char *image_digest, const void *payload,
+                  size_t len, const char *signature_b64, char *fp_out, char *why, size_t whylen);
 
 /* Verify one sigstore bundle v0.3 (DSSE, in-toto subject). Same returns;
  * -EPROTONOSUPPORT for a bundle without a dsseEnvelope (messageSignature
@@ -222,7 +225,8 @@ void sig_cache_free(struct sig_cache *c);
 
 /* 0 and *out on a live hit; -ENOENT on a miss or an expired entry. */
 __attribute__((warn_unused_result)) int sig_cache_get(struct sig_cache *c, const char *image_digest,
-                                                      const char *keyset_fp, struct sig_verdict *out);
+                                                      const char *keyset_fp,
+                                                      struct sig_verdict *out);
 void sig_cache_put(struct sig_cache *c, const char *image_digest, const char *keyset_fp,
                    const struct sig_verdict *v);
 

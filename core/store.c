@@ -118,8 +118,8 @@ static int rand_suffix(char *buf, size_t len)
 	unsigned char r[8];
 	if (getrandom(r, sizeof(r), 0) != (ssize_t)sizeof(r))
 		return -EIO;
-	snprintf(buf, len, "%02x%02x%02x%02x%02x%02x%02x%02x", r[0], r[1], r[2], r[3], r[4], r[5], r[6],
-	         r[7]);
+	snprintf(buf, len, "%02x%02x%02x%02x%02x%02x%02x%02x", r[0], r[1], r[2], r[3], r[4], r[5],
+	         r[6], r[7]);
 	return 0;
 }
 
@@ -188,9 +188,11 @@ static void cleanup(struct store *s)
 				continue; /* in progress elsewhere */
 			int rc = fstree_remove(s->tmpfd, de->d_name);
 			if (rc < 0)
-				log_warn("store: cannot remove leftover", "path", de->d_name, "error", strerror(-rc));
+				log_warn("store: cannot remove leftover", "path", de->d_name,
+				         "error", strerror(-rc));
 			else
-				log_info("store: removed leftover from an interrupted pull", "path", de->d_name);
+				log_info("store: removed leftover from an interrupted pull", "path",
+				         de->d_name);
 			unlock_digest(s, hex, lk, false);
 		}
 		closedir(d);
@@ -224,7 +226,8 @@ static void cleanup(struct store *s)
 			if (lk < 0)
 				continue;
 			if (!meta_exists(s, de->d_name) && trash_tree(s, de->d_name) == 0)
-				log_warn("store: removed an entry without metadata", "digest", de->d_name);
+				log_warn("store: removed an entry without metadata", "digest",
+				         de->d_name);
 			unlock_digest(s, de->d_name, lk, false);
 		}
 		closedir(d);
@@ -423,7 +426,8 @@ void store_abort(struct store_txn *t)
 	if (t->tmpname[0]) {
 		int rc = fstree_remove(t->s->tmpfd, t->tmpname);
 		if (rc < 0)
-			log_warn("store: cannot remove temp dir", "path", t->tmpname, "error", strerror(-rc));
+			log_warn("store: cannot remove temp dir", "path", t->tmpname, "error",
+			         strerror(-rc));
 	}
 	unlock_digest(t->s, t->hex, t->lock, false);
 	free(t);
@@ -440,7 +444,8 @@ static int write_meta(struct store *s, const struct store_entry_info *e)
 	                 e->digest, (unsigned long long)e->bytes, (unsigned long long)e->files,
 	                 (unsigned long long)e->dirs, (unsigned long long)e->symlinks,
 	                 (unsigned long long)e->layers, (long long)e->created);
-	int fd = openat(s->metafd, tmp, O_WRONLY | O_CREAT | O_TRUNC | O_NOFOLLOW | O_CLOEXEC, 0644);
+	int fd =
+	    openat(s->metafd, tmp, O_WRONLY | O_CREAT | O_TRUNC | O_NOFOLLOW | O_CLOEXEC, 0644);
 	if (fd < 0)
 		return -errno;
 	int rc = 0;
@@ -633,7 +638,8 @@ int store_gc(struct store *s, store_keep_fn keep, void *ctx, int64_t min_age_s,
 			g.busy++;
 		} else if (r != -ENOENT) {
 			g.failed++;
-			log_warn("store: gc could not remove entry", "digest", v[i], "error", strerror(-r));
+			log_warn("store: gc could not remove entry", "digest", v[i], "error",
+			         strerror(-r));
 		}
 	}
 	free(v);

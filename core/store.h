@@ -38,12 +38,12 @@ struct store;
 
 struct store_entry_info {
 	char digest[STORE_DIGEST_MAX];
-	uint64_t bytes;   /* regular-file bytes */
-	uint64_t files;   /* regular files */
-	uint64_t dirs;    /* directories, not counting the root */
+	uint64_t bytes; /* regular-file bytes */
+	uint64_t files; /* regular files */
+	uint64_t dirs;  /* directories, not counting the root */
 	uint64_t symlinks;
 	uint64_t layers;
-	int64_t created;  /* unix seconds of the commit */
+	int64_t created; /* unix seconds of the commit */
 };
 
 /* Open (creating the directories if needed) the store at root (NULL for
@@ -95,9 +95,8 @@ struct extract *store_txn_extract(struct store_txn *t);
  * 0 and *out (may be NULL) filled; on any failure the temp tree is removed,
  * t is freed too, and -errno is returned with the reason in *errbuf
  * (errbuf may be NULL; extraction refusals keep their message). */
-__attribute__((warn_unused_result)) int store_commit(struct store_txn *t,
-                                                     struct store_entry_info *out, char *errbuf,
-                                                     size_t errlen);
+__attribute__((warn_unused_result)) int
+store_commit(struct store_txn *t, struct store_entry_info *out, char *errbuf, size_t errlen);
 
 /* Discard the temp tree, release the lock and free t. NULL is a no-op. */
 void store_abort(struct store_txn *t);
@@ -119,8 +118,8 @@ __attribute__((warn_unused_result)) int store_remove(struct store *s, const char
 typedef bool (*store_keep_fn)(void *ctx, const char *digest);
 
 struct store_gc_stats {
-	uint64_t kept;          /* guard said keep, or younger than min_age_s */
-	uint64_t busy;          /* lock held by a pull or another removal */
+	uint64_t kept; /* guard said keep, or younger than min_age_s */
+	uint64_t busy; /* lock held by a pull or another removal */
 	uint64_t removed;
 	uint64_t bytes_removed; /* from the metadata of removed entries */
 	uint64_t failed;        /* removal errors (logged) */

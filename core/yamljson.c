@@ -28,7 +28,8 @@ static cJSON *plain_scalar(const char *s)
 		return cJSON_CreateFalse();
 	char *end = NULL;
 	errno = 0;
-	if ((s[0] >= '0' && s[0] <= '9') || ((s[0] == '-' || s[0] == '+') && s[1] >= '0' && s[1] <= '9')) {
+	if ((s[0] >= '0' && s[0] <= '9') ||
+	    ((s[0] == '-' || s[0] == '+') && s[1] >= '0' && s[1] <= '9')) {
 		long long v = strtoll(s, &end, 10);
 		if (!*end && !errno && strlen(s) < 16)
 			return cJSON_CreateNumber((double)v);
@@ -39,14 +40,13 @@ static cJSON *plain_scalar(const char *s)
 	return cJSON_CreateString(s);
 }
 
-static cJSON *node_json(yaml_document_t *doc, yaml_node_t *n, int depth, char *err,
-                        size_t errlen)
+static cJSON *node_json(yaml_document_t *doc, yaml_node_t *n, int depth, char *err, size_t errlen)
 {
 	if (!n)
 		return cJSON_CreateNull();
 	if (depth > MAX_DEPTH) {
-		snprintf(err, errlen, "line %zu: nesting deeper than %d levels", n->start_mark.line + 1,
-		         MAX_DEPTH);
+		snprintf(err, errlen, "line %zu: nesting deeper than %d levels",
+		         n->start_mark.line + 1, MAX_DEPTH);
 		return NULL;
 	}
 	switch (n->type) {
@@ -60,7 +60,8 @@ static cJSON *node_json(yaml_document_t *doc, yaml_node_t *n, int depth, char *e
 		cJSON *a = cJSON_CreateArray();
 		for (yaml_node_item_t *it = n->data.sequence.items.start;
 		     a && it < n->data.sequence.items.top; it++) {
-			cJSON *c = node_json(doc, yaml_document_get_node(doc, *it), depth + 1, err, errlen);
+			cJSON *c = node_json(doc, yaml_document_get_node(doc, *it), depth + 1, err,
+			                     errlen);
 			if (!c) {
 				cJSON_Delete(a);
 				return NULL;
@@ -71,8 +72,8 @@ static cJSON *node_json(yaml_document_t *doc, yaml_node_t *n, int depth, char *e
 	}
 	case YAML_MAPPING_NODE: {
 		cJSON *o = cJSON_CreateObject();
-		for (yaml_node_pair_t *p = n->data.mapping.pairs.start; o && p < n->data.mapping.pairs.top;
-		     p++) {
+		for (yaml_node_pair_t *p = n->data.mapping.pairs.start;
+		     o && p < n->data.mapping.pairs.top; p++) {
 			yaml_node_t *k = yaml_document_get_node(doc, p->key);
 			if (!k || k->type != YAML_SCALAR_NODE) {
 				snprintf(err, errlen, "line %zu: mapping keys must be scalars",
@@ -82,13 +83,13 @@ static cJSON *node_json(yaml_document_t *doc, yaml_node_t *n, int depth, char *e
 			}
 			const char *key = (const char *)k->data.scalar.value;
 			if (cJSON_GetObjectItemCaseSensitive(o, key)) {
-				snprintf(err, errlen, "line %zu: duplicate key '%s'", k->start_mark.line + 1,
-				         key);
+				snprintf(err, errlen, "line %zu: duplicate key '%s'",
+				         k->start_mark.line + 1, key);
 				cJSON_Delete(o);
 				return NULL;
 			}
-			cJSON *v = node_json(doc, yaml_document_get_node(doc, p->value), depth + 1, err,
-			                     errlen);
+			cJSON *v = node_json(doc, yaml_document_get_node(doc, p->value), depth + 1,
+			                     err, errlen);
 			if (!v) {
 				cJSON_Delete(o);
 				return NULL;

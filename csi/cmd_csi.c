@@ -1,5 +1,6 @@
 /* gkm csi: the CSI node plugin daemon (DaemonSet, next to the agent). */
 #include <errno.h>
+#include <limits.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -8,27 +9,34 @@
 #include "cmd.h"
 #include "csi_node.h"
 #include "csi_server.h"
+#include "fsutil.h"
 #include "health.h"
 #include "log.h"
 #include "loop.h"
 
 static const char usage[] =
-	"Usage: gkm csi --node-id NAME [flags]\n"
-	"\n"
-	"Serve the CSI node plugin (driver " CSI_DRIVER_NAME ") on a unix socket: mount the caches\n"
-	"the agent marked ready into pods, read-only or as a private overlay, and\n"
-	"record which pods use which cache.\n"
-	"\n"
-	"Flags:\n"
-	"  --endpoint ADDR        unix:///path/csi.sock (default $CSI_ENDPOINT, else\n"
-	"                         unix:///run/gkm/csi.sock)\n"
-	"  --node-id NAME         this node's name, as NodeGetInfo reports it (default $NODE_NAME)\n"
-	"  --root DIR             the agent's store root (default /var/lib/gkm)\n"
-	"  --run-dir DIR          volume state and usage files (default /run/gkm)\n"
-	"  --state-dir DIR        upper layers of writable volumes (default ROOT/csi)\n"
-	"  --health-listen ADDR   serve /healthz, /readyz, /metrics on [HOST]:PORT\n"
-	"  --threads N            calls answered concurrently (default 4)\n"
-	"  --drain-timeout SEC    on SIGTERM, how long calls in flight may finish (default 10)\n";
+    "Usage: gkm csi --node-id NAME [flags]\n"
+    "\n"
+    "Serve the CSI node plugin (driver " CSI_DRIVER_NAME ") on a unix socket: mount the caches\n"
+    "the agent marked ready into pods, read-only or as a private overlay, and\n"
+    "record which pods use which cache.\n"
+    "\n"
+    "Flags:\n"
+    "  --endpoint ADDR        unix:///path/csi.sock (default $CSI_ENDPOINT, else\n"
+    "                         unix:///run/gkm/csi.sock)\n"
+    "  --node-id NAME         this node's name, as NodeGetInfo reports it (default\n"
+    "                         $NODE_NAME; --node-name is the same)\n"
+    "  --root DIR             the agent's store root: ROOT/store, ROOT/caches\n"
+    "                         (default /var/lib/gkm)\n"
+    "  --run-dir DIR          volume state and usage: RUN_DIR/volumes, RUN_DIR/usage\n"
+    "                         (default /run/gkm)\n"
+    "  --config-dir DIR       the gkm-config ConfigMap as files: its store-dir, views-dir\n"
+    "                         and usage-dir give the defaults of --root and --run-dir\n"
+    "  --driver-name NAME     the CSI driver name (default " CSI_DRIVER_NAME ")\n"
+    "  --state-dir DIR        upper layers of writable volumes (default ROOT/csi)\n"
+    "  --health-listen ADDR   serve /healthz, /readyz, /metrics on [HOST]:PORT\n"
+    "  --threads N            calls answered concurrently (default 4)\n"
+    "  --drain-timeout SEC    on SIGTERM, how long calls in flight may finish (default 10)\n";
 
 enum {
 	OPT_ENDPOINT = CLI_OPT_FIRST_FREE,
@@ -39,12 +47,73 @@ enum {
 	OPT_HEALTH,
 	OPT_THREADS,
 	OPT_DRAIN,
+	OPT_CONFIG_DIR,
+	OPT_DRIVER,
 };
 
 struct daemon {
 	struct loop *loop;
 	struct health_server *health;
 };
+
+/* One key of the config directory (a ConfigMap mounted as files): the
+ * value, surrounding whitespace trimmed. -ENOENT when the key is absent. */
+static int config_value(const char *dir, const char *key, char *out, size_t size)
+{
+	char path[PATH_MAX], *text = NULL;
+	size_t len = 0;
+	int n = snprintf(path, sizeof(path), "%s/%s", dir, key);
+	if (n < 0 || (size_t)n >= sizeof(path))
+		return -ENAMETOOLONG;
+	int rc = fsutil_read_file(path, PATH_MAX, &text, &len);
+	if (rc)
+		return rc;
+	char *s = text, *e = text + len;
+	while (s < e && (*s == ' ' || *s == '\t' || *s == '\n' || *s == '\r'))
+		s++;
+	while (e > s && (e[-1] == ' ' || e[-1] == '\t' || e[-1] == '\n' || e[-1] == '\r'))
+		e--;
+	rc = (size_t)(e - s) < size ? 0 : -ENAMETOOLONG;
+	if (rc == 0) {
+		memcpy(out, s, (size_t)(e - s));
+		out[e - s] = '\0';
+	}
+	free(text);
+	return rc;
+}
+
+/* The directory that holds key's path as its entry base (and key2's as
+ * base2, when given): "/var/lib/gkm/store" with base "store" gives
+ * "/var/lib/gkm". -ENOENT when key is not configured, -EINVAL when the
+ * paths do not have that shape. */
+static int config_parent(const char *dir, const char *key, const char *base, const char *key2,
+                         const char *base2, char *out, size_t size)
+{
+	char v[PATH_MAX], v2[PATH_MAX];
+	int rc = config_value(dir, key, v, sizeof(v));
+	if (rc)
+		return rc;
+	size_t n = strlen(v), bl = strlen(base);
+	if (v[0] != '/' || n <= bl + 1 || strcmp(v + n - bl, base) != 0 || v[n - bl - 1] != '/')
+		return -EINVAL;
+	v[n - bl - 1] = '\0';
+	if (key2) {
+		rc = config_value(dir, key2, v2, sizeof(v2));
+		if (rc == 0) {
+			size_t n2 = strlen(v2), b2 = strlen(base2);
+			if (n2 <= b2 + 1 || strcmp(v2 + n2 - b2, base2) != 0 ||
+			    v2[n2 - b2 - 1] != '/' || strncmp(v2, v, n2 - b2 - 1) != 0 ||
+			    strlen(v) != n2 - b2 - 1)
+				return -EINVAL;
+		} else if (rc != -ENOENT) {
+			return rc;
+		}
+	}
+	if (strlen(v) >= size)
+		return -ENAMETOOLONG;
+	memcpy(out, v, strlen(v) + 1);
+	return 0;
+}
 
 static void beat(struct loop *l, void *ud)
 {
@@ -72,20 +141,25 @@ static void on_shutdown(struct loop *l, int signo, void *ud)
 int cmd_csi(int argc, char **argv)
 {
 	static const struct option opts[] = {
-		CLI_COMMON_OPTIONS,
-		{"endpoint", required_argument, 0, OPT_ENDPOINT},
-		{"node-id", required_argument, 0, OPT_NODE_ID},
-		{"root", required_argument, 0, OPT_ROOT},
-		{"run-dir", required_argument, 0, OPT_RUN_DIR},
-		{"state-dir", required_argument, 0, OPT_STATE_DIR},
-		{"health-listen", required_argument, 0, OPT_HEALTH},
-		{"threads", required_argument, 0, OPT_THREADS},
-		{"drain-timeout", required_argument, 0, OPT_DRAIN},
-		{0, 0, 0, 0},
+	    CLI_COMMON_OPTIONS,
+	    {"endpoint", required_argument, 0, OPT_ENDPOINT},
+	    {"node-id", required_argument, 0, OPT_NODE_ID},
+	    {"node-name", required_argument, 0, OPT_NODE_ID},
+	    {"config-dir", required_argument, 0, OPT_CONFIG_DIR},
+	    {"driver-name", required_argument, 0, OPT_DRIVER},
+	    {"root", required_argument, 0, OPT_ROOT},
+	    {"run-dir", required_argument, 0, OPT_RUN_DIR},
+	    {"state-dir", required_argument, 0, OPT_STATE_DIR},
+	    {"health-listen", required_argument, 0, OPT_HEALTH},
+	    {"threads", required_argument, 0, OPT_THREADS},
+	    {"drain-timeout", required_argument, 0, OPT_DRAIN},
+	    {0, 0, 0, 0},
 	};
 	const char *cmd = "gkm csi";
 	const char *endpoint = getenv("CSI_ENDPOINT"), *node_id = getenv("NODE_NAME");
-	const char *root = "/var/lib/gkm", *run_dir = "/run/gkm", *state_dir = NULL, *health = NULL;
+	const char *root = NULL, *run_dir = NULL, *state_dir = NULL, *health = NULL;
+	const char *config_dir = NULL, *driver = CSI_DRIVER_NAME;
+	char cfg_root[PATH_MAX], cfg_run[PATH_MAX];
 	unsigned long long threads = 4, drain = 10;
 	int opt;
 
@@ -107,17 +181,29 @@ int cmd_csi(int argc, char **argv)
 		case OPT_STATE_DIR:
 			state_dir = optarg;
 			break;
+		case OPT_CONFIG_DIR:
+			config_dir = optarg;
+			break;
+		case OPT_DRIVER:
+			if (!csi_node_valid_driver(optarg))
+				return cli_usage_error(
+				    cmd, "--driver-name '%s' is not a valid CSI driver name",
+				    optarg);
+			driver = optarg;
+			break;
 		case OPT_HEALTH:
 			health = optarg;
 			break;
 		case OPT_THREADS:
 			if (cli_parse_u64(optarg, 64, &threads) != 0 || threads == 0)
-				return cli_usage_error(cmd, "--threads wants 1 to 64, not '%s'", optarg);
+				return cli_usage_error(cmd, "--threads wants 1 to 64, not '%s'",
+				                       optarg);
 			break;
 		case OPT_DRAIN:
 			if (cli_parse_u64(optarg, 3600, &drain) != 0)
-				return cli_usage_error(cmd, "--drain-timeout wants 0 to 3600 seconds, not '%s'",
-				                       optarg);
+				return cli_usage_error(
+				    cmd, "--drain-timeout wants 0 to 3600 seconds, not '%s'",
+				    optarg);
 			break;
 		default:
 			switch (cli_common(opt, optarg, cmd, usage)) {
@@ -137,10 +223,36 @@ int cmd_csi(int argc, char **argv)
 	if (!endpoint || !*endpoint)
 		endpoint = "unix:///run/gkm/csi.sock";
 	char sock[256];
-	if (csi_server_parse_endpoint(endpoint, sock, sizeof(sock)) != 0)
-		return cli_usage_error(cmd, "--endpoint '%s' is not unix:///absolute/path", endpoint);
+	int perr = csi_server_parse_endpoint(endpoint, sock, sizeof(sock));
+	if (perr == -ENAMETOOLONG)
+		return cli_usage_error(cmd, "--endpoint '%s' is too long for a unix socket path",
+		                       endpoint);
+	if (perr)
+		return cli_usage_error(cmd, "--endpoint '%s' is not unix:///absolute/path",
+		                       endpoint);
+	if (config_dir && !root) {
+		int e = config_parent(config_dir, "store-dir", "store", "views-dir", "caches",
+		                      cfg_root, sizeof(cfg_root));
+		if (e < 0 && e != -ENOENT)
+			return cli_usage_error(cmd,
+			                       "%s: store-dir and views-dir must be ROOT/store and "
+			                       "ROOT/caches of one ROOT (%s)",
+			                       config_dir, strerror(-e));
+		root = e == 0 ? cfg_root : NULL;
+	}
+	if (config_dir && !run_dir) {
+		int e = config_parent(config_dir, "usage-dir", "usage", NULL, NULL, cfg_run,
+		                      sizeof(cfg_run));
+		if (e < 0 && e != -ENOENT)
+			return cli_usage_error(cmd, "%s: usage-dir must be RUN_DIR/usage (%s)",
+			                       config_dir, strerror(-e));
+		run_dir = e == 0 ? cfg_run : NULL;
+	}
+	root = root ? root : "/var/lib/gkm";
+	run_dir = run_dir ? run_dir : "/run/gkm";
 	if (root[0] != '/' || run_dir[0] != '/' || (state_dir && state_dir[0] != '/'))
-		return cli_usage_error(cmd, "--root, --run-dir and --state-dir must be absolute paths");
+		return cli_usage_error(cmd,
+		                       "--root, --run-dir and --state-dir must be absolute paths");
 
 	struct daemon d = {0};
 	struct csi_node *node = NULL;
@@ -153,11 +265,12 @@ int cmd_csi(int argc, char **argv)
 		return EXIT_FAIL;
 	}
 	struct csi_node_config cfg = {
-		.node_id = node_id,
-		.root = root,
-		.run_dir = run_dir,
-		.state_dir = state_dir,
-		.version = GKM_VERSION,
+	    .node_id = node_id,
+	    .root = root,
+	    .run_dir = run_dir,
+	    .state_dir = state_dir,
+	    .version = GKM_VERSION,
+	    .driver = driver,
 	};
 	if ((err = csi_node_new(&cfg, &node)) != 0) {
 		log_error("cannot start the CSI node service", "run_dir", run_dir, "error",
@@ -166,7 +279,8 @@ int cmd_csi(int argc, char **argv)
 	}
 	if (health) {
 		if ((err = health_start(health, &d.health)) != 0) {
-			log_error("cannot serve health endpoint", "listen", health, "error", strerror(-err));
+			log_error("cannot serve health endpoint", "listen", health, "error",
+			          strerror(-err));
 			goto out;
 		}
 		char port[8];
@@ -176,11 +290,11 @@ int cmd_csi(int argc, char **argv)
 		if (loop_add_timer(d.loop, 1000, beat, &d) == 0)
 			goto out;
 	}
-	err = csi_server_start(endpoint, (unsigned)threads, handle, node,
-	                       &srv);
+	err = csi_server_start(endpoint, (unsigned)threads, handle, node, &srv);
 	if (err) {
 		log_error("cannot serve CSI", "endpoint", endpoint, "error",
-		          err == -EADDRINUSE ? "another process serves this socket" : strerror(-err));
+		          err == -EADDRINUSE ? "another process serves this socket"
+		                             : strerror(-err));
 		goto out;
 	}
 	if (d.health)
@@ -193,8 +307,13 @@ int cmd_csi(int argc, char **argv)
 		rc = EXIT_OK;
 out:
 	if (srv) {
-		unsigned cancelled = csi_server_stop(srv, (unsigned)drain * 1000u);
-		if (cancelled)
+		int stopped = csi_server_stop(srv, (unsigned)drain * 1000u);
+		if (stopped == -EBUSY) {
+			/* Handlers still use node: exit without tearing it down. */
+			log_error("CSI node plugin stopped with calls still running");
+			return EXIT_FAIL;
+		}
+		if (stopped > 0)
 			rc = EXIT_FAIL;
 	}
 	health_stop(d.health);

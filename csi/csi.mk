@@ -26,3 +26,6 @@ $(BUILD)/gen/google/protobuf/wrappers.pb-c.c $(BUILD)/gen/google/protobuf/wrappe
 $(patsubst %.c,$(BUILD)/obj/%.o,$(wildcard csi/*.c)) \
 $(patsubst %.c,$(BUILD)/san/%.o,$(wildcard csi/*.c)) \
 $(patsubst spec/unit/%.c,$(BUILD)/unit/%,$(wildcard spec/unit/test_csi*.c)): | $(CSI_GEN_H)
+
+# Unit tests of the plugin include its headers.
+$(patsubst spec/unit/%.c,$(BUILD)/unit/%,$(wildcard spec/unit/test_csi*.c)): ALL_CFLAGS += -Icsi

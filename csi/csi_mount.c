@@ -113,10 +113,19 @@ int csi_mount_overlay(int lower_fd, const char *upper, const char *work, const c
 		return rc;
 	if (!option_safe(upper) || !option_safe(work))
 		return -EINVAL;
-	int n = snprintf(opts, sizeof(opts), "lowerdir=%s,upperdir=%s,workdir=%s", lower, upper,
-	                 work);
+	/* "volatile" (Linux 5.10+): the upper layer is scratch space thrown away
+	 * at unpublish, so overlayfs need not sync it (an unmount would
+	 * otherwise sync the whole file system under it). Older kernels refuse
+	 * the option: mount again without it. */
+	int n = snprintf(opts, sizeof(opts), "lowerdir=%s,upperdir=%s,workdir=%s,volatile", lower,
+	                 upper, work);
 	if (n < 0 || (size_t)n >= sizeof(opts))
 		return -ENAMETOOLONG;
+	if (mount("overlay", target, "overlay", MS_NOSUID | MS_NODEV, opts) == 0)
+		return 0;
+	if (errno != EINVAL)
+		return -errno;
+	opts[n - (int)strlen(",volatile")] = '\0';
 	if (mount("overlay", target, "overlay", MS_NOSUID | MS_NODEV, opts) != 0)
 		return -errno;
 	return 0;

@@ -17,8 +17,9 @@ __attribute__((warn_unused_result)) int csi_mount_bind_ro(int src_fd, const char
 
 /* Mount an overlay at target: lower_fd's directory below (never written),
  * upper and work (existing empty directories on one file system) above,
- * nosuid and nodev. -EINVAL when upper or work hold characters the overlay
- * option syntax cannot carry (',' ':' '\\' '='). */
+ * nosuid and nodev, never synced (the upper layer is scratch space).
+ * -EINVAL when upper or work hold characters the overlay option syntax
+ * cannot carry (',' ':' '\\' '='). */
 __attribute__((warn_unused_result)) int csi_mount_overlay(int lower_fd, const char *upper,
                                                           const char *work, const char *target);
 

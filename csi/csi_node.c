@@ -15,6 +15,7 @@
 #include <unistd.h>
 
 #include "cache_view.h"
+#include "fsutil.h"
 #include "csi.pb-c.h"
 #include "csi_mount.h"
 #include "csi_volume.h"
@@ -42,7 +43,7 @@ struct tree_size {
 };
 
 struct csi_node {
-	char *node_id, *root, *run_dir, *state_dir, *volumes_dir, *version;
+	char *node_id, *root, *run_dir, *state_dir, *volumes_dir, *version, *driver;
 	pthread_mutex_t lock;
 	struct entry **vols;
 	size_t nvols, cap;
@@ -55,13 +56,40 @@ struct csi_node {
 
 static struct metric *m_calls, *m_seconds, *m_volumes;
 
+static bool alnum(char c)
+{
+	return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9');
+}
+
+bool csi_node_valid_driver(const char *name)
+{
+	size_t n = name ? strlen(name) : 0;
+	if (n == 0 || n > 63 || !alnum(name[0]) || !alnum(name[n - 1]))
+		return false;
+	for (size_t i = 0; i < n; i++)
+		if (!alnum(name[i]) && name[i] != '-' && name[i] != '.')
+			return false;
+	return true;
+}
+
 const char *csi_code_name(int code)
 {
 	static const char *const names[] = {
-		"OK",        "CANCELLED",        "UNKNOWN",           "INVALID_ARGUMENT",
-		"DEADLINE_EXCEEDED", "NOT_FOUND", "ALREADY_EXISTS",   "PERMISSION_DENIED",
-		"RESOURCE_EXHAUSTED", "FAILED_PRECONDITION", "ABORTED", "OUT_OF_RANGE",
-		"UNIMPLEMENTED", "INTERNAL",     "UNAVAILABLE",
+	    "OK",
+	    "CANCELLED",
+	    "UNKNOWN",
+	    "INVALID_ARGUMENT",
+	    "DEADLINE_EXCEEDED",
+	    "NOT_FOUND",
+	    "ALREADY_EXISTS",
+	    "PERMISSION_DENIED",
+	    "RESOURCE_EXHAUSTED",
+	    "FAILED_PRECONDITION",
+	    "ABORTED",
+	    "OUT_OF_RANGE",
+	    "UNIMPLEMENTED",
+	    "INTERNAL",
+	    "UNAVAILABLE",
 	};
 	if (code < 0 || (size_t)code >= sizeof(names) / sizeof(names[0]))
 		return "UNKNOWN";
@@ -71,7 +99,7 @@ const char *csi_code_name(int code)
 /* ---- replies ---- */
 
 static void fail(struct csi_reply *r, int code, const char *fmt, ...)
-	__attribute__((format(printf, 3, 4)));
+    __attribute__((format(printf, 3, 4)));
 static void fail(struct csi_reply *r, int code, const char *fmt, ...)
 {
 	va_list ap;
@@ -185,7 +213,8 @@ static bool valid_abs_path(const char *p)
 	for (const char *c = p; c && *c;) {
 		const char *next = strchr(c + 1, '/');
 		size_t len = next ? (size_t)(next - c - 1) : strlen(c + 1);
-		if (len == 0 || (len == 1 && c[1] == '.') || (len == 2 && c[1] == '.' && c[2] == '.'))
+		if (len == 0 || (len == 1 && c[1] == '.') ||
+		    (len == 2 && c[1] == '.' && c[2] == '.'))
 			return false;
 		c = next;
 	}
@@ -219,8 +248,9 @@ static int set_attr(const char **slot, const char *key, const char *val, struct 
 {
 	char b1[80], b2[80];
 	if (*slot && strcmp(*slot, val) != 0) {
-		fail(r, CSI_INVALID_ARGUMENT, "volume attribute %s=%s contradicts an earlier spelling (%s)",
-		     key, shown(val, b1, sizeof(b1)), shown(*slot, b2, sizeof(b2)));
+		fail(r, CSI_INVALID_ARGUMENT,
+		     "volume attribute %s=%s contradicts an earlier spelling (%s)", key,
+		     shown(val, b1, sizeof(b1)), shown(*slot, b2, sizeof(b2)));
 		return -EINVAL;
 	}
 	if (strlen(val) > ATTR_VALUE_MAX) {
@@ -292,7 +322,8 @@ static int check_volume_id(const char *id, struct csi_reply *r)
 	}
 	if (!csi_volume_valid_id(id)) {
 		fail(r, CSI_INVALID_ARGUMENT,
-		     "volume_id '%s' is not usable (want 1-%d of A-Z a-z 0-9 . _ -, not starting with .)",
+		     "volume_id '%s' is not usable (want 1-%d of A-Z a-z 0-9 . _ -, not starting "
+		     "with .)",
 		     shown(id, b, 64), CSI_VOLUME_ID_MAX);
 		return -EINVAL;
 	}
@@ -329,7 +360,8 @@ static int parse_publish(const Csi__V1__NodePublishVolumeRequest *req, struct cs
 		return -EINVAL;
 	}
 	if (cap->access_type_case == CSI__V1__VOLUME_CAPABILITY__ACCESS_TYPE_BLOCK) {
-		fail(r, CSI_INVALID_ARGUMENT, "block access is not supported: gkm volumes are file systems");
+		fail(r, CSI_INVALID_ARGUMENT,
+		     "block access is not supported: gkm volumes are file systems");
 		return -EINVAL;
 	}
 	if (cap->access_type_case != CSI__V1__VOLUME_CAPABILITY__ACCESS_TYPE_MOUNT) {
@@ -379,20 +411,23 @@ static int parse_publish(const Csi__V1__NodePublishVolumeRequest *req, struct cs
 		return -EINVAL;
 	}
 	if (a.pod_uid && !valid_uid(a.pod_uid)) {
-		fail(r, CSI_INVALID_ARGUMENT, "pod uid '%s' is not a valid uid", shown(a.pod_uid, b, 64));
+		fail(r, CSI_INVALID_ARGUMENT, "pod uid '%s' is not a valid uid",
+		     shown(a.pod_uid, b, 64));
 		return -EINVAL;
 	}
 	if (a.ns && *a.ns) {
 		if (!a.pod_ns) {
 			fail(r, CSI_PERMISSION_DENIED,
 			     "GKMCache %s/%s: the pod's namespace is unknown (the CSIDriver needs "
-			     "podInfoOnMount: true); only ClusterGKMCaches can be mounted without it",
+			     "podInfoOnMount: true); only ClusterGKMCaches can be mounted without "
+			     "it",
 			     a.ns, a.name);
 			return -EPERM;
 		}
 		if (strcmp(a.pod_ns, a.ns) != 0) {
 			fail(r, CSI_PERMISSION_DENIED,
-			     "a pod in namespace %s may not mount GKMCache %s/%s: pods mount GKMCaches "
+			     "a pod in namespace %s may not mount GKMCache %s/%s: pods mount "
+			     "GKMCaches "
 			     "of their own namespace or ClusterGKMCaches",
 			     a.pod_ns, a.ns, a.name);
 			return -EPERM;
@@ -426,7 +461,8 @@ static int resolve_cache(struct csi_node *n, const struct csi_volume *v, int *fd
 	                               sizeof(err));
 	if (rc == -ENOENT) {
 		fail(r, CSI_FAILED_PRECONDITION,
-		     "%s is not on this node: the agent has not prepared it here (no ready marker)", what);
+		     "%s is not on this node: the agent has not prepared it here (no ready marker)",
+		     what);
 		return rc;
 	}
 	if (rc) {
@@ -436,22 +472,22 @@ static int resolve_cache(struct csi_node *n, const struct csi_volume *v, int *fd
 	if (!ready.compatible) {
 		fail(r, CSI_FAILED_PRECONDITION,
 		     "%s is incompatible with this node's GPUs (%s%s%s)", what,
-		     ready.reason[0] ? ready.reason : "no reason given", ready.message[0] ? ": " : "",
-		     ready.message);
+		     ready.reason[0] ? ready.reason : "no reason given",
+		     ready.message[0] ? ": " : "", ready.message);
 		rc = -EPERM;
 		goto out;
 	}
 	if (strcmp(ready.state, "Ready") != 0) {
-		fail(r, CSI_FAILED_PRECONDITION, "%s is not ready on this node yet (state %s%s%s)", what,
-		     ready.state, ready.message[0] ? ": " : "", ready.message);
+		fail(r, CSI_FAILED_PRECONDITION, "%s is not ready on this node yet (state %s%s%s)",
+		     what, ready.state, ready.message[0] ? ": " : "", ready.message);
 		rc = -EAGAIN;
 		goto out;
 	}
-	rc = cache_view_open_data(n->root, v->cache_namespace, v->cache_name, ready.digest, fd, &path,
-	                          err, sizeof(err));
+	rc = cache_view_open_data(n->root, v->cache_namespace, v->cache_name, ready.digest, fd,
+	                          &path, err, sizeof(err));
 	if (rc) {
-		fail(r, CSI_FAILED_PRECONDITION, "%s is marked ready but its data is unusable: %s", what,
-		     err);
+		fail(r, CSI_FAILED_PRECONDITION, "%s is marked ready but its data is unusable: %s",
+		     what, err);
 		goto out;
 	}
 	free(path);
@@ -464,14 +500,14 @@ out:
 static int usage_add(struct csi_node *n, const struct csi_volume *v)
 {
 	struct cache_view_pod p = {
-		.name = v->pod_name,
-		.namespace = v->pod_namespace,
-		.uid = v->pod_uid,
-		.volume_id = v->volume_id,
-		.target_path = v->target_path,
-		.digest = v->digest,
-		.read_only = !v->writable,
-		.started = v->started,
+	    .name = v->pod_name,
+	    .namespace = v->pod_namespace,
+	    .uid = v->pod_uid,
+	    .volume_id = v->volume_id,
+	    .target_path = v->target_path,
+	    .digest = v->digest,
+	    .read_only = !v->writable,
+	    .started = v->started,
 	};
 	return cache_view_usage_add(n->run_dir, v->cache_namespace, v->cache_name, &p);
 }
@@ -484,8 +520,8 @@ static int mount_volume(struct csi_node *n, const struct csi_volume *v, int fd, 
 	if (!v->writable) {
 		rc = csi_mount_bind_ro(fd, v->target_path);
 		if (rc)
-			fail(r, CSI_INTERNAL, "read-only bind mount at %s failed: %s", v->target_path,
-			     strerror(-rc));
+			fail(r, CSI_INTERNAL, "read-only bind mount at %s failed: %s",
+			     v->target_path, strerror(-rc));
 		return rc;
 	}
 	if ((rc = overlay_dir(n, v->volume_id, NULL, vdir, sizeof(vdir))) ||
@@ -496,8 +532,8 @@ static int mount_volume(struct csi_node *n, const struct csi_volume *v, int fd, 
 	}
 	/* Start from empty layers: leftovers of an attempt that never got
 	 * mounted hold nothing anyone wrote. */
-	if ((rc = csi_mount_remove_tree(vdir)) || (rc = cache_view_mkdirs(upper, 0700)) ||
-	    (rc = cache_view_mkdirs(work, 0700))) {
+	if ((rc = csi_mount_remove_tree(vdir)) || (rc = fsutil_mkdirs(upper, 0700)) ||
+	    (rc = fsutil_mkdirs(work, 0700))) {
 		fail(r, CSI_INTERNAL, "overlay directories under %s: %s", vdir, strerror(-rc));
 		return rc;
 	}
@@ -510,7 +546,8 @@ static int mount_volume(struct csi_node *n, const struct csi_volume *v, int fd, 
 	}
 	rc = csi_mount_overlay(fd, upper, work, v->target_path);
 	if (rc) {
-		fail(r, CSI_INTERNAL, "overlay mount at %s failed: %s", v->target_path, strerror(-rc));
+		fail(r, CSI_INTERNAL, "overlay mount at %s failed: %s", v->target_path,
+		     strerror(-rc));
 		if (csi_mount_remove_tree(vdir) != 0)
 			log_warn("cannot remove overlay directories", "dir", vdir);
 	}
@@ -585,8 +622,7 @@ static int publish_new(struct csi_node *n, struct entry *e, struct csi_reply *r)
 		fail(r, CSI_INTERNAL, "cannot record volume state: %s", strerror(-rc));
 		goto out;
 	}
-	if ((rc = prepare_target(v->target_path, &created, r)) ||
-	    (rc = mount_volume(n, v, fd, r)))
+	if ((rc = prepare_target(v->target_path, &created, r)) || (rc = mount_volume(n, v, fd, r)))
 		goto undo;
 	rc = usage_add(n, v);
 	if (rc) {
@@ -603,7 +639,8 @@ undo:
 			log_warn("cannot remove overlay directories", "dir", vdir);
 	}
 	if (csi_volume_remove(n->volumes_dir, v->volume_id) != 0)
-		log_error("cannot remove volume state after a failed publish", "volume", v->volume_id);
+		log_error("cannot remove volume state after a failed publish", "volume",
+		          v->volume_id);
 out:
 	if (fd >= 0)
 		close(fd);
@@ -622,10 +659,14 @@ static int publish_again(struct csi_node *n, struct entry *e, struct csi_reply *
 		int fd = -1;
 		if ((rc = resolve_cache(n, v, &fd, digest, r)))
 			return rc;
+		/* Stats may copy this entry meanwhile: swap under the lock. */
 		char *d = strdup(digest);
 		if (d) {
-			free(v->digest);
+			pthread_mutex_lock(&n->lock);
+			char *old = v->digest;
 			v->digest = d;
+			pthread_mutex_unlock(&n->lock);
+			free(old);
 		}
 		rc = d ? csi_volume_save(n->volumes_dir, v) : -ENOMEM;
 		if (rc)
@@ -646,7 +687,7 @@ static int publish_again(struct csi_node *n, struct entry *e, struct csi_reply *
 static void node_publish(struct csi_node *n, const uint8_t *data, size_t len, struct csi_reply *r)
 {
 	Csi__V1__NodePublishVolumeRequest *req =
-		csi__v1__node_publish_volume_request__unpack(NULL, len, data);
+	    csi__v1__node_publish_volume_request__unpack(NULL, len, data);
 	struct csi_volume want;
 	struct entry *e = NULL;
 	bool fresh = false;
@@ -664,20 +705,21 @@ static void node_publish(struct csi_node *n, const uint8_t *data, size_t len, st
 		fail(r, CSI_ABORTED, "an operation on volume %s is in progress", want.volume_id);
 		e = NULL;
 	} else if (e && strcmp(e->v.target_path, want.target_path) != 0) {
-		fail(r, CSI_FAILED_PRECONDITION, "volume %s is already published at %s", want.volume_id,
-		     e->v.target_path);
+		fail(r, CSI_FAILED_PRECONDITION, "volume %s is already published at %s",
+		     want.volume_id, e->v.target_path);
 		e = NULL;
 	} else if (e && !csi_volume_same(&e->v, &want)) {
 		describe(&e->v, what, sizeof(what));
 		fail(r, CSI_ALREADY_EXISTS,
 		     "volume %s is already published at %s with other attributes (%s, %s)",
-		     want.volume_id, want.target_path, what, e->v.writable ? "writable" : "read-only");
+		     want.volume_id, want.target_path, what,
+		     e->v.writable ? "writable" : "read-only");
 		e = NULL;
 	} else if (!e) {
 		struct entry *other = find_target(n, want.target_path);
 		if (other) {
-			fail(r, CSI_ALREADY_EXISTS, "target %s already holds volume %s", want.target_path,
-			     other->v.volume_id);
+			fail(r, CSI_ALREADY_EXISTS, "target %s already holds volume %s",
+			     want.target_path, other->v.volume_id);
 		} else if (!(e = calloc(1, sizeof(*e))) || csi_volume_copy(&e->v, &want) != 0 ||
 		           add_entry(n, e) != 0) {
 			if (e)
@@ -701,9 +743,9 @@ static void node_publish(struct csi_node *n, const uint8_t *data, size_t len, st
 	describe(&e->v, what, sizeof(what));
 	if (rc == 0)
 		log_info(fresh ? "published volume" : "volume already published", "volume",
-		         e->v.volume_id, "cache", what, "mode", e->v.writable ? "overlay" : "read-only",
-		         "target", e->v.target_path, "pod_namespace", e->v.pod_namespace, "pod",
-		         e->v.pod_name);
+		         e->v.volume_id, "cache", what, "mode",
+		         e->v.writable ? "overlay" : "read-only", "target", e->v.target_path,
+		         "pod_namespace", e->v.pod_namespace, "pod", e->v.pod_name);
 	pthread_mutex_lock(&n->lock);
 	if (rc && fresh) {
 		drop_entry(n, e);
@@ -714,7 +756,8 @@ static void node_publish(struct csi_node *n, const uint8_t *data, size_t len, st
 	count_volumes(n);
 	pthread_mutex_unlock(&n->lock);
 	if (rc == 0) {
-		Csi__V1__NodePublishVolumeResponse resp = CSI__V1__NODE_PUBLISH_VOLUME_RESPONSE__INIT;
+		Csi__V1__NodePublishVolumeResponse resp =
+		    CSI__V1__NODE_PUBLISH_VOLUME_RESPONSE__INIT;
 		reply_msg(r, &resp.base);
 	}
 out:
@@ -737,7 +780,8 @@ static int teardown(struct csi_node *n, const struct csi_volume *v, struct csi_r
 		char vdir[PATH_MAX];
 		if (overlay_dir(n, v->volume_id, NULL, vdir, sizeof(vdir)) == 0 &&
 		    csi_mount_remove_tree(vdir) != 0)
-			log_warn("cannot remove overlay directories (removed at next start)", "dir", vdir);
+			log_warn("cannot remove overlay directories (removed at next start)", "dir",
+			         vdir);
 	}
 	rc = cache_view_usage_remove(n->run_dir, v->cache_namespace, v->cache_name, v->volume_id);
 	if (rc) {
@@ -747,14 +791,15 @@ static int teardown(struct csi_node *n, const struct csi_volume *v, struct csi_r
 	}
 	rc = csi_volume_remove(n->volumes_dir, v->volume_id);
 	if (rc)
-		fail(r, CSI_INTERNAL, "cannot remove state of volume %s: %s", v->volume_id, strerror(-rc));
+		fail(r, CSI_INTERNAL, "cannot remove state of volume %s: %s", v->volume_id,
+		     strerror(-rc));
 	return rc;
 }
 
 static void node_unpublish(struct csi_node *n, const uint8_t *data, size_t len, struct csi_reply *r)
 {
 	Csi__V1__NodeUnpublishVolumeRequest *req =
-		csi__v1__node_unpublish_volume_request__unpack(NULL, len, data);
+	    csi__v1__node_unpublish_volume_request__unpack(NULL, len, data);
 	struct entry *e = NULL;
 	bool known = false;
 	if (!req) {
@@ -786,18 +831,21 @@ static void node_unpublish(struct csi_node *n, const uint8_t *data, size_t len, 
 		 * Never unmount what this plugin did not mount. */
 		if (csi_mount_is_mountpoint(req->target_path) == 1) {
 			fail(r, CSI_NOT_FOUND,
-			     "volume %s is not published by this plugin, and %s is mounted by something "
+			     "volume %s is not published by this plugin, and %s is mounted by "
+			     "something "
 			     "else: not unmounting it",
 			     req->volume_id, req->target_path);
 			goto out;
 		}
-		Csi__V1__NodeUnpublishVolumeResponse resp = CSI__V1__NODE_UNPUBLISH_VOLUME_RESPONSE__INIT;
+		Csi__V1__NodeUnpublishVolumeResponse resp =
+		    CSI__V1__NODE_UNPUBLISH_VOLUME_RESPONSE__INIT;
 		reply_msg(r, &resp.base);
 		goto out;
 	}
 	int rc = teardown(n, &e->v, r);
 	if (rc == 0)
-		log_info("unpublished volume", "volume", e->v.volume_id, "target", e->v.target_path);
+		log_info("unpublished volume", "volume", e->v.volume_id, "target",
+		         e->v.target_path);
 	pthread_mutex_lock(&n->lock);
 	if (rc == 0)
 		drop_entry(n, e);
@@ -806,7 +854,8 @@ static void node_unpublish(struct csi_node *n, const uint8_t *data, size_t len, 
 	count_volumes(n);
 	pthread_mutex_unlock(&n->lock);
 	if (rc == 0) {
-		Csi__V1__NodeUnpublishVolumeResponse resp = CSI__V1__NODE_UNPUBLISH_VOLUME_RESPONSE__INIT;
+		Csi__V1__NodeUnpublishVolumeResponse resp =
+		    CSI__V1__NODE_UNPUBLISH_VOLUME_RESPONSE__INIT;
 		reply_msg(r, &resp.base);
 	}
 out:
@@ -851,7 +900,7 @@ static int64_t clamp64(uint64_t v)
 static void node_stats(struct csi_node *n, const uint8_t *data, size_t len, struct csi_reply *r)
 {
 	Csi__V1__NodeGetVolumeStatsRequest *req =
-		csi__v1__node_get_volume_stats_request__unpack(NULL, len, data);
+	    csi__v1__node_get_volume_stats_request__unpack(NULL, len, data);
 	struct csi_volume v;
 	bool found = false, at_path = false;
 	memset(&v, 0, sizeof(v));
@@ -880,7 +929,8 @@ static void node_stats(struct csi_node *n, const uint8_t *data, size_t len, stru
 		goto out;
 	}
 	if (csi_mount_is_mountpoint(v.target_path) != 1) {
-		fail(r, CSI_NOT_FOUND, "volume %s is not mounted at %s", v.volume_id, v.target_path);
+		fail(r, CSI_NOT_FOUND, "volume %s is not mounted at %s", v.volume_id,
+		     v.target_path);
 		goto out;
 	}
 	uint64_t bytes = 0, inodes = 0, ubytes = 0, uinodes = 0, avail = 0, iavail = 0;
@@ -931,7 +981,7 @@ static void get_plugin_info(struct csi_node *n, const uint8_t *data, size_t len,
 	(void)data;
 	(void)len;
 	Csi__V1__GetPluginInfoResponse resp = CSI__V1__GET_PLUGIN_INFO_RESPONSE__INIT;
-	resp.name = CSI_DRIVER_NAME;
+	resp.name = n->driver;
 	resp.vendor_version = n->version;
 	reply_msg(r, &resp.base);
 }
@@ -943,7 +993,8 @@ static void get_plugin_capabilities(struct csi_node *n, const uint8_t *data, siz
 	(void)data;
 	(void)len;
 	/* A node-only plugin: no CONTROLLER_SERVICE, no topology constraints. */
-	Csi__V1__GetPluginCapabilitiesResponse resp = CSI__V1__GET_PLUGIN_CAPABILITIES_RESPONSE__INIT;
+	Csi__V1__GetPluginCapabilitiesResponse resp =
+	    CSI__V1__GET_PLUGIN_CAPABILITIES_RESPONSE__INIT;
 	reply_msg(r, &resp.base);
 }
 
@@ -996,17 +1047,17 @@ static const struct method {
 	const char *path, *name;
 	handler_fn fn; /* NULL: part of the spec, not offered by gkm */
 } methods[] = {
-	{"/csi.v1.Identity/GetPluginInfo", "GetPluginInfo", get_plugin_info},
-	{"/csi.v1.Identity/GetPluginCapabilities", "GetPluginCapabilities", get_plugin_capabilities},
-	{"/csi.v1.Identity/Probe", "Probe", probe},
-	{"/csi.v1.Node/NodeGetInfo", "NodeGetInfo", node_get_info},
-	{"/csi.v1.Node/NodeGetCapabilities", "NodeGetCapabilities", node_get_capabilities},
-	{"/csi.v1.Node/NodePublishVolume", "NodePublishVolume", node_publish},
-	{"/csi.v1.Node/NodeUnpublishVolume", "NodeUnpublishVolume", node_unpublish},
-	{"/csi.v1.Node/NodeGetVolumeStats", "NodeGetVolumeStats", node_stats},
-	{"/csi.v1.Node/NodeStageVolume", "NodeStageVolume", NULL},
-	{"/csi.v1.Node/NodeUnstageVolume", "NodeUnstageVolume", NULL},
-	{"/csi.v1.Node/NodeExpandVolume", "NodeExpandVolume", NULL},
+    {"/csi.v1.Identity/GetPluginInfo", "GetPluginInfo", get_plugin_info},
+    {"/csi.v1.Identity/GetPluginCapabilities", "GetPluginCapabilities", get_plugin_capabilities},
+    {"/csi.v1.Identity/Probe", "Probe", probe},
+    {"/csi.v1.Node/NodeGetInfo", "NodeGetInfo", node_get_info},
+    {"/csi.v1.Node/NodeGetCapabilities", "NodeGetCapabilities", node_get_capabilities},
+    {"/csi.v1.Node/NodePublishVolume", "NodePublishVolume", node_publish},
+    {"/csi.v1.Node/NodeUnpublishVolume", "NodeUnpublishVolume", node_unpublish},
+    {"/csi.v1.Node/NodeGetVolumeStats", "NodeGetVolumeStats", node_stats},
+    {"/csi.v1.Node/NodeStageVolume", "NodeStageVolume", NULL},
+    {"/csi.v1.Node/NodeUnstageVolume", "NodeUnstageVolume", NULL},
+    {"/csi.v1.Node/NodeExpandVolume", "NodeExpandVolume", NULL},
 };
 
 static bool controller_method(const char *m)
@@ -1053,7 +1104,8 @@ void csi_node_call(struct csi_node *n, const char *method, const uint8_t *req, s
 		       label, "code", csi_code_name(r->code), "message", r->message, (char *)0);
 
 	clock_gettime(CLOCK_MONOTONIC, &ts);
-	double secs = (double)((uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec - start) / 1e9;
+	double secs =
+	    (double)((uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec - start) / 1e9;
 	metrics_add(m_calls, METRICS_L(label, csi_code_name(r->code)), 1);
 	metrics_observe(m_seconds, METRICS_L(label), secs);
 }
@@ -1106,7 +1158,8 @@ static int recover(struct csi_node *n)
 		int u = usage_add(n, &e->v);
 		int mounted = csi_mount_is_mountpoint(e->v.target_path);
 		log_info("recovered volume", "volume", e->v.volume_id, "target", e->v.target_path,
-		         "mounted", mounted == 1 ? "yes" : "no", "usage_error", u ? strerror(-u) : "");
+		         "mounted", mounted == 1 ? "yes" : "no", "usage_error",
+		         u ? strerror(-u) : "");
 	}
 	csi_volume_free_all(list, cnt);
 	if (rc == 0)
@@ -1137,6 +1190,7 @@ void csi_node_free(struct csi_node *n)
 	free(n->state_dir);
 	free(n->volumes_dir);
 	free(n->version);
+	free(n->driver);
 	free(n);
 }
 
@@ -1145,14 +1199,15 @@ int csi_node_new(const struct csi_node_config *cfg, struct csi_node **out)
 	static const double buckets[] = {0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025,
 	                                 0.05,   0.1,   0.25,   0.5,   1,    5};
 	if (!cfg || !cfg->node_id || !*cfg->node_id || !cfg->root || !cfg->run_dir ||
-	    strlen(cfg->node_id) > 128)
+	    strlen(cfg->node_id) > 128 || (cfg->driver && !csi_node_valid_driver(cfg->driver)))
 		return -EINVAL;
 	m_calls = metrics_counter("gkm_csi_calls_total", "CSI calls answered, by method and code",
 	                          "method,code");
 	m_seconds = metrics_histogram("gkm_csi_call_duration_seconds",
 	                              "Time to answer a CSI call, by method", "method", buckets,
 	                              sizeof(buckets) / sizeof(buckets[0]));
-	m_volumes = metrics_gauge("gkm_csi_volumes_published", "Volumes published on this node", NULL);
+	m_volumes =
+	    metrics_gauge("gkm_csi_volumes_published", "Volumes published on this node", NULL);
 
 	struct csi_node *n = calloc(1, sizeof(*n));
 	if (!n)
@@ -1164,14 +1219,16 @@ int csi_node_new(const struct csi_node_config *cfg, struct csi_node **out)
 	n->state_dir = cfg->state_dir ? strdup(cfg->state_dir) : join(cfg->root, "csi");
 	n->volumes_dir = join(cfg->run_dir, "volumes");
 	n->version = strdup(cfg->version && *cfg->version ? cfg->version : "0.0.0");
+	n->driver = strdup(cfg->driver ? cfg->driver : CSI_DRIVER_NAME);
 	int rc = -ENOMEM;
-	if (!n->node_id || !n->root || !n->run_dir || !n->state_dir || !n->volumes_dir || !n->version)
+	if (!n->node_id || !n->root || !n->run_dir || !n->state_dir || !n->volumes_dir ||
+	    !n->version || !n->driver)
 		goto fail;
 	/* The state directory goes into overlay mount options. */
 	rc = -EINVAL;
 	if (n->state_dir[0] != '/' || strpbrk(n->state_dir, ",:\\="))
 		goto fail;
-	if ((rc = cache_view_mkdirs(n->volumes_dir, 0700)) != 0)
+	if ((rc = fsutil_mkdirs(n->volumes_dir, 0700)) != 0)
 		goto fail;
 	if ((rc = recover(n)) != 0)
 		goto fail;

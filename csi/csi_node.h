@@ -44,6 +44,10 @@ enum csi_code {
 	CSI_UNAVAILABLE = 14,
 };
 
+/* A CSI driver name: 1-63 characters, alphanumerics with '-' and '.'
+ * between (the spec's rule for GetPluginInfo's name). */
+bool csi_node_valid_driver(const char *name);
+
 /* "OK", "INVALID_ARGUMENT", ... ("UNKNOWN" for anything else). */
 const char *csi_code_name(int code);
 
@@ -53,6 +57,7 @@ struct csi_node_config {
 	const char *run_dir;   /* <run-dir>/volumes, <run-dir>/usage */
 	const char *state_dir; /* overlay upper/work dirs; NULL: <root>/csi */
 	const char *version;   /* GetPluginInfo's vendor_version */
+	const char *driver;    /* GetPluginInfo's name; NULL: CSI_DRIVER_NAME */
 };
 
 struct csi_node;

@@ -21,13 +21,15 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "cache_view.h"
+#include "fsutil.h"
 #include "log.h"
 
 enum {
 	THREADS_MAX = 64,
+	POLLERS = 2,
 	MESSAGE_MAX = 4 * 1024 * 1024, /* largest request accepted */
-	PENDING_PER_THREAD = 4,        /* calls requested ahead of arrival */
+	PENDING_CALLS = 32,            /* calls requested ahead of arrival */
+	STUCK_MS = 5000,               /* after cancelling, before giving up */
 };
 
 enum tag_kind { TAG_NEW, TAG_RECV, TAG_FINISH, TAG_SHUTDOWN };
@@ -47,14 +49,24 @@ struct call {
 	grpc_byte_buffer *payload;  /* request */
 	grpc_byte_buffer *response; /* destroyed when the final batch is done */
 	int cancelled;
+	bool received;     /* the request message arrived */
+	struct call *next; /* in the handler queue */
 	struct tag t_new, t_recv, t_finish;
 };
 
 struct csi_server {
 	grpc_server *server;
 	grpc_completion_queue *cq;
-	pthread_t threads[THREADS_MAX];
-	unsigned nthreads;
+	/* Pollers only move gRPC along (in gRPC core, I/O makes progress in the
+	 * threads that wait on the completion queue), so they never run a
+	 * handler: with every handler busy, new calls are still read in, and a
+	 * drain sees all of them. Handlers take calls from the queue. */
+	pthread_t pollers[POLLERS];
+	unsigned npollers;
+	pthread_t handlers[THREADS_MAX];
+	unsigned nhandlers;
+	struct call *queue, **queue_tail;
+	bool handlers_quit;
 	csi_server_handler handler;
 	void *ud;
 	char path[sizeof(((struct sockaddr_un *)0)->sun_path)];
@@ -156,8 +168,8 @@ static void request_call(struct csi_server *s)
 		log_error("out of memory: one fewer pending CSI call slot");
 		return;
 	}
-	grpc_call_error e =
-		grpc_server_request_call(s->server, &c->call, &c->details, &c->md, s->cq, s->cq, &c->t_new);
+	grpc_call_error e = grpc_server_request_call(s->server, &c->call, &c->details, &c->md,
+	                                             s->cq, s->cq, &c->t_new);
 	if (e != GRPC_CALL_OK) {
 		log_error("grpc_server_request_call failed", "error", grpc_call_error_to_string(e));
 		call_free(c);
@@ -228,10 +240,22 @@ static void on_new(struct call *c, bool ok)
 static void on_recv(struct call *c, bool ok)
 {
 	struct csi_server *s = c->srv;
+	c->received = ok && c->payload;
+	pthread_mutex_lock(&s->lock);
+	c->next = NULL;
+	*s->queue_tail = c;
+	s->queue_tail = &c->next;
+	pthread_cond_broadcast(&s->cond);
+	pthread_mutex_unlock(&s->lock);
+}
+
+static void handle_call(struct call *c)
+{
+	struct csi_server *s = c->srv;
 	struct csi_reply r;
 	memset(&r, 0, sizeof(r));
 	char *method = grpc_slice_to_c_string(c->details.method);
-	if (!ok || !c->payload) {
+	if (!c->received) {
 		/* The client went away or sent no message for a unary call. */
 		r.code = CSI_INVALID_ARGUMENT;
 		snprintf(r.message, sizeof(r.message), "no request message");
@@ -243,13 +267,34 @@ static void on_recv(struct call *c, bool ok)
 		} else {
 			grpc_slice all = grpc_byte_buffer_reader_readall(&reader);
 			grpc_byte_buffer_reader_destroy(&reader);
-			s->handler(s->ud, method, GRPC_SLICE_START_PTR(all), GRPC_SLICE_LENGTH(all), &r);
+			s->handler(s->ud, method, GRPC_SLICE_START_PTR(all), GRPC_SLICE_LENGTH(all),
+			           &r);
 			grpc_slice_unref(all);
 		}
 	}
 	gpr_free(method);
 	finish(c, &r);
 	free(r.body);
+}
+
+static void *handler_main(void *arg)
+{
+	struct csi_server *s = arg;
+	for (;;) {
+		pthread_mutex_lock(&s->lock);
+		while (!s->queue && !s->handlers_quit)
+			pthread_cond_wait(&s->cond, &s->lock);
+		struct call *c = s->queue;
+		if (!c) {
+			pthread_mutex_unlock(&s->lock);
+			return NULL;
+		}
+		s->queue = c->next;
+		if (!s->queue)
+			s->queue_tail = &s->queue;
+		pthread_mutex_unlock(&s->lock);
+		handle_call(c);
+	}
 }
 
 static void handle_event(struct csi_server *s, grpc_event ev)
@@ -276,12 +321,12 @@ static void handle_event(struct csi_server *s, grpc_event ev)
 	}
 }
 
-static void *worker(void *arg)
+static void *poller_main(void *arg)
 {
 	struct csi_server *s = arg;
 	for (;;) {
 		grpc_event ev =
-			grpc_completion_queue_next(s->cq, gpr_inf_future(GPR_CLOCK_MONOTONIC), NULL);
+		    grpc_completion_queue_next(s->cq, gpr_inf_future(GPR_CLOCK_MONOTONIC), NULL);
 		if (ev.type == GRPC_QUEUE_SHUTDOWN)
 			break;
 		handle_event(s, ev);
@@ -289,19 +334,23 @@ static void *worker(void *arg)
 	return NULL;
 }
 
+static uint64_t now_ms(void)
+{
+	struct timespec ts;
+	clock_gettime(CLOCK_REALTIME, &ts);
+	return (uint64_t)ts.tv_sec * 1000u + (uint64_t)ts.tv_nsec / 1000000u;
+}
+
 /* Wait until cond (evaluated under the lock) or the deadline; true if met. */
-static bool wait_until(struct csi_server *s, bool (*cond)(struct csi_server *), uint64_t deadline_ms)
+static bool wait_until(struct csi_server *s, bool (*cond)(struct csi_server *),
+                       uint64_t deadline_ms)
 {
 	pthread_mutex_lock(&s->lock);
 	while (!cond(s)) {
-		struct timespec ts;
-		clock_gettime(CLOCK_REALTIME, &ts);
-		uint64_t now = (uint64_t)ts.tv_sec * 1000u + (uint64_t)ts.tv_nsec / 1000000u;
-		if (deadline_ms && now >= deadline_ms)
+		if (now_ms() >= deadline_ms)
 			break;
-		uint64_t until = deadline_ms ? deadline_ms : now + 1000;
-		ts.tv_sec = (time_t)(until / 1000u);
-		ts.tv_nsec = (long)(until % 1000u) * 1000000L;
+		struct timespec ts = {.tv_sec = (time_t)(deadline_ms / 1000u),
+		                      .tv_nsec = (long)(deadline_ms % 1000u) * 1000000L};
 		pthread_cond_timedwait(&s->cond, &s->lock, &ts);
 	}
 	bool met = cond(s);
@@ -322,9 +371,9 @@ static void remove_socket(struct csi_server *s)
 		unlink(s->path);
 }
 
-unsigned csi_server_stop(struct csi_server *s, unsigned drain_ms)
+int csi_server_stop(struct csi_server *s, unsigned drain_ms)
 {
-	unsigned cancelled = 0;
+	int cancelled = 0;
 	if (!s)
 		return 0;
 	if (s->server) {
@@ -332,29 +381,40 @@ unsigned csi_server_stop(struct csi_server *s, unsigned drain_ms)
 		s->stopping = true;
 		unsigned active = s->active;
 		pthread_mutex_unlock(&s->lock);
-		log_info("CSI server stopping", "calls_in_flight", active ? "yes" : "no");
+		char n[16];
+		snprintf(n, sizeof(n), "%u", active);
+		log_info("CSI server stopping", "calls_in_flight", n);
 		grpc_server_shutdown_and_notify(s->server, s->cq, &s->t_shutdown);
-		/* A start that failed before any worker ran: drive the queue here. */
-		while (s->nthreads == 0 && !s->shut_down)
-			handle_event(s, grpc_completion_queue_next(s->cq, gpr_inf_future(GPR_CLOCK_MONOTONIC),
-			                                           NULL));
-		struct timespec ts;
-		clock_gettime(CLOCK_REALTIME, &ts);
-		uint64_t deadline =
-			(uint64_t)ts.tv_sec * 1000u + (uint64_t)ts.tv_nsec / 1000000u + drain_ms + 1;
-		if (!wait_until(s, is_shut_down, deadline)) {
+		/* A start that failed before any poller ran: drive the queue here. */
+		while (s->npollers == 0 && !s->shut_down)
+			handle_event(s, grpc_completion_queue_next(
+			                    s->cq, gpr_inf_future(GPR_CLOCK_MONOTONIC), NULL));
+		if (!wait_until(s, is_shut_down, now_ms() + drain_ms + 1)) {
 			pthread_mutex_lock(&s->lock);
-			cancelled = s->active;
+			cancelled = (int)s->active;
 			pthread_mutex_unlock(&s->lock);
 			log_warn("CSI calls still running at the drain deadline: cancelling them");
 			grpc_server_cancel_all_calls(s->server);
-			wait_until(s, is_shut_down, 0);
+			/* Cancelling only ends calls that wait for their client; a
+			 * handler stuck in the kernel keeps its call alive. */
+			if (!wait_until(s, is_shut_down, now_ms() + STUCK_MS)) {
+				log_error(
+				    "CSI handlers still running after cancelling: leaving them");
+				return -EBUSY;
+			}
 		}
 	}
+	/* Every call is done, so the handler queue is empty. */
+	pthread_mutex_lock(&s->lock);
+	s->handlers_quit = true;
+	pthread_cond_broadcast(&s->cond);
+	pthread_mutex_unlock(&s->lock);
+	for (unsigned i = 0; i < s->nhandlers; i++)
+		pthread_join(s->handlers[i], NULL);
 	if (s->cq)
 		grpc_completion_queue_shutdown(s->cq);
-	for (unsigned i = 0; i < s->nthreads; i++)
-		pthread_join(s->threads[i], NULL);
+	for (unsigned i = 0; i < s->npollers; i++)
+		pthread_join(s->pollers[i], NULL);
 	if (s->server)
 		grpc_server_destroy(s->server);
 	if (s->cq)
@@ -382,6 +442,7 @@ int csi_server_start(const char *endpoint, unsigned threads, csi_server_handler 
 	pthread_cond_init(&s->cond, NULL);
 	s->handler = handler;
 	s->ud = ud;
+	s->queue_tail = &s->queue;
 	s->t_shutdown.kind = TAG_SHUTDOWN;
 	grpc_init();
 	gpr_set_log_verbosity(GPR_LOG_SEVERITY_ERROR);
@@ -393,14 +454,14 @@ int csi_server_start(const char *endpoint, unsigned threads, csi_server_handler 
 	size_t plen = slash == s->path ? 1 : (size_t)(slash - s->path);
 	memcpy(parent, s->path, plen);
 	parent[plen] = '\0';
-	if ((rc = cache_view_mkdirs(parent, 0750)) || (rc = claim_path(s->path)))
+	if ((rc = fsutil_mkdirs(parent, 0750)) || (rc = claim_path(s->path)))
 		goto fail;
 	snprintf(addr, sizeof(addr), "unix:%s", s->path);
 
 	grpc_arg args[] = {
-		{.type = GRPC_ARG_INTEGER,
-		 .key = GRPC_ARG_MAX_RECEIVE_MESSAGE_LENGTH,
-		 .value.integer = MESSAGE_MAX},
+	    {.type = GRPC_ARG_INTEGER,
+	     .key = GRPC_ARG_MAX_RECEIVE_MESSAGE_LENGTH,
+	     .value.integer = MESSAGE_MAX},
 	};
 	grpc_channel_args cargs = {.num_args = 1, .args = args};
 	s->server = grpc_server_create(&cargs, NULL);
@@ -426,15 +487,22 @@ int csi_server_start(const char *endpoint, unsigned threads, csi_server_handler 
 		/* kubelet and the node's root talk to it; nobody else. */
 		chmod(s->path, 0660);
 	}
-	for (unsigned i = 0; i < threads * PENDING_PER_THREAD; i++)
-		request_call(s);
-	for (; s->nthreads < threads; s->nthreads++) {
-		int e = pthread_create(&s->threads[s->nthreads], NULL, worker, s);
+	for (; s->nhandlers < threads; s->nhandlers++) {
+		int e = pthread_create(&s->handlers[s->nhandlers], NULL, handler_main, s);
 		if (e) {
 			rc = -e;
 			goto fail;
 		}
 	}
+	for (; s->npollers < POLLERS; s->npollers++) {
+		int e = pthread_create(&s->pollers[s->npollers], NULL, poller_main, s);
+		if (e) {
+			rc = -e;
+			goto fail;
+		}
+	}
+	for (unsigned i = 0; i < PENDING_CALLS; i++)
+		request_call(s);
 	log_info("CSI server listening", "endpoint", addr);
 	*out = s;
 	return 0;

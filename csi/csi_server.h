@@ -20,8 +20,9 @@ typedef void (*csi_server_handler)(void *ud, const char *method, const uint8_t *
 struct csi_server;
 
 /* endpoint: "unix:///abs/path.sock", "unix:/abs/path.sock" or "/abs/path.sock"
- * (the parent directory is created when missing). threads: worker threads
- * answering calls concurrently (1-64). Caller stops with csi_server_stop().
+ * (the parent directory is created when missing). threads: handler threads
+ * answering calls concurrently (1-64); two more threads drive gRPC itself.
+ * Caller stops with csi_server_stop().
  * Errors: -EINVAL (bad endpoint), -ENAMETOOLONG (path too long for a unix
  * socket), -EADDRINUSE (a live server answers there), -EEXIST (the path is
  * not a socket), -EIO (gRPC could not listen). */
@@ -31,8 +32,11 @@ __attribute__((warn_unused_result)) int csi_server_start(const char *endpoint, u
 
 /* Stop accepting calls, let the calls in flight finish (for at most
  * drain_ms, then cancel what is left), join the workers, remove the socket
- * and free s. Returns the number of calls cancelled at the deadline. */
-unsigned csi_server_stop(struct csi_server *s, unsigned drain_ms);
+ * and free s. Returns the number of calls cancelled at the deadline (0: a
+ * clean drain), or -EBUSY when handlers were still running 5 s after the
+ * cancel: then s is left as it is (the process is expected to exit) and
+ * whatever the handlers use must not be freed. */
+int csi_server_stop(struct csi_server *s, unsigned drain_ms);
 
 /* The socket path in use (borrowed until csi_server_stop). */
 const char *csi_server_path(const struct csi_server *s);

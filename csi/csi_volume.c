@@ -10,6 +10,7 @@
 #include <unistd.h>
 
 #include "cache_view.h"
+#include "fsutil.h"
 #include "log.h"
 
 static const char suffix[] = ".json";
@@ -59,16 +60,16 @@ void csi_volume_clear(struct csi_volume *v)
 int csi_volume_copy(struct csi_volume *dst, const struct csi_volume *src)
 {
 	struct csi_volume v = {
-		.volume_id = strdup(src->volume_id ? src->volume_id : ""),
-		.target_path = strdup(src->target_path ? src->target_path : ""),
-		.cache_namespace = strdup(src->cache_namespace ? src->cache_namespace : ""),
-		.cache_name = strdup(src->cache_name ? src->cache_name : ""),
-		.digest = strdup(src->digest ? src->digest : ""),
-		.pod_name = strdup(src->pod_name ? src->pod_name : ""),
-		.pod_namespace = strdup(src->pod_namespace ? src->pod_namespace : ""),
-		.pod_uid = strdup(src->pod_uid ? src->pod_uid : ""),
-		.writable = src->writable,
-		.started = src->started,
+	    .volume_id = strdup(src->volume_id ? src->volume_id : ""),
+	    .target_path = strdup(src->target_path ? src->target_path : ""),
+	    .cache_namespace = strdup(src->cache_namespace ? src->cache_namespace : ""),
+	    .cache_name = strdup(src->cache_name ? src->cache_name : ""),
+	    .digest = strdup(src->digest ? src->digest : ""),
+	    .pod_name = strdup(src->pod_name ? src->pod_name : ""),
+	    .pod_namespace = strdup(src->pod_namespace ? src->pod_namespace : ""),
+	    .pod_uid = strdup(src->pod_uid ? src->pod_uid : ""),
+	    .writable = src->writable,
+	    .started = src->started,
 	};
 	if (!v.volume_id || !v.target_path || !v.cache_namespace || !v.cache_name || !v.digest ||
 	    !v.pod_name || !v.pod_namespace || !v.pod_uid) {
@@ -93,7 +94,7 @@ int csi_volume_save(const char *dir, const struct csi_volume *v)
 	int rc = state_path(path, sizeof(path), dir, v->volume_id);
 	if (rc)
 		return rc;
-	rc = cache_view_mkdirs(dir, 0700);
+	rc = fsutil_mkdirs(dir, 0700);
 	if (rc)
 		return rc;
 	cache_view_rfc3339(v->started, ts, sizeof(ts));
@@ -113,7 +114,7 @@ int csi_volume_save(const char *dir, const struct csi_volume *v)
 	cJSON_Delete(o);
 	if (!text)
 		return -ENOMEM;
-	rc = cache_view_write_atomic(path, text, strlen(text), 0600);
+	rc = fsutil_write_atomic(path, text, strlen(text), 0600);
 	cJSON_free(text);
 	return rc;
 }
@@ -206,7 +207,7 @@ int csi_volume_load_all(const char *dir, struct csi_volume **out, size_t *nout)
 		int n1 = snprintf(path, sizeof(path), "%s/%s", dir, e->d_name);
 		if (n1 < 0 || (size_t)n1 >= sizeof(path))
 			continue;
-		int r = cache_view_read_file(path, CSI_VOLUME_STATE_MAX, &text, &tlen);
+		int r = fsutil_read_file(path, CSI_VOLUME_STATE_MAX, &text, &tlen);
 		if (r == 0)
 			r = parse_state(text, tlen, &v);
 		free(text);

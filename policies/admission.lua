@@ -4,10 +4,17 @@
 -- Input (a plain table, built by the webhook):
 --   image      = { ref = "quay.io/org/cache:v1", registry = "quay.io",
 --                  repository = "org/cache", tag = "v1", digest = "sha256:..." }
---   signatures = { { kind = "simple" | "bundle", key = "key name",
+--   signatures = { { kind = "simple" | "bundle", key = "sha256:<key fingerprint>",
 --                    verified = true|false, reason = "why not" }, ... }
 --   config     = { verifyEnabled = true, allowUnsigned = false }
---   object     = { kind = "GKMCache", namespace = "ns", name = "n", annotations = {...} }
+--   object     = { kind = "GKMCache", namespace = "ns", name = "n",
+--                  operation = "CREATE" | "UPDATE", annotations = {...} }
+--
+-- image.tag is absent for references by digest only; image.digest is what
+-- the webhook resolved (or the reference's own digest). signatures is empty
+-- when the image has none, and when config.verifyEnabled is false (then
+-- nothing was checked). object.annotations never holds
+-- kyverno.io/verify-images: anyone can write it, so it proves nothing.
 --
 -- Output: { allowed = true } or
 --         { allowed = false, reason = "CamelCaseReason", message = "for the user" }

@@ -107,6 +107,7 @@ function M.evaluate(input)
   local conds = {}
   -- Verified
   local annotations = type(cache.annotations) == "table" and cache.annotations or {}
+  local refused = by_reason.Unsigned or by_reason.SignatureNotTrusted
   if verification.enabled == false then
     conds[#conds + 1] = condition(previous, now, generation, "Verified", "False", "VerificationDisabled",
       "signature verification is turned off; the digest was resolved by the "
@@ -114,9 +115,17 @@ function M.evaluate(input)
   elseif annotations["gkm.io/resolvedDigest"] then
     conds[#conds + 1] = condition(previous, now, generation, "Verified", "True", "SignatureVerified",
       "the admission webhook verified the image and resolved it to " .. annotations["gkm.io/resolvedDigest"])
+  elseif refused then
+    conds[#conds + 1] = condition(previous, now, generation, "Verified", "False",
+      by_reason.Unsigned and "Unsigned" or "SignatureNotTrusted",
+      "nodes refused the image: " .. list_nodes(failed_names))
+  elseif verification.resolvedBy == "operator" and ready > 0 then
+    -- no webhook: each node verifies the signature before it extracts
+    conds[#conds + 1] = condition(previous, now, generation, "Verified", "True", "VerifiedOnNodes",
+      "the signature was verified by the nodes that pulled " .. digest)
   else
     conds[#conds + 1] = condition(previous, now, generation, "Verified", "Unknown", "AwaitingVerification",
-      "no digest verified by the admission webhook yet")
+      "no signature verified yet")
   end
 
   -- Ready

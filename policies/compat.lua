@@ -152,6 +152,7 @@ M.rocm = {
 -- Rules. Everything below reads the tables above.
 
 -- How far a target got before it failed: the closest target's reason is the one reported.
+-- Messages are written only for that target (the rules run for every pair).
 local RANK = {
   UnknownTarget = 0, BackendMismatch = 1, ArchitectureMismatch = 2, FeatureMismatch = 3,
   WarpSizeMismatch = 4, UnknownDriver = 5, PtxTooNew = 5, DriverTooOld = 5,
@@ -196,12 +197,27 @@ local function version_cmp(a, b)
   return 0
 end
 
+-- M.cuda.driver_min with its versions parsed, rebuilt when the table changes.
+local parsed_rows, parsed_from
+local function driver_rows()
+  if parsed_from ~= M.cuda.driver_min then
+    parsed_rows = {}
+    for _, row in ipairs(M.cuda.driver_min) do
+      local c, d = version(row.cuda), version(row.driver)
+      if c and d then
+        parsed_rows[#parsed_rows + 1] = { cuda = c, driver = d, text = row.driver }
+      end
+    end
+    parsed_from = M.cuda.driver_min
+  end
+  return parsed_rows
+end
+
 -- Oldest driver of the first CUDA release at or after cuda (nil if none listed).
 local function driver_for(cuda)
-  for _, row in ipairs(M.cuda.driver_min) do
-    local c = version(row.cuda)
-    if c and version_cmp(c, cuda) >= 0 then
-      return row.driver
+  for _, row in ipairs(driver_rows()) do
+    if version_cmp(row.cuda, cuda) >= 0 then
+      return row.text
     end
   end
   return nil
@@ -210,10 +226,9 @@ end
 -- Newest CUDA release whose oldest driver is at or below driver.
 local function cuda_of_driver(driver)
   local best
-  for _, row in ipairs(M.cuda.driver_min) do
-    local d = version(row.driver)
-    if d and version_cmp(d, driver) <= 0 then
-      best = version(row.cuda)
+  for _, row in ipairs(driver_rows()) do
+    if version_cmp(row.driver, driver) <= 0 then
+      best = row.cuda
     end
   end
   return best
@@ -401,20 +416,17 @@ local function gfx_arch_ok(gfx, gpu_base)
   return false
 end
 
-local function fail(reason, message)
-  return { reason = reason, message = message }
-end
-
--- The CUDA version the GPU's driver runs, or a failure when the target needs one.
-local function check_driver(t, g)
+-- The CUDA version target t needs: version, why ("PTX ISA 8.4"), and the
+-- reason to give when the driver is older; nil when it needs none. A PTX ISA
+-- missing from the table needs an unknown, newer CUDA: need is false.
+local function cuda_needed(t)
   local need, why, reason
   if t.ptx then
     local c = M.cuda.ptx_isa_cuda[t.ptx]
-    if not c then
-      return fail("PtxTooNew", string.format(
-        "the cache holds PTX ISA %s, which the policy's ptx_isa_cuda table does not list", t.ptx))
+    need, why, reason = c and version(c) or false, "PTX ISA " .. t.ptx, "PtxTooNew"
+    if not need then
+      return false, why, reason
     end
-    need, why, reason = version(c), "PTX ISA " .. t.ptx, "PtxTooNew"
   end
   if t.cuda then
     local c = t.cuda
@@ -425,57 +437,87 @@ local function check_driver(t, g)
       need, why, reason = c, "CUDA " .. vstr(t.cuda), "DriverTooOld"
     end
   end
-  if not need then
+  return need, why, reason
+end
+
+local function check_driver(t, g)
+  local need, _, reason = cuda_needed(t)
+  if need == nil then
     return nil
   end
+  if need == false then
+    return reason
+  end
   if not g.cuda then
-    return fail("UnknownDriver", string.format(
-      "the cache needs CUDA %s (%s) and the GPU's driver version is unknown", vstr(need), why))
+    return "UnknownDriver"
   end
   if version_cmp(g.cuda, need) >= 0 then
     return nil
   end
-  local min = driver_for(need)
-  return fail(reason, string.format(
-    "the cache needs CUDA %s (%s, driver %s); the GPU's driver %s runs CUDA %s", vstr(need), why,
-    min and (">= " .. min) or "newer than the policy lists",
-    g.driver and vstr(g.driver) or "?", vstr(g.cuda)))
+  return reason
 end
 
--- nil if target t runs on GPU g, else { reason, message }.
+-- nil if target t runs on GPU g, else the reason (cheap: no strings built).
 local function check(t, g)
   if t.backend ~= g.backend then
-    return fail("BackendMismatch", string.format("the cache targets %s; the GPU runs %s",
-      show(t.raw_backend), g.backend))
+    return "BackendMismatch"
   end
   if t.backend == "cuda" then
     if not cuda_arch_ok(t.sm, g.cc) then
-      return fail("ArchitectureMismatch", string.format(
-        "the cache targets %s; the GPU is sm_%d (%s)", t.label, g.cc, g.name))
+      return "ArchitectureMismatch"
     end
   else
     if not gfx_arch_ok(t.gfx, g.gfx) then
-      return fail("ArchitectureMismatch", string.format(
-        "the cache targets %s; the GPU is %s (%s)", t.label, g.gfx, g.name))
+      return "ArchitectureMismatch"
     end
     for name, setting in pairs(t.gfx.features) do
       local have = g.features[name]
       if have and have ~= setting then
-        return fail("FeatureMismatch", string.format(
-          "the cache targets %s (%s%s); the GPU runs with %s%s", t.label, name, setting, name,
-          have))
+        return "FeatureMismatch"
       end
     end
   end
   if t.warp and g.warp and t.warp ~= g.warp then
-    return fail("WarpSizeMismatch", string.format(
-      "the cache targets warp size %d; the GPU (%s %s) runs warp size %d", t.warp, g.name,
-      g.arch, g.warp))
+    return "WarpSizeMismatch"
   end
   if t.backend == "cuda" then
     return check_driver(t, g)
   end
   return nil
+end
+
+-- The message for the reason check() gave target t on GPU g.
+local function explain(t, g, reason)
+  if reason == "BackendMismatch" then
+    return string.format("the cache targets %s; the GPU runs %s", show(t.raw_backend), g.backend)
+  elseif reason == "ArchitectureMismatch" then
+    return string.format("the cache targets %s; the GPU is %s (%s)", t.label,
+      t.backend == "cuda" and string.format("sm_%d", g.cc) or g.gfx, g.name)
+  elseif reason == "FeatureMismatch" then
+    for name, setting in pairs(t.gfx.features) do
+      local have = g.features[name]
+      if have and have ~= setting then
+        return string.format("the cache targets %s (%s%s); the GPU runs with %s%s", t.label, name,
+          setting, name, have)
+      end
+    end
+  elseif reason == "WarpSizeMismatch" then
+    return string.format("the cache targets warp size %d; the GPU (%s %s) runs warp size %d",
+      t.warp, g.name, g.arch, g.warp)
+  end
+  local need, why = cuda_needed(t)
+  if need == false then
+    return string.format("the cache holds %s, which the policy's ptx_isa_cuda table does not list",
+      why)
+  end
+  if reason == "UnknownDriver" then
+    return string.format("the cache needs CUDA %s (%s) and the GPU's driver version is unknown",
+      vstr(need), why)
+  end
+  local min = driver_for(need)
+  return string.format("the cache needs CUDA %s (%s, driver %s); the GPU's driver %s runs CUDA %s",
+    vstr(need), why, min and (">= " .. min) or "newer than the policy lists",
+    g.driver and vstr(g.driver) or "?", vstr(g.cuda))
 end
 
 local function verdict(index, ok, reason, message)
@@ -485,34 +527,67 @@ local function verdict(index, ok, reason, message)
   return { index = index, compatible = ok, reason = reason, message = message }
 end
 
-local function evaluate_gpu(index, gpu, targets)
+-- Normalised GPUs by what the rules read of them: a node asks about the same
+-- GPUs for every cache. Bounded; starts over when full.
+local gpu_memo, gpu_memo_size = {}, 0
+local function memo_gpu(gpu)
+  if type(gpu) ~= "table" then
+    return normalise_gpu(gpu)
+  end
+  local parts = { gpu.backend, gpu.arch, gpu.computeCapability, gpu.warpSize, gpu.features,
+    gpu.driverVersion, gpu.cudaDriverVersion, gpu.name }
+  for i = 1, 8 do
+    local v = parts[i]
+    local tv = type(v)
+    if tv == "nil" then
+      parts[i] = ""
+    elseif tv ~= "string" and tv ~= "number" then
+      return normalise_gpu(gpu)
+    end
+  end
+  local key = table.concat(parts, "\0")
+  local hit = gpu_memo[key]
+  if hit then
+    return hit[1], hit[2]
+  end
   local g, why = normalise_gpu(gpu)
+  if gpu_memo_size >= 256 then
+    gpu_memo, gpu_memo_size = {}, 0
+  end
+  gpu_memo[key], gpu_memo_size = { g, why }, gpu_memo_size + 1
+  return g, why
+end
+
+local function evaluate_gpu(index, gpu, targets)
+  local g, why = memo_gpu(gpu)
   if not g then
     return verdict(index, false, "UnknownGPU", why)
   end
-  local matched, best, first_bad = 0, nil, nil
+  local matched, best, best_t, first_bad, first_t = 0, nil, nil, nil, nil
   for _, t in ipairs(targets) do
-    local f = check(t, g)
-    if f == nil then
+    local reason = check(t, g)
+    if reason == nil then
       matched = matched + 1
       if M.match ~= "all" then
         break
       end
     else
-      first_bad = first_bad or f
-      if not best or (RANK[f.reason] or 0) > (RANK[best.reason] or 0) then
-        best = f
+      if not first_bad then
+        first_bad, first_t = reason, t
+      end
+      if not best or (RANK[reason] or 0) > (RANK[best] or 0) then
+        best, best_t = reason, t
       end
     end
   end
   if M.match == "all" and first_bad then
-    return verdict(index, false, first_bad.reason, first_bad.message)
+    return verdict(index, false, first_bad, explain(first_t, g, first_bad))
   end
   if matched > 0 then
     return verdict(index, true, "Compatible", string.format(
       "the cache has kernels for this GPU (%s %s)", g.name, g.arch))
   end
-  return verdict(index, false, best.reason, best.message)
+  return verdict(index, false, best, explain(best_t, g, best))
 end
 
 function M.evaluate(input)

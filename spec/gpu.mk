@@ -16,3 +16,12 @@ $(BUILD)/spec/fake_nvml/legacy/libnvidia-ml.so.1: spec/fake_nvml/fake_nvml.c
 		-Wl,-soname,libnvidia-ml.so.1 -o $@ $< -lcjson
 
 spec-extra:: $(FAKE_NVML)
+
+# The compat benchmark (spec/bench/compat.sh builds it on demand). Its
+# prerequisites are listed in the recipe: LIB_OBJS is defined after this
+# file is included.
+.PHONY: compat-bench
+compat-bench: all
+	@mkdir -p $(BUILD)/spec
+	$(CC) $(ALL_CFLAGS) -o $(BUILD)/spec/compat_bench spec/bench/compat_bench.c \
+		$(LIB_OBJS) $(PKG_LIBS)

@@ -33,20 +33,21 @@ run_one() { # name, command...
 	local rc=$?
 	local p f s
 	p=$(grep -cE '^[[:space:]]*ok [0-9]+' "$log" | head -1)
-	s=$(grep -cE '^[[:space:]]*ok [0-9]+.*# (SKIP|skip)' "$log" | head -1)
-	f=$(grep -cE '^[[:space:]]*not ok [0-9]+' "$log" | head -1)
-	p=$((p - s))
+	# cmocka reports a skipped test as "not ok N - name # SKIP"
+	s=$(grep -cE '^[[:space:]]*(not )?ok [0-9]+.*# (SKIP|skip)' "$log" | head -1)
+	f=$(grep -E '^[[:space:]]*not ok [0-9]+' "$log" | grep -cvE '# (SKIP|skip)' | head -1)
+	p=$((p - $(grep -cE '^[[:space:]]*ok [0-9]+.*# (SKIP|skip)' "$log")))
 	if [ "$rc" -ne 0 ] && [ "$f" -eq 0 ]; then
 		f=1
 		echo "not ok - $name exited with status $rc" >>"$log"
 	fi
 	passed=$((passed + p)) failed=$((failed + f)) skipped=$((skipped + s))
 	printf '%-48s %4d passed %3d failed %3d skipped  (%ds)\n' "$name" "$p" "$f" "$s" $((SECONDS - start))
-	grep -E '^[[:space:]]*ok [0-9]+.*# (SKIP|skip)' "$log" | sed 's/^/    /'
+	grep -E '^[[:space:]]*(not )?ok [0-9]+.*# (SKIP|skip)' "$log" | sed 's/^/    /'
 	if [ "$f" -gt 0 ]; then
 		failures+=("$name")
 		echo "---- $name (failures and the output around them) ----"
-		grep -nE -B3 -A25 '^[[:space:]]*not ok' "$log" | head -150
+		grep -nE -B3 -A25 '^[[:space:]]*not ok [0-9]+' "$log" | grep -vE '# (SKIP|skip)' | head -150
 		[ "$rc" -ne 0 ] && tail -30 "$log"
 		echo "----"
 	fi

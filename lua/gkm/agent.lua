@@ -32,11 +32,10 @@
 -- }
 local M = {}
 
+-- GPUs are named by their node-wide index, as in the node status gpus[]
+-- list and the compat verdicts.
 local function gpu_id(g)
-  if type(g.uuid) == "string" and g.uuid ~= "" then
-    return g.uuid
-  end
-  return tostring(g.index)
+  return g.index
 end
 
 -- GPUs with the same type, arch, driver and verdict share one id set.

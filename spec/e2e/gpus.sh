@@ -9,7 +9,10 @@ NV=$GKM_BUILD/spec/fake_nvml
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
 
-gpus() { "$GKM_BIN" gpus "$@" >"$tmp/out" 2>"$tmp/err"; }
+# the sanitizer build: a memory error or leak changes the exit status
+G=${GKM_BIN_SAN:-$GKM_BIN}
+export ASAN_OPTIONS=detect_leaks=1:exitcode=99
+gpus() { "$G" gpus "$@" >"$tmp/out" 2>"$tmp/err"; }
 has() { grep -qF -- "$1" "$tmp/${2:-out}"; }
 json() { /usr/bin/python3 -c "import json,sys; d=json.load(open('$tmp/out')); sys.exit(0 if ($1) else 1)"; }
 

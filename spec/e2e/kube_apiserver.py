@@ -145,6 +145,54 @@ def table_ages(tbl):
     return tbl
 
 
+DISCOVERY = re.compile(r"^/(api|apis|api/v1|apis/[^/]+/[^/]+|openapi/v3.*)$")
+LOG_REQ = re.compile(r"round_trippers\.go:\d+\] (GET|POST|PUT|PATCH|DELETE) https?://[^/]+(\S*)")
+LOG_HDR = re.compile(r"round_trippers\.go:480\]\s+([A-Za-z-]+): (.*)$")
+LOG_STATUS = re.compile(r"Response Status: (\d+)")
+LOG_BODY = re.compile(r'"(Request|Response) Body" body=(<|"(.*)")$')
+
+
+def kubectl_exchanges(path):
+    """The non-discovery requests a kubectl -v=8 log shows, in order:
+    method, path, headers, request body, response status and body."""
+    with open(path) as fh:
+        lines = fh.read().splitlines()
+    out, pending, cur = [], None, None
+    i = 0
+    while i < len(lines):
+        line = lines[i]
+        m = LOG_BODY.search(line)
+        if m:
+            body = m.group(3) if m.group(2) != "<" else lines[i + 1].strip()
+            if m.group(2) == "<":
+                i += 1
+            if m.group(2) != "<":
+                body = body.encode().decode("unicode_escape")
+            if m.group(1) == "Request":
+                pending = body
+            elif cur is not None and "body" not in cur:
+                cur["body"] = body
+            i += 1
+            continue
+        m = LOG_REQ.search(line)
+        if m:
+            p = m.group(2).replace("?timeout=32s", "").replace("&timeout=32s", "")
+            cur = {"method": m.group(1), "path": p, "headers": {}, "request": pending or None}
+            pending = None
+            if not DISCOVERY.match(p.split("?")[0]):
+                out.append(cur)
+            i += 1
+            continue
+        m = LOG_HDR.search(line)
+        if m and cur is not None and "status" not in cur:
+            cur["headers"][m.group(1)] = m.group(2)
+        m = LOG_STATUS.search(line)
+        if m and cur is not None and "status" not in cur:
+            cur["status"] = int(m.group(1))
+        i += 1
+    return out
+
+
 def main():
     t = Tap()
     ks = KubeServer(tls=True, token="replay-token", crds=False, bookmark_interval=1).start()
@@ -354,6 +402,34 @@ def main():
              diag="differ: %s %s" % (bad, [diff(r, strip_hash(rec.get(r["name"], {})))
                                            for r in out.get("resources", []) if r["name"] in bad][:2]))
         check(48, "coordination.k8s.io resource list", adjust=lambda e, o: (strip_hash(e), o))
+
+        # ---- what kubectl sent and got (kubectl/*.log), in the order it ran
+        for log in ("apply-server-side", "get-short", "get-yaml", "describe", "delete"):
+            for ex in kubectl_exchanges(os.path.join(FIX, "kubectl", "kubectl-%s.log" % log)):
+                hdrs = {k: v for k, v in ex["headers"].items() if k in ("Accept", "Content-Type")}
+                st, _h, out = ks.request(ex["method"], m.text(ex["path"]), ex["request"], headers=hdrs,
+                                         content_type=hdrs.get("Content-Type", "application/json"))
+                name = "kubectl %s: %s %s" % (log, ex["method"], ex["path"][:70])
+                t.eq(st, ex["status"], name + ": status")
+                try:
+                    want = json.loads(ex.get("body") or "")
+                except ValueError:
+                    want = None     # truncated in the log, or protobuf
+                if want is None or not isinstance(out, dict):
+                    if "as=Table" in hdrs.get("Accept", ""):
+                        t.ok(out.get("kind") == "Table" and [c["name"] for c in out["columnDefinitions"]]
+                             == ["Name", "Image", "Ready", "Age"] and
+                             [r["cells"][:3] for r in out["rows"]] ==
+                             [["w1", "quay.io/x/y:v1", "1/1"], ["w2", "quay.io/x/y:v2", None],
+                              ["w3", "quay.io/x/y:v1", "yes"], ["w9", "quay.io/x/y:v9", None]],
+                             name + ": the rows kubectl printed", diag=out)
+                    elif ex["path"].startswith("/api/v1/namespaces/default/events"):
+                        t.ok(out.get("kind") == "EventList" and out["items"] == [],
+                             name + ": an empty EventList (the Event about w1 has no uid)", diag=out)
+                    continue
+                m.learn(want, out)
+                d = diff(ours(out), m.expected(want))
+                t.ok(d is None, name + ": body as logged", diag=d)
 
         t.ok(not m.errors, "resourceVersions of all answers keep the recorded order",
              diag="\n".join(m.errors))

@@ -15,7 +15,8 @@ garbage collection; Table output for kubectl.
 """
 import argparse
 import base64
-import copy
+import bisect
+import collections
 import datetime
 import json
 import os
@@ -23,7 +24,6 @@ import random
 import signal
 import socket
 import ssl
-import string
 import subprocess
 import sys
 import threading
@@ -34,7 +34,9 @@ import uuid
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import kadmission  # noqa: E402
 import kopenapi  # noqa: E402
+import kproto  # noqa: E402
 import kschema  # noqa: E402
 import ksel  # noqa: E402
 import kssa  # noqa: E402
@@ -70,6 +72,15 @@ PATCH_TYPES_BUILTIN = ["application/json-patch+json", "application/merge-patch+j
 
 def now_str():
     return datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+class NeedsAdmission(Exception):
+    """Raised with the store lock held when webhooks must review an object."""
+
+    def __init__(self, hooks, rt, sub, op, obj, old, cur, name, ns):
+        super().__init__("admission")
+        self.hooks, self.rt, self.sub, self.op = hooks, rt, sub, op
+        self.obj, self.old, self.cur, self.name, self.ns = obj, old, cur, name, ns
 
 
 class ApiError(Exception):
@@ -152,7 +163,12 @@ class Server:
         self.fault_lock = threading.Lock()
         self.watch_conns = set()
         self.token = args.token
+        self.local = threading.local()
+        self.admission = kadmission.Admission(self, args.service_endpoint)
+        self.json_patch = json_patch
         self.request_count = 0
+        self.requests = collections.deque(maxlen=100000)   # with --test-control
+        self.request_seq = 0
         for rt in ktypes.builtin_types():
             self.register(rt)
         self.openapi = kopenapi.OpenAPI(self)
@@ -171,6 +187,73 @@ class Server:
         for d in args.crds or []:
             self.load_crds(d)
         threading.Thread(target=self.gc_loop, daemon=True, name="gc").start()
+
+    def admit(self, rt, sub, op, obj, old, cur, name, ns):
+        """Mutating and validating admission webhooks. They are called outside
+        the store lock: the first time round this raises NeedsAdmission (the
+        caller releases the lock, calls them and runs the request again);
+        the second time the reviewed object is used if the stored object is
+        still the one it was computed from. Lock held."""
+        if not getattr(self.local, "in_run", False):
+            return obj      # objects the server makes itself
+        if not self.store.objs.get("admissionregistration.k8s.io/mutatingwebhookconfigurations") and \
+                not self.store.objs.get("admissionregistration.k8s.io/validatingwebhookconfigurations"):
+            return obj
+        nsobj = self.store.get("core/namespaces", ns) if ns else None
+        hooks = self.admission.hooks(rt, sub, op, obj, old,
+                                     ((nsobj or {}).get("metadata") or {}).get("labels"))
+        if not hooks:
+            return obj
+        st = self.local
+        done = getattr(st, "admitted", None)
+        if done is not None and done[0] is cur and done[1] == (rt.storage, op, name, ns):
+            st.admitted = None
+            return done[2]
+        raise NeedsAdmission(hooks, rt, sub, op, obj, old, cur, name, ns)
+
+    def run(self, fn, manager="", dry=False):
+        """Run a write, with the admission round trips it needs."""
+        st = self.local
+        st.admitted = None
+        st.warnings = []
+        st.in_run = True
+        try:
+            return self._run(fn, manager, dry)
+        finally:
+            st.in_run = False
+            st.admitted = None
+
+    def _run(self, fn, manager, dry):
+        st = self.local
+        for _ in range(8):
+            try:
+                return fn()
+            except NeedsAdmission as na:
+                try:
+                    obj, warns = self.admission.review(
+                        na.hooks, na.rt, na.sub, na.op, na.obj, na.old, na.name, na.ns, dry,
+                        manager, {"username": "gkm-test-admin",
+                                  "groups": ["system:masters", "system:authenticated"]})
+                except kadmission.Denied as d:
+                    raise ApiError(d.code, d.reason, d.message, d.details)
+                st.warnings += warns
+                st.admitted = (na.cur, (na.rt.storage, na.op, na.name, na.ns), obj)
+        raise ApiError(409, "Conflict", "the object kept changing while admission webhooks "
+                                        "reviewed it; try again")
+
+    def log_request(self, h):
+        """Remember a request for /_test/requests (what clients really sent)."""
+        url = urllib.parse.urlsplit(h.path)
+        q = urllib.parse.parse_qs(url.query)
+        with self.fault_lock:
+            self.request_seq += 1
+            self.requests.append({
+                "seq": self.request_seq, "time": time.time(), "method": h.command,
+                "path": url.path, "query": url.query,
+                "contentType": h.headers.get("Content-Type", ""),
+                "userAgent": h.headers.get("User-Agent", ""),
+                "fieldManager": (q.get("fieldManager") or [""])[0],
+                "watch": (q.get("watch") or [""])[0] in ("1", "true"), "status": h.status_sent})
 
     # ---------------------------------------------------------------- registry
     def register(self, rt):
@@ -248,7 +331,6 @@ class Server:
                 for o in objs:
                     key = self.key_of(storage, o)
                     if key not in self.store.objs[storage]:
-                        import bisect
                         bisect.insort(self.store.keys[storage], key)
                     self.store.objs[storage][key] = o
                     self.store._index(storage, key, o)
@@ -284,6 +366,12 @@ class Server:
         if raw is None or raw == b"":
             raise bad_request("the body of the request was empty")
         ct = (content_type or "").split(";")[0].strip()
+        if ct == "application/vnd.kubernetes.protobuf":
+            try:
+                return kproto.decode(raw)
+            except kproto.ProtoError as e:
+                raise bad_request("the object provided is unrecognized (must be of type %s): %s"
+                                  % (rt.kind, e))
         if ct not in ("", "application/json", "application/yaml", "application/apply-patch+yaml",
                       "*/*"):
             raise ApiError(415, "UnsupportedMediaType",
@@ -364,7 +452,7 @@ class Server:
                 warnings = ['unknown field "%s"' % u for u in unknown]
         return out, warnings
 
-    def validate(self, rt, obj, old, request_gv):
+    def validate(self, rt, obj, old, request_gv, known=None):
         md = obj.get("metadata") or {}
         errs = []
         name = md.get("name", "")
@@ -394,7 +482,7 @@ class Server:
             for k in ("metadata", "apiVersion", "kind"):
                 props.pop(k, None)
             sch["properties"] = props
-            errs += kschema.validate(body, sch, "")
+            errs += kschema.validate(body, sch, "", known=known)
         if rt.extra_validate is not None:
             errs += rt.extra_validate(rt, obj, old, request_gv)
         if rt.plural == "customresourcedefinitions":
@@ -458,7 +546,11 @@ class Server:
         if md.get("resourceVersion"):
             raise bad_request("resourceVersion should not be set on objects to be created")
         if not md.get("name") and md.get("generateName"):
-            md["name"] = md["generateName"] + "".join(random.choice(NAME_CHARS) for _ in range(5))
+            prev = getattr(self.local, "admitted", None)
+            if prev and prev[1][1] == "CREATE" and prev[1][2].startswith(md["generateName"]):
+                md["name"] = prev[1][2]     # the name the webhooks saw
+            else:
+                md["name"] = md["generateName"] + "".join(random.choice(NAME_CHARS) for _ in range(5))
         request_gv = rt.gv
         manager = self.manager_name(params, headers)
         dry = "All" in params.get("dryRun", [])
@@ -492,8 +584,9 @@ class Server:
         if rt.plural == "customresourcedefinitions":
             obj.pop("status", None)
             obj.setdefault("spec", {}).setdefault("conversion", {"strategy": "None"})
-        if rt.schema is not None:
+        if rt.has_defaults:
             kschema.apply_defaults(obj, rt.schema)
+        obj = self.admit(rt, "", "CREATE", obj, None, None, md.get("name", ""), ns)
         storage_form = self.to_storage(rt, obj)
         self.storage_skeleton(rt).apply_skeleton(storage_form)
         if not apply_done:
@@ -505,6 +598,8 @@ class Server:
             kssa.update(managers, self.empty_object(rt), self.out(rt, storage_form), rt.ssa_schema,
                         manager, "", rt.gv, now_str())
         # what the create strategy sets comes after the field manager ran
+        if rt.normalize is not None:
+            rt.normalize(storage_form)
         if rt.plural == "pods":
             storage_form["status"] = {"phase": "Pending"}
         if rt.plural == "namespaces":
@@ -552,7 +647,7 @@ class Server:
 
     # ------------------------------------------------------------------ update
     def update(self, rt, ns, name, sub, body, params, headers=None):
-        obj = copy_obj(body)
+        obj = body
         self.check_gvk(rt, obj)
         validation = self.field_validation(params)
         obj, warnings = self.strict_fields(rt, obj, validation)
@@ -591,9 +686,10 @@ class Server:
                       apply_done=False):
         """Shared tail of PUT and PATCH: new_req is the client's version of the
         desired object. Lock held. Returns the object to answer with."""
-        cur_out = copy_obj(self.out(rt, cur))
-        new = copy_obj(new_req)
-        md = new.setdefault("metadata", {})
+        # objects are never modified in place once stored: copy what changes
+        cur_out = self.out(rt, cur)
+        new = dict(new_req)
+        md = new["metadata"] = dict(new.get("metadata") or {})
         cmd = cur_out["metadata"]
         for k in ("uid", "creationTimestamp", "deletionTimestamp", "deletionGracePeriodSeconds",
                   "generation", "namespace", "resourceVersion", "selfLink"):
@@ -603,7 +699,7 @@ class Server:
                 md.pop(k, None)
         if rt.status:
             if sub == "status":
-                keep = copy_obj(cur_out)
+                keep = dict(cur_out)
                 if "status" in new:
                     keep["status"] = new["status"]
                 else:
@@ -615,14 +711,18 @@ class Server:
                 md = new["metadata"]
             else:
                 if "status" in cur_out:
-                    new["status"] = copy_obj(cur_out["status"])
+                    new["status"] = cur_out["status"]
                 else:
                     new.pop("status", None)
-        if rt.schema is not None:
-            kschema.apply_defaults(new, rt.schema)
+        if rt.has_defaults:
+            new = kschema.apply_defaults(copy_obj(new), rt.schema)
+        new = self.admit(rt, sub, "UPDATE", new, cur_out, cur, cmd.get("name", ""),
+                         cmd.get("namespace", ""))
         storage_form = self.to_storage(rt, new)
         self.storage_skeleton(rt).apply_skeleton(storage_form)
-        self.validate(rt, storage_form, cur, rt.gv)
+        if rt.normalize is not None:
+            rt.normalize(storage_form)
+        self.validate(rt, storage_form, cur, rt.gv, known=cur)
         smd = storage_form["metadata"]
         if rt.generation and "generation" in cur["metadata"]:
             if self.spec_changed(rt, cur, storage_form):
@@ -693,7 +793,7 @@ class Server:
             cur = self.store.get(rt.storage, key)
             if cur is None:
                 raise not_found(rt, name)
-            cur_out = copy_obj(self.out(rt, cur))
+            cur_out = self.out(rt, cur)
             try:
                 if ct == "application/json-patch+json":
                     new = json_patch(cur_out, patch)
@@ -786,7 +886,7 @@ class Server:
                 res = self.store.commit(rt.storage, key, stored)
                 self.after_write(rt, res, None)
                 return self.out(rt, res), warnings, 201
-            cur_out = self.strip_mf(copy_obj(self.out(rt, cur)))
+            cur_out = self.strip_mf(self.out(rt, cur))
             try:
                 managers = kssa.Managers(cur["metadata"].get("managedFields") or [])
             except ValueError:
@@ -1263,7 +1363,16 @@ class Server:
                 return False
             return self.matches(rt, obj, lsel, fsel)
 
-        w = kstore.Watcher(rt.storage, match)
+        index = None
+        for f, op, v in fsel:
+            if f == "metadata.name" and op == "=":
+                index = ("name", v)
+        if index is None:
+            for k, op, vals in lsel:
+                if op == "=" or (op == "in" and len(vals) == 1):
+                    index = ("label", k, vals[0])
+                    break
+        w = kstore.Watcher(rt.storage, match, index)
         initial = []
         error = None
         with self.store.lock:
@@ -1279,15 +1388,18 @@ class Server:
                 except ValueError:
                     raise bad_request("resourceVersion: Invalid value: %s: must be an integer" % rvp)
                 evs = self.store.replay(rt.storage, since)
-                if evs is None:
+                if since > self.store.rv:
+                    error = status_obj(504, "Timeout", "Too large resource version: %d, current: %d"
+                                       % (since, self.store.rv),
+                                       {"causes": [{"reason": "ResourceVersionTooLarge",
+                                                    "message": "Too large resource version"}],
+                                        "retryAfterSeconds": 1})
+                elif evs is None:
                     error = status_obj(410, "Expired", "too old resource version: %d (%d)"
                                        % (since, self.store.oldest(rt.storage)))
                 else:
                     for ev in evs:
-                        before = w.q.qsize()
                         w.offer(ev)
-                        if w.q.qsize() > before:
-                            pass
             if error is None:
                 self.store.watchers[rt.storage].add(w)
         if initial_flag and error is None:
@@ -1301,7 +1413,7 @@ class Server:
     def close_watches(self):
         with self.store.lock:
             for ws in self.store.watchers.values():
-                for w in list(ws):
+                for w in ws:
                     w.close()
 
 
@@ -1591,6 +1703,9 @@ class Handler(BaseHTTPRequestHandler):
         n = int(self.headers.get("Content-Length") or 0)
         if n > MAX_BODY:
             self.close_connection = True
+            if n <= 4 * MAX_BODY:
+                while n > 0:    # drain it so that the client reads the answer
+                    n -= len(self.rfile.read(min(n, 65536)) or b"x" * n)
             raise ApiError(413, "RequestEntityTooLarge", "Request entity too large: limit is 3145728")
         return self.rfile.read(n) if n > 0 else b""
 
@@ -1654,9 +1769,17 @@ class Handler(BaseHTTPRequestHandler):
     def do_HEAD(self):
         self.dispatch()
 
+    record = False
+    status_sent = 0
+
+    def send_response(self, code, message=None):
+        self.status_sent = code
+        super().send_response(code, message)
+
     def dispatch(self):
         api = self.api
         api.request_count += 1
+        self.status_sent = 0
         try:
             url = urllib.parse.urlsplit(self.path)
             path = url.path
@@ -1664,12 +1787,13 @@ class Handler(BaseHTTPRequestHandler):
             body = b""
             if self.command in ("POST", "PUT", "PATCH", "DELETE"):
                 body = self.read_body()
+            if path not in ("/version", "/healthz", "/livez", "/readyz") and not self.authenticated():
+                raise ApiError(401, "Unauthorized", "Unauthorized")
             if path.startswith("/_test/"):
                 if not api.args.test_control:
                     raise not_found_path(path)
                 return self.test_control(path, body)
-            if path not in ("/version", "/healthz", "/livez", "/readyz") and not self.authenticated():
-                raise ApiError(401, "Unauthorized", "Unauthorized")
+            self.record = api.args.test_control
             fault = self.take_fault("request")
             if fault:
                 if fault.startswith("status:"):
@@ -1696,6 +1820,10 @@ class Handler(BaseHTTPRequestHandler):
                                                 "Internal error occurred: %s" % e))
             except OSError:
                 self.close_connection = True
+        finally:
+            if self.record:
+                self.record = False
+                api.log_request(self)
 
     def route(self, path, params, body):
         api = self.api
@@ -1785,21 +1913,28 @@ class Handler(BaseHTTPRequestHandler):
                 raise ApiError(405, "MethodNotAllowed", "the server does not allow this method "
                                "on the requested resource")
             obj = api.parse_body(body, rt, self.headers.get("Content-Type"))
-            res, warnings = api.create(rt, ns, obj, params, self.headers)
+            res, warnings = api.run(lambda: api.create(rt, ns, obj, params, self.headers),
+                                    *self.write_opts(params))
+            warnings = warnings + api.local.warnings
             return self.send_json(201, None, self.warning_headers(warnings), text=api.encode(rt, res))
         if m == "PUT":
             if not name:
                 raise ApiError(405, "MethodNotAllowed", "the server does not allow this method "
                                "on the requested resource")
             obj = api.parse_body(body, rt, self.headers.get("Content-Type"))
-            res, warnings = api.update(rt, ns, name, sub, obj, params, self.headers)
+            res, warnings = api.run(lambda: api.update(rt, ns, name, sub, obj, params, self.headers),
+                                    *self.write_opts(params))
+            warnings = warnings + api.local.warnings
             return self.send_json(200, None, self.warning_headers(warnings), text=api.encode(rt, res))
         if m == "PATCH":
             if not name:
                 raise ApiError(405, "MethodNotAllowed", "the server does not allow this method "
                                "on the requested resource")
-            res, warnings, code = api.patch(rt, ns, name, sub, body,
-                                            self.headers.get("Content-Type"), params, self.headers)
+            res, warnings, code = api.run(lambda: api.patch(rt, ns, name, sub, body,
+                                                            self.headers.get("Content-Type"),
+                                                            params, self.headers),
+                                          *self.write_opts(params))
+            warnings = warnings + api.local.warnings
             return self.send_json(code, None, self.warning_headers(warnings), text=api.encode(rt, res))
         if m == "DELETE":
             opts = {}
@@ -1822,6 +1957,11 @@ class Handler(BaseHTTPRequestHandler):
                                   else json.dumps(res, separators=(",", ":")))
         raise ApiError(405, "MethodNotAllowed", "the server does not allow this method on the "
                        "requested resource")
+
+    def write_opts(self, params):
+        return ((params.get("fieldManager") or [""])[0] or
+                self.headers.get("User-Agent", "").split("/")[0],
+                "All" in params.get("dryRun", []))
 
     def warning_headers(self, warnings):
         return [("Warning", '299 - %s' % json.dumps(w)) for w in warnings]
@@ -1896,12 +2036,33 @@ class Handler(BaseHTTPRequestHandler):
         as_table = wants_table(self.headers.get("Accept", ""))
         w, initial, error = api.start_watch(rt, ns, params, name)
         self.send_response(200)
+        if self.record:
+            self.record = False
+            api.log_request(self)
         self.send_header("Content-Type", "application/json")
         self.send_header("Transfer-Encoding", "chunked")
         self.send_header("Cache-Control", "no-cache, private")
         self.end_headers()
         self.close_connection = False
-        fault = self.take_fault("watch")
+        fault = [self.take_fault("watch")]
+        sent = [0]
+
+        def emit(typ, obj):
+            """Send one event; False once an injected fault cut the stream."""
+            if fault[0] and sent[0] >= 1:
+                if fault[0] == "truncate":
+                    data = json.dumps({"type": typ, "object": api.out(rt, obj)}).encode()
+                    self.wfile.write(b"%x\r\n%s" % (len(data), data[: len(data) // 2]))
+                    self.wfile.flush()
+                    self.close_connection = True
+                    self.connection.shutdown(socket.SHUT_RDWR)
+                    return False
+                if fault[0] == "malformed":
+                    self.write_raw(b'{"type":"MODIFIED","object":{"kind"\n')
+                    fault[0] = None
+            self.write_event(rt, typ, obj, as_table)
+            sent[0] += 1
+            return True
         try:
             if error is not None:
                 self.write_chunk({"type": "ERROR", "object": error})
@@ -1910,14 +2071,13 @@ class Handler(BaseHTTPRequestHandler):
             deadline = time.monotonic() + timeout
             interval = api.args.bookmark_interval
             next_bookmark = time.monotonic() + interval
-            sent = 0
             for typ, obj, _ev in initial:
                 if typ == "BOOKMARK-INITIAL":
                     if bookmarks:
                         self.write_chunk(self.bookmark(rt, initial_end=True))
                     continue
-                self.write_event(rt, typ, obj, as_table)
-                sent += 1
+                if not emit(typ, obj):
+                    return
             while True:
                 now = time.monotonic()
                 if now >= deadline:
@@ -1944,19 +2104,8 @@ class Handler(BaseHTTPRequestHandler):
                         next_bookmark = time.monotonic() + interval
                     continue
                 typ, obj, _ev = item
-                if fault == "truncate" and sent >= 1:
-                    data = json.dumps({"type": typ, "object": api.out(rt, obj)}).encode()
-                    self.wfile.write(b"%x\r\n%s" % (len(data), data[: len(data) // 2]))
-                    self.wfile.flush()
-                    self.close_connection = True
-                    self.connection.shutdown(socket.SHUT_RDWR)
+                if not emit(typ, obj):
                     return
-                if fault == "malformed" and sent >= 1:
-                    self.wfile.write(b"5\r\n{\"ty\r\n")
-                    fault = None
-                    continue
-                self.write_event(rt, typ, obj, as_table)
-                sent += 1
             self.end_chunks()
         except (BrokenPipeError, ConnectionResetError, ssl.SSLError, OSError):
             self.close_connection = True
@@ -2015,6 +2164,19 @@ class Handler(BaseHTTPRequestHandler):
             with api.fault_lock:
                 api.faults.clear()
             return self.send_json(200, {})
+        if path == "/_test/service-endpoint":
+            host, _, port = str(req.get("address", "")).rpartition(":")
+            if not req.get("service") or not port.isdigit():
+                raise bad_request('want {"service": "NS/NAME", "address": "HOST:PORT"}')
+            api.admission.endpoints[req["service"]] = (host or "127.0.0.1", int(port))
+            return self.send_json(200, req)
+        if path == "/_test/requests":
+            since = int(req.get("since", 0))
+            sub = req.get("path", "")
+            with api.fault_lock:
+                out = [r for r in api.requests if r["seq"] > since and sub in r["path"]]
+                nxt = api.request_seq
+            return self.send_json(200, {"requests": out, "next": nxt})
         if path == "/_test/stats":
             with api.store.lock:
                 watchers = sum(len(v) for v in api.store.watchers.values())
@@ -2153,6 +2315,8 @@ def main(argv=None):
     ap.add_argument("--watch-timeout", type=float, default=1800.0,
                     help="default watch duration when the client sets no timeoutSeconds")
     ap.add_argument("--state", help="load objects from this file at start, save them at exit")
+    ap.add_argument("--service-endpoint", action="append", default=[], metavar="NS/NAME=HOST:PORT",
+                    help="where the Service an admission webhook names listens")
     ap.add_argument("--test-control", action="store_true",
                     help="enable /_test/ endpoints (fault injection, compaction, closing watches)")
     ap.add_argument("--verbose", action="store_true")

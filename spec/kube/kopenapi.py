@@ -76,8 +76,7 @@ def _object_schema(rt):
     if rt.schema is not None:
         body = json.loads(json.dumps(rt.schema))
     else:
-        body = {"type": "object", "x-kubernetes-preserve-unknown-fields": True,
-                "properties": {}}
+        body = {"type": "object", "properties": {}}
         for k, v in (rt.ssa_schema.get("properties") or {}).items():
             if k != "metadata":
                 body["properties"][k] = v
@@ -143,16 +142,17 @@ class OpenAPI:
                 "delete": _op(rt, "deletecollection", "delete collection of " + rt.kind,
                               LIST_PARAMS, "#/components/schemas/" + META + "Status"),
             }
+            patch_types = ["application/apply-patch+yaml", "application/json-patch+json",
+                           "application/merge-patch+json"]
+            if rt.crd is None:
+                patch_types.append("application/strategic-merge-patch+json")
             item = {
                 "get": _op(rt, "get", "read the specified " + rt.kind, [_param("resourceVersion")], ref),
                 "put": _op(rt, "put", "replace the specified " + rt.kind, WRITE_PARAMS, ref,
                            [("*/*", ref)]),
                 "patch": _op(rt, "patch", "partially update the specified " + rt.kind,
                              PATCH_PARAMS, ref,
-                             [(t, patch_ref) for t in ("application/apply-patch+yaml",
-                                                       "application/json-patch+json",
-                                                       "application/merge-patch+json",
-                                                       "application/strategic-merge-patch+json")]),
+                             [(t, patch_ref) for t in patch_types]),
                 "delete": _op(rt, "delete", "delete a " + rt.kind,
                               [_param("dryRun"), _param("gracePeriodSeconds", typ="integer"),
                                _param("propagationPolicy")],

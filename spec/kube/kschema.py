@@ -235,11 +235,13 @@ def apply_defaults(value, sch):
 
 # ---------------------------------------------------------------- validation
 
-def validate(value, sch, path="", errors=None):
-    """Validate value against an OpenAPI v3 schema; returns FieldErrors."""
+def validate(value, sch, path="", errors=None, known=None):
+    """Validate value against an OpenAPI v3 schema; returns FieldErrors.
+    Subtrees identical (the same object) to `known`, a value validated
+    before, are skipped."""
     if errors is None:
         errors = []
-    if sch is None:
+    if sch is None or (known is not None and value is known):
         return errors
     if value is None:
         if sch.get("nullable"):
@@ -264,9 +266,9 @@ def validate(value, sch, path="", errors=None):
     elif isinstance(value, (int, float)) and not isinstance(value, bool):
         _validate_number(value, sch, path, errors)
     elif isinstance(value, list):
-        _validate_array(value, sch, path, errors)
+        _validate_array(value, sch, path, errors, known if isinstance(known, list) else None)
     elif isinstance(value, dict):
-        _validate_object(value, sch, path, errors)
+        _validate_object(value, sch, path, errors, known if isinstance(known, dict) else None)
     for sub in sch.get("allOf") or []:
         validate(value, sub, path, errors)
     return errors
@@ -315,7 +317,7 @@ def _validate_number(v, sch, path, errors):
                                  % (path, json.dumps(go_number(v)))))
 
 
-def _validate_array(v, sch, path, errors):
+def _validate_array(v, sch, path, errors, known=None):
     if "maxItems" in sch and len(v) > sch["maxItems"]:
         errors.append(FieldError("toomany", path, len(v),
                                  "must have at most %d items" % sch["maxItems"]))
@@ -324,7 +326,8 @@ def _validate_array(v, sch, path, errors):
                                  % (path, sch["minItems"])))
     isch = sch.get("items")
     for i, it in enumerate(v):
-        validate(it, isch, "%s[%d]" % (path, i), errors)
+        validate(it, isch, "%s[%d]" % (path, i), errors,
+                 known[i] if known is not None and i < len(known) else None)
     lt = sch.get("x-kubernetes-list-type")
     if lt == "map":
         keys = sch.get("x-kubernetes-list-map-keys") or []
@@ -346,14 +349,15 @@ def _validate_array(v, sch, path, errors):
             seen.add(k)
 
 
-def _validate_object(v, sch, path, errors):
+def _validate_object(v, sch, path, errors, known=None):
     props = sch.get("properties") or {}
     ap = sch.get("additionalProperties")
     for k, x in v.items():
+        kn = known.get(k) if known is not None else None
         if k in props:
-            validate(x, props[k], _join(path, k), errors)
+            validate(x, props[k], _join(path, k), errors, kn)
         elif isinstance(ap, dict):
-            validate(x, ap, _join(path, k), errors)
+            validate(x, ap, _join(path, k), errors, kn)
     for r in sch.get("required") or []:
         if r not in v:
             errors.append(FieldError("required", _join(path, r)))

@@ -84,6 +84,8 @@ def item_element(sch, item, index):
 
 def same(a, b):
     """Deep equality that tells true from 1 and 1 from 1.0, as JSON does."""
+    if a is b:
+        return True
     if type(a) is not type(b):
         if isinstance(a, (int, float)) and isinstance(b, (int, float)) \
                 and not isinstance(a, bool) and not isinstance(b, bool):
@@ -211,6 +213,8 @@ def compare(old, new, sch, path=(), added=None, modified=None, removed=None):
     """Paths added, modified and removed going from old to new (Compare)."""
     if added is None:
         added, modified, removed = set(), set(), set()
+    if old is new and old is not MISSING:
+        return added, modified, removed
     v = new if new is not MISSING else old
     # a null container compares like an empty one (its items are added)
     if isinstance(v, dict) and not map_is_atomic(sch) \
@@ -284,18 +288,29 @@ def expand_named(paths, sch):
 # ------------------------------------------------------------------- merging
 
 def merge(live, config, sch):
-    """Merge an applied configuration into the live value (Merge)."""
+    """Merge an applied configuration into the live value (Merge). What the
+    configuration does not change stays the very same object as in live."""
     if config is MISSING:
         return live
     if live is MISSING:
         return _copy(config)
     if isinstance(live, dict) and isinstance(config, dict) and not map_is_atomic(sch):
-        out = dict(live)
+        out = None
         for k, v in config.items():
-            out[k] = merge(live.get(k, MISSING), v, child_schema(sch, k)[0])
-        return out
+            old = live.get(k, MISSING)
+            m = merge(old, v, child_schema(sch, k)[0])
+            if m is not old:
+                if out is None:
+                    out = dict(live)
+                out[k] = m
+        return live if out is None else out
     if isinstance(live, list) and isinstance(config, list) and list_type(sch) in ("map", "set"):
-        return _merge_list(live, config, sch)
+        out = _merge_list(live, config, sch)
+        if len(out) == len(live) and all(a is b for a, b in zip(out, live)):
+            return live
+        return out
+    if same(live, config):
+        return live
     return _copy(config)
 
 
@@ -497,7 +512,7 @@ def apply(managers, live, config, sch, manager, subresource, api_version, now,
     last = managers.entries.get(key)
     last_set = last["set"] if last else None
     new_set = _strip(to_set(config, sch), ignored)
-    if last_set:
+    if last_set and not last_set <= new_set:
         owned = set(new_set)
         for k, ent in managers.entries.items():
             if k != key:

@@ -16,11 +16,16 @@ class Event:
 
 
 class Watcher:
-    """One watch stream: a filter and a queue of (type, obj, event)."""
+    """One watch stream: a filter and a queue of (type, obj, event).
 
-    def __init__(self, storage, match):
+    index: ("name", name) or ("label", key, value) when the filter requires
+    that exact name or label (the store then offers it only the events of
+    objects that have it), None otherwise."""
+
+    def __init__(self, storage, match, index=None):
         self.storage = storage
         self.match = match          # fn(obj) -> bool
+        self.index = index
         self.q = queue.SimpleQueue()
         self.closed = False
 
@@ -47,6 +52,53 @@ class Watcher:
         self.q.put(None)
 
 
+class WatchIndex:
+    """The watchers of one storage, indexed so that a write is offered only to
+    the watchers that may want it (not to every agent's watch)."""
+
+    def __init__(self):
+        self.general = set()
+        self.keyed = collections.defaultdict(set)
+
+    def add(self, w):
+        (self.keyed[w.index] if w.index else self.general).add(w)
+
+    def discard(self, w):
+        if w.index:
+            s = self.keyed.get(w.index)
+            if s is not None:
+                s.discard(w)
+                if not s:
+                    del self.keyed[w.index]
+        else:
+            self.general.discard(w)
+
+    def __len__(self):
+        return len(self.general) + sum(len(s) for s in self.keyed.values())
+
+    def __iter__(self):
+        yield from list(self.general)
+        for s in list(self.keyed.values()):
+            yield from list(s)
+
+    def candidates(self, *objs):
+        out = set(self.general)
+        if not self.keyed:
+            return out
+        for o in objs:
+            if o is None:
+                continue
+            md = o.get("metadata") or {}
+            s = self.keyed.get(("name", md.get("name")))
+            if s:
+                out |= s
+            for k, v in (md.get("labels") or {}).items():
+                s = self.keyed.get(("label", k, v))
+                if s:
+                    out |= s
+        return out
+
+
 class Store:
     def __init__(self, history=10000, start_rv=1):
         self.lock = threading.RLock()
@@ -57,7 +109,7 @@ class Store:
         self.history = collections.defaultdict(collections.deque)
         self.start_rv = start_rv
         self.floor = {}    # storage -> every event after this version is kept
-        self.watchers = collections.defaultdict(set)
+        self.watchers = collections.defaultdict(WatchIndex)
         self.uids = {}                                 # uid -> (storage, key)
         self.dependents = collections.defaultdict(set)  # owner uid -> {(storage, key)}
 
@@ -110,9 +162,11 @@ class Store:
         while len(h) > self.history_size:
             old = h.popleft()
             self.floor[storage] = old.rv
-        for w in list(self.watchers[storage]):
-            if not w.closed:
-                w.offer(ev)
+        ws = self.watchers.get(storage)
+        if ws:
+            for w in ws.candidates(ev.obj, prev):
+                if not w.closed:
+                    w.offer(ev)
         return out
 
     def _index(self, storage, key, obj):

@@ -1,11 +1,14 @@
 """Resource types of the test API server: the built-in kinds it serves, the
 custom resources registered from CRDs, their server-side table printing,
 field selectors, and the events.k8s.io <-> core/v1 Event conversion."""
+import base64
 import copy
 import datetime
+import hashlib
 import json
 import re
 
+import kbuiltin
 import kschema
 
 CR_VERBS = ["delete", "deletecollection", "get", "list", "patch", "create", "update", "watch"]
@@ -99,6 +102,8 @@ class RType:
         self.to_storage = None     # conversion for a second version of a storage
         self.from_storage = None
         self.selectable = []       # CRD selectableFields json paths
+        self.normalize = None      # fn(obj): what the kind's strategy rewrites
+        self.has_defaults = False  # the schema has default values
 
     @property
     def gv(self):
@@ -142,13 +147,17 @@ class RType:
         return e
 
     def apply_skeleton(self, obj):
+        """Add the fields a built-in kind always serializes (copy on write)."""
         if self.skeleton:
             for k, v in self.skeleton.items():
                 if k not in obj:
                     obj[k] = copy.deepcopy(v)
                 elif isinstance(v, dict) and isinstance(obj[k], dict):
-                    for k2, v2 in v.items():
-                        obj[k].setdefault(k2, copy.deepcopy(v2))
+                    missing = [k2 for k2 in v if k2 not in obj[k]]
+                    if missing:
+                        obj[k] = dict(obj[k])
+                        for k2 in missing:
+                            obj[k][k2] = copy.deepcopy(v[k2])
         return obj
 
 
@@ -346,13 +355,21 @@ def _pod_cells(obj):
             st.get("nominatedNodeName") or "<none>", "<none>"]
 
 
+def _secret_string_data(obj):
+    """stringData is write-only: merged into data, base64 encoded."""
+    sd = obj.pop("stringData", None)
+    if isinstance(sd, dict) and sd:
+        data = dict(obj["data"]) if isinstance(obj.get("data"), dict) else {}
+        for k, v in sd.items():
+            if isinstance(v, str):
+                data[k] = base64.b64encode(v.encode()).decode()
+        obj["data"] = data
+
+
 def _mk(group, version, plural, kind, namespaced, **kw):
     return RType(group, version, plural, kind, namespaced, **kw)
 
 
-OBJREF_ATOMIC = {"type": "object", "x-kubernetes-map-type": "atomic"}
-CONDITIONS_MAP = {"type": "array", "x-kubernetes-list-type": "map",
-                  "x-kubernetes-list-map-keys": ["type"], "items": {"type": "object"}}
 
 
 def _root(props):
@@ -461,9 +478,7 @@ def builtin_types():
                         _col("Age", desc="CreationTimestamp is a timestamp representing the "
                                          "server time when this object was created.")]
     ns.table = lambda o: [o["metadata"]["name"], (o.get("status") or {}).get("phase", ""), _age(o)]
-    ns.ssa_schema = _root({"spec": {"type": "object", "properties": {
-        "finalizers": {"type": "array"}}}, "status": {"type": "object", "properties": {
-            "conditions": CONDITIONS_MAP}}})
+    ns.ssa_schema = _root(kbuiltin.KINDS["Namespace"])
     out.append(ns)
 
     node = _mk("", "v1", "nodes", "Node", False, short=["no"], status=True)
@@ -490,16 +505,14 @@ def builtin_types():
                           _col("Container-Runtime", desc="Container Runtime Version reported by "
                                                          "the node.", priority=1)]
     node.table = _node_cells
-    node.ssa_schema = _root({"status": {"type": "object", "properties": {
-        "conditions": CONDITIONS_MAP,
-        "addresses": {"type": "array", "x-kubernetes-list-type": "map",
-                      "x-kubernetes-list-map-keys": ["type"], "items": {"type": "object"}}}}})
+    node.ssa_schema = _root(kbuiltin.KINDS["Node"])
     out.append(node)
 
     cm = _mk("", "v1", "configmaps", "ConfigMap", True, short=["cm"])
     cm.table_columns = ["Name", _col("Data", "integer", "Data contains the configuration data."),
                         _col("Age", desc="CreationTimestamp is a timestamp representing the "
                                          "server time when this object was created.")]
+    cm.ssa_schema = _root(kbuiltin.KINDS["ConfigMap"])
     cm.table = lambda o: [o["metadata"]["name"],
                           len(o.get("data") or {}) + len(o.get("binaryData") or {}), _age(o)]
     out.append(cm)
@@ -514,6 +527,8 @@ def builtin_types():
                                           "server time when this object was created.")]
     sec.table = lambda o: [o["metadata"]["name"], o.get("type", ""), len(o.get("data") or {}),
                            _age(o)]
+    sec.normalize = _secret_string_data
+    sec.ssa_schema = _root(kbuiltin.KINDS["Secret"])
     out.append(sec)
 
     ev = _mk("", "v1", "events", "Event", True, short=["ev"], storage="core/events",
@@ -551,7 +566,7 @@ def builtin_types():
                dict(NAME_COLUMN, priority=1)]
     ev.table_columns = ev_cols
     ev.table = _event_cells
-    ev.ssa_schema = _root({"involvedObject": OBJREF_ATOMIC, "related": OBJREF_ATOMIC})
+    ev.ssa_schema = _root(kbuiltin.KINDS["Event"])
     ev.extra_validate = _validate_event
     out.append(ev)
 
@@ -560,7 +575,7 @@ def builtin_types():
     ev2.fields = dict(ev.fields)
     ev2.table_columns = ev_cols
     ev2.table = _event_cells
-    ev2.ssa_schema = _root({"regarding": OBJREF_ATOMIC, "related": OBJREF_ATOMIC})
+    ev2.ssa_schema = _root(kbuiltin.KINDS["events.k8s.io/Event"])
     ev2.to_storage = event_v1_to_core
     ev2.from_storage = event_core_to_v1
     ev2.skeleton = ev.skeleton
@@ -600,11 +615,7 @@ def builtin_types():
                                                       "be evaluated for pod readiness.",
                               priority=1)]
     pod.table = _pod_cells
-    named = {"type": "array", "x-kubernetes-list-type": "map",
-             "x-kubernetes-list-map-keys": ["name"], "items": {"type": "object"}}
-    pod.ssa_schema = _root({"spec": {"type": "object", "properties": {
-        "containers": named, "initContainers": named, "volumes": named}},
-        "status": {"type": "object", "properties": {"conditions": CONDITIONS_MAP}}})
+    pod.ssa_schema = _root(kbuiltin.KINDS["Pod"])
     out.append(pod)
 
     lease = _mk("coordination.k8s.io", "v1", "leases", "Lease", True)
@@ -613,6 +624,7 @@ def builtin_types():
                                                         "the holder of a current lease."),
                            _col("Age", desc="CreationTimestamp is a timestamp representing the "
                                             "server time when this object was created.")]
+    lease.ssa_schema = _root(kbuiltin.KINDS["Lease"])
     lease.table = lambda o: [o["metadata"]["name"],
                              (o.get("spec") or {}).get("holderIdentity", ""), _age(o)]
     out.append(lease)
@@ -643,8 +655,7 @@ def builtin_types():
                 bool(s.get("requiresRepublish")),
                 ",".join(s.get("volumeLifecycleModes") or ["Persistent"]), _age(o)]
     csi.table = csi_cells
-    csi.ssa_schema = _root({"spec": {"type": "object", "properties": {
-        "volumeLifecycleModes": {"type": "array", "x-kubernetes-list-type": "set"}}}})
+    csi.ssa_schema = _root(kbuiltin.KINDS["CSIDriver"])
     out.append(csi)
 
     crd = _mk("apiextensions.k8s.io", "v1", "customresourcedefinitions",
@@ -659,16 +670,120 @@ def builtin_types():
     crd.table_columns = ["Name", _col("Created At", "date",
                                       "CreationTimestamp is a timestamp representing the server "
                                       "time when this object was created.")]
-    crd.ssa_schema = _root({"spec": {"type": "object", "properties": {
-        "versions": {"type": "array"},
-        "names": {"type": "object", "properties": {"shortNames": {"type": "array"},
-                                                    "categories": {"type": "array"}}}}},
-        "status": {"type": "object", "properties": {"conditions": CONDITIONS_MAP}}})
+    crd.ssa_schema = _root(kbuiltin.KINDS["CustomResourceDefinition"])
     out.append(crd)
+    out += workload_types()
 
     for rt in out:
         if rt.ssa_schema is None:
             rt.ssa_schema = _root({})
+    return out
+
+
+AGE_COL = _col("Age", desc="CreationTimestamp is a timestamp representing the server time when "
+                          "this object was created.")
+CREATED_COL = _col("Created At", "date", "CreationTimestamp is a timestamp representing the "
+                                         "server time when this object was created.")
+
+
+def _int(v):
+    return v if isinstance(v, int) and not isinstance(v, bool) else 0
+
+
+def _deploy_cells(o):
+    s, st = o.get("spec") or {}, o.get("status") or {}
+    return [o["metadata"]["name"], "%d/%d" % (_int(st.get("readyReplicas")), _int(s.get("replicas", 1))),
+            _int(st.get("updatedReplicas")), _int(st.get("availableReplicas")), _age(o)]
+
+
+def _ds_cells(o):
+    st = o.get("status") or {}
+    sel = ((o.get("spec") or {}).get("template") or {}).get("spec", {}).get("nodeSelector") or {}
+    return [o["metadata"]["name"]] + [_int(st.get(k)) for k in (
+        "desiredNumberScheduled", "currentNumberScheduled", "numberReady", "updatedNumberScheduled",
+        "numberAvailable")] + [",".join("%s=%s" % kv for kv in sorted(sel.items())) or "<none>", _age(o)]
+
+
+def _svc_cells(o):
+    s = o.get("spec") or {}
+    ports = ",".join("%s/%s" % (p.get("port"), p.get("protocol", "TCP")) for p in s.get("ports") or [])
+    return [o["metadata"]["name"], s.get("type", "ClusterIP"), s.get("clusterIP") or "<none>",
+            ",".join(s.get("externalIPs") or []) or "<none>", ports or "<none>", _age(o)]
+
+
+def _service_ip(obj):
+    """A Service gets a cluster IP unless it asks for none."""
+    spec = obj.get("spec")
+    if isinstance(spec, dict) and not spec.get("clusterIP"):
+        n = int.from_bytes(hashlib.sha256(obj["metadata"].get("name", "").encode()).digest()[:2], "big")
+        spec = dict(spec, clusterIP="10.96.%d.%d" % (n >> 8, (n & 255) or 1))
+        spec.setdefault("clusterIPs", [spec["clusterIP"]])
+        spec.setdefault("type", "ClusterIP")
+        obj["spec"] = spec
+
+
+def workload_types():
+    """The other kinds the chart installs: served with the common semantics
+    (no controller acts on them)."""
+    out = []
+    dep = _mk("apps", "v1", "deployments", "Deployment", True, short=["deploy"], status=True,
+              generation=True, categories=["all"])
+    dep.table_columns = ["Name", _col("Ready", desc="Number of the pod with ready state"),
+                         _col("Up-to-date", "integer", "Total number of non-terminated pods "
+                                                       "targeted by this deployment that have the "
+                                                       "desired template spec."),
+                         _col("Available", "integer", "Total number of available pods (ready for "
+                                                      "at least minReadySeconds) targeted by this "
+                                                      "deployment."), AGE_COL]
+    dep.table = _deploy_cells
+    ds = _mk("apps", "v1", "daemonsets", "DaemonSet", True, short=["ds"], status=True,
+             generation=True, categories=["all"])
+    ds.table_columns = ["Name"] + [_col(n, "integer", n) for n in (
+        "Desired", "Current", "Ready", "Up-to-date", "Available")] + [
+        _col("Node Selector", desc="The node selector of the pods."), AGE_COL]
+    ds.table = _ds_cells
+    svc = _mk("", "v1", "services", "Service", True, short=["svc"], status=True, categories=["all"])
+    svc.table_columns = ["Name", _col("Type", desc="The type of the service."),
+                         _col("Cluster-IP", desc="The IP address of the service."),
+                         _col("External-IP", desc="The external IPs of the service."),
+                         _col("Port(s)", desc="The ports of the service."), AGE_COL]
+    svc.table = _svc_cells
+    svc.normalize = _service_ip
+    sa = _mk("", "v1", "serviceaccounts", "ServiceAccount", True, short=["sa"])
+    sa.table_columns = ["Name", _col("Secrets", "integer", "Secrets of the service account."), AGE_COL]
+    sa.table = lambda o: [o["metadata"]["name"], len(o.get("secrets") or []), _age(o)]
+    out += [dep, ds, svc, sa]
+    for plural, kind, ns in (("clusterroles", "ClusterRole", False), ("roles", "Role", True)):
+        r = _mk("rbac.authorization.k8s.io", "v1", plural, kind, ns)
+        r.table_columns = ["Name", CREATED_COL]
+        out.append(r)
+    for plural, kind, ns in (("clusterrolebindings", "ClusterRoleBinding", False),
+                             ("rolebindings", "RoleBinding", True)):
+        r = _mk("rbac.authorization.k8s.io", "v1", plural, kind, ns)
+        r.table_columns = ["Name", _col("Role", desc="The role of the binding."), AGE_COL]
+        r.table = lambda o: [o["metadata"]["name"], "%s/%s" % (
+            (o.get("roleRef") or {}).get("kind", ""), (o.get("roleRef") or {}).get("name", "")), _age(o)]
+        out.append(r)
+    pdb = _mk("policy", "v1", "poddisruptionbudgets", "PodDisruptionBudget", True, short=["pdb"],
+              status=True, generation=True)
+    pdb.table_columns = ["Name", _col("Min Available", desc="The minimum number of pods."),
+                         _col("Max Unavailable", desc="The maximum number of unavailable pods."),
+                         _col("Allowed Disruptions", "integer", "Disruptions allowed now."), AGE_COL]
+    pdb.table = lambda o: [o["metadata"]["name"], str((o.get("spec") or {}).get("minAvailable", "N/A")),
+                           str((o.get("spec") or {}).get("maxUnavailable", "N/A")),
+                           _int((o.get("status") or {}).get("disruptionsAllowed")), _age(o)]
+    out.append(pdb)
+    for kind in ("MutatingWebhookConfiguration", "ValidatingWebhookConfiguration"):
+        w = _mk("admissionregistration.k8s.io", "v1", kind.lower() + "s", kind, False,
+                generation=True, categories=["api-extensions"])
+        w.table_columns = ["Name", _col("Webhooks", "integer", "Webhooks of the configuration."),
+                           AGE_COL]
+        w.table = lambda o: [o["metadata"]["name"], len(o.get("webhooks") or []), _age(o)]
+        out.append(w)
+    for rt in out:
+        rt.ssa_schema = _root(kbuiltin.KINDS.get(rt.kind, {}))
+        if rt.table is None:
+            rt.table = lambda o: [o["metadata"]["name"], o["metadata"].get("creationTimestamp")]
     return out
 
 
@@ -695,6 +810,7 @@ def custom_type(crd):
         sch = (v.get("schema") or {}).get("openAPIV3Schema") or {
             "type": "object", "x-kubernetes-preserve-unknown-fields": True}
         rt.schema = sch
+        rt.has_defaults = '"default"' in json.dumps(sch)
         root = copy.deepcopy(sch)
         root.setdefault("properties", {})
         root["properties"]["metadata"] = kschema.OBJECT_META_SCHEMA

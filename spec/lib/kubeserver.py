@@ -7,6 +7,7 @@
         ks.restart()             # same port, same objects (state file), watches cut
         ks.control("compact")    # next watch from an older version gets 410
         ks.control("fault", {"action": "malformed", "path": "/widgets", "count": 1})
+        ks.control("requests", {"since": 0, "path": "/gkmcaches"})  # what clients sent
 
 Every server gets its own temporary directory and a free loopback port and
 is stopped (SIGTERM, then SIGKILL) by stop() or at interpreter exit.

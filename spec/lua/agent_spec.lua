@@ -51,8 +51,8 @@ describe('agent decisions', function()
     local r = decide()
     assert.are.same({ 'pull' }, types(r))
     assert.are.equal('Pulling', r.entry.state)
-    assert.are.same({ { ids = { 'GPU-a', 'GPU-b' }, gpuType = 'NVIDIA H100' } }, r.entry.compatibleGPUs)
-    assert.are.same({ { ids = { 'GPU-c' }, gpuType = 'Tesla T4', reason = 'ArchitectureMismatch',
+    assert.are.same({ { ids = { 0, 1 }, gpuType = 'NVIDIA H100' } }, r.entry.compatibleGPUs)
+    assert.are.same({ { ids = { 2 }, gpuType = 'Tesla T4', reason = 'ArchitectureMismatch',
       message = 'built for sm_90, GPU is sm_75' } }, r.entry.incompatibleGPUs)
   end)
 

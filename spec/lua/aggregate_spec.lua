@@ -81,6 +81,17 @@ describe('aggregate policy', function()
     assert.are.equal('NoNodes', cond(r, 'Ready').reason)
   end)
 
+  it('reports verification done by the nodes where no webhook runs', function()
+    local base = { cache = { generation = 1, annotations = {}, status = {} }, digest = D,
+                   verification = { enabled = true, resolvedBy = 'operator' }, now = 'x' }
+    base.nodes = { { name = 'n1', entry = entry('Ready') } }
+    assert.are.equal('VerifiedOnNodes', cond(assert(e:call('aggregate', base)), 'Verified').reason)
+    base.nodes = { { name = 'n1', entry = entry('Failed', 'Unsigned', 'image is not signed') } }
+    local v = cond(assert(e:call('aggregate', base)), 'Verified')
+    assert.are.equal('False', v.status)
+    assert.are.equal('Unsigned', v.reason)
+  end)
+
   it('keeps lastTransitionTime while a condition does not change', function()
     local input_status = { conditions = { { type = 'Ready', status = 'True', reason = 'Ready',
       message = 'x', lastTransitionTime = '2026-01-01T00:00:00Z' } } }

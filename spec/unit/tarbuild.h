@@ -57,8 +57,8 @@ TB_UNUSED static void tb_begin(struct tb *t, enum tb_filter f)
 		abort();
 }
 
-TB_UNUSED static void tb_entry(struct tb *t, const char *path, unsigned type, unsigned mode, int64_t size,
-                     const char *link, int hard, time_t mtime)
+TB_UNUSED static void tb_entry(struct tb *t, const char *path, unsigned type, unsigned mode,
+                               int64_t size, const char *link, int hard, time_t mtime)
 {
 	struct archive_entry *e = archive_entry_new();
 	archive_entry_set_pathname(e, path);
@@ -77,7 +77,8 @@ TB_UNUSED static void tb_entry(struct tb *t, const char *path, unsigned type, un
 	archive_entry_free(e);
 }
 
-TB_UNUSED static void tb_file(struct tb *t, const char *path, unsigned mode, const char *data, time_t mtime)
+TB_UNUSED static void tb_file(struct tb *t, const char *path, unsigned mode, const char *data,
+                              time_t mtime)
 {
 	size_t n = strlen(data);
 	tb_entry(t, path, AE_IFREG, mode, (int64_t)n, NULL, 0, mtime);
@@ -128,7 +129,8 @@ TB_UNUSED static void tb_free(struct tb *t)
 }
 
 /* gzip a buffer (one member) with zlib; caller frees *out. */
-TB_UNUSED static void tb_gzip(const unsigned char *in, size_t len, unsigned char **out, size_t *out_len)
+TB_UNUSED static void tb_gzip(const unsigned char *in, size_t len, unsigned char **out,
+                              size_t *out_len)
 {
 	z_stream z;
 	memset(&z, 0, sizeof(z));

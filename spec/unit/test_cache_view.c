@@ -36,7 +36,8 @@ static void sh(const char *fmt, ...)
 static int setup(void **state)
 {
 	(void)state;
-	snprintf(root, sizeof(root), "%s/gkm-cv.XXXXXX", getenv("TMPDIR") ? getenv("TMPDIR") : "/tmp");
+	snprintf(root, sizeof(root), "%s/gkm-cv.XXXXXX",
+	         getenv("TMPDIR") ? getenv("TMPDIR") : "/tmp");
 	if (!mkdtemp(root))
 		return -1;
 	return 0;
@@ -65,7 +66,7 @@ static void test_names(void **state)
 	assert_false(cache_view_valid_namespace("-a"));
 	assert_false(cache_view_valid_namespace("a.b"));
 	assert_false(cache_view_valid_namespace(
-		"a123456789012345678901234567890123456789012345678901234567890123"));
+	    "a123456789012345678901234567890123456789012345678901234567890123"));
 
 	assert_true(cache_view_valid_name("llama-3.triton"));
 	assert_true(cache_view_valid_name("x"));
@@ -82,7 +83,8 @@ static void test_names(void **state)
 	assert_true(cache_view_valid_digest(DIGEST));
 	assert_false(cache_view_valid_digest("sha256:" HEX "0"));
 	assert_false(cache_view_valid_digest("sha512:" HEX));
-	assert_false(cache_view_valid_digest("sha256:0123456789ABCDEF0123456789abcdef0123456789abcdef0123456789abcdef"));
+	assert_false(cache_view_valid_digest(
+	    "sha256:0123456789ABCDEF0123456789abcdef0123456789abcdef0123456789abcdef"));
 
 	char buf[PATH_MAX];
 	assert_int_equal(cache_view_dir(buf, sizeof(buf), "/r", "caches", "ns", "c"), 0);
@@ -102,9 +104,10 @@ static void test_names(void **state)
 static void test_ready_parse_good(void **state)
 {
 	(void)state;
-	const char *j = "{\"digest\":\"" DIGEST "\",\"state\":\"Ready\",\"compatible\":true,"
-	                "\"compatibleGPUs\":[\"GPU-1\",\"GPU-2\"],\"reason\":\"\",\"message\":\"ok\","
-	                "\"updated\":\"2024-05-01T12:00:00Z\",\"future\":{\"x\":1}}";
+	const char *j =
+	    "{\"digest\":\"" DIGEST "\",\"state\":\"Ready\",\"compatible\":true,"
+	    "\"compatibleGPUs\":[\"GPU-1\",\"GPU-2\"],\"reason\":\"\",\"message\":\"ok\","
+	    "\"updated\":\"2024-05-01T12:00:00Z\",\"future\":{\"x\":1}}";
 	struct cache_view_ready r;
 	char err[256] = "";
 	assert_int_equal(cache_view_ready_parse(j, strlen(j), &r, err, sizeof(err)), 0);
@@ -199,8 +202,8 @@ static void test_open_data(void **state)
 	make_entry(HEX2);
 
 	write_view("ns", "good", "../../../store/sha256/" HEX);
-	assert_int_equal(cache_view_open_data(root, "ns", "good", DIGEST, &fd, &path, err, sizeof(err)),
-	                 0);
+	assert_int_equal(
+	    cache_view_open_data(root, "ns", "good", DIGEST, &fd, &path, err, sizeof(err)), 0);
 	assert_true(fd >= 0);
 	assert_non_null(strstr(path, "/store/sha256/" HEX));
 	close(fd);
@@ -208,8 +211,8 @@ static void test_open_data(void **state)
 
 	/* Cluster-scoped view. */
 	write_view("_cluster", "shared", "../../../store/sha256/" HEX);
-	assert_int_equal(cache_view_open_data(root, NULL, "shared", DIGEST, &fd, &path, err, sizeof(err)),
-	                 0);
+	assert_int_equal(
+	    cache_view_open_data(root, NULL, "shared", DIGEST, &fd, &path, err, sizeof(err)), 0);
 	close(fd);
 	free(path);
 
@@ -217,8 +220,9 @@ static void test_open_data(void **state)
 	write_view("ns", "other", "../../../store/sha256/" HEX2);
 	fd = -7;
 	path = NULL;
-	assert_int_equal(cache_view_open_data(root, "ns", "other", DIGEST, &fd, &path, err, sizeof(err)),
-	                 -ESTALE);
+	assert_int_equal(
+	    cache_view_open_data(root, "ns", "other", DIGEST, &fd, &path, err, sizeof(err)),
+	    -ESTALE);
 	assert_int_equal(fd, -7);
 	assert_null(path);
 
@@ -226,49 +230,56 @@ static void test_open_data(void **state)
 	 * store itself, and a store entry that is itself a link outside. */
 	sh("mkdir -p '%s/outside/" HEX "'", root);
 	write_view("ns", "esc1", "../../../outside/" HEX);
-	assert_int_equal(cache_view_open_data(root, "ns", "esc1", DIGEST, &fd, &path, err, sizeof(err)),
-	                 -EXDEV);
+	assert_int_equal(
+	    cache_view_open_data(root, "ns", "esc1", DIGEST, &fd, &path, err, sizeof(err)), -EXDEV);
 	assert_non_null(strstr(err, "outside the store"));
 	write_view("ns", "esc2", "/etc");
-	assert_int_equal(cache_view_open_data(root, "ns", "esc2", DIGEST, &fd, &path, err, sizeof(err)),
-	                 -EXDEV);
+	assert_int_equal(
+	    cache_view_open_data(root, "ns", "esc2", DIGEST, &fd, &path, err, sizeof(err)), -EXDEV);
 	write_view("ns", "esc3", "../../../store/sha256");
-	assert_int_equal(cache_view_open_data(root, "ns", "esc3", DIGEST, &fd, &path, err, sizeof(err)),
-	                 -EXDEV);
+	assert_int_equal(
+	    cache_view_open_data(root, "ns", "esc3", DIGEST, &fd, &path, err, sizeof(err)), -EXDEV);
 	write_view("ns", "esc4", "../../../store/sha256/" HEX "/..");
-	assert_int_equal(cache_view_open_data(root, "ns", "esc4", DIGEST, &fd, &path, err, sizeof(err)),
-	                 -EXDEV);
-	sh("rm -rf '%s/store/sha256/" HEX2 "' && ln -s '%s/outside/" HEX "' '%s/store/sha256/" HEX2 "'",
+	assert_int_equal(
+	    cache_view_open_data(root, "ns", "esc4", DIGEST, &fd, &path, err, sizeof(err)), -EXDEV);
+	sh("rm -rf '%s/store/sha256/" HEX2 "' && ln -s '%s/outside/" HEX "' '%s/store/sha256/" HEX2
+	   "'",
 	   root, root, root);
-	assert_int_equal(cache_view_open_data(root, "ns", "other", "sha256:" HEX2, &fd, &path, err,
-	                                      sizeof(err)),
-	                 -EXDEV);
+	assert_int_equal(
+	    cache_view_open_data(root, "ns", "other", "sha256:" HEX2, &fd, &path, err, sizeof(err)),
+	    -EXDEV);
 
 	/* Dangling, missing, not a link, entry not a directory. */
 	write_view("ns", "dangling", "../../../store/sha256/" HEX "x");
-	assert_int_equal(cache_view_open_data(root, "ns", "dangling", DIGEST, &fd, &path, err,
-	                                      sizeof(err)),
-	                 -ENOENT);
-	assert_int_equal(cache_view_open_data(root, "ns", "nosuch", DIGEST, &fd, &path, err, sizeof(err)),
-	                 -ENOENT);
+	assert_int_equal(
+	    cache_view_open_data(root, "ns", "dangling", DIGEST, &fd, &path, err, sizeof(err)),
+	    -ENOENT);
+	assert_int_equal(
+	    cache_view_open_data(root, "ns", "nosuch", DIGEST, &fd, &path, err, sizeof(err)),
+	    -ENOENT);
 	sh("mkdir -p '%s/caches/ns/realdir/data'", root);
-	assert_int_equal(cache_view_open_data(root, "ns", "realdir", DIGEST, &fd, &path, err, sizeof(err)),
-	                 -EINVAL);
+	assert_int_equal(
+	    cache_view_open_data(root, "ns", "realdir", DIGEST, &fd, &path, err, sizeof(err)),
+	    -EINVAL);
 	sh("mkdir -p '%s/store/sha256' && echo x > '%s/store/sha256/%s'", root, root,
 	   "1111111111111111111111111111111111111111111111111111111111111111");
-	write_view("ns", "file", "../../../store/sha256/"
-	                         "1111111111111111111111111111111111111111111111111111111111111111");
-	assert_int_equal(cache_view_open_data(root, "ns", "file",
-	                                      "sha256:1111111111111111111111111111111111111111111111111111111111111111",
-	                                      &fd, &path, err, sizeof(err)),
-	                 -ENOTDIR);
+	write_view("ns", "file",
+	           "../../../store/sha256/"
+	           "1111111111111111111111111111111111111111111111111111111111111111");
+	assert_int_equal(
+	    cache_view_open_data(
+	        root, "ns", "file",
+	        "sha256:1111111111111111111111111111111111111111111111111111111111111111", &fd,
+	        &path, err, sizeof(err)),
+	    -ENOTDIR);
 
 	/* Bad names never reach the file system. */
-	assert_int_equal(cache_view_open_data(root, "ns", "../../etc", DIGEST, &fd, &path, err,
-	                                      sizeof(err)),
-	                 -EINVAL);
-	assert_int_equal(cache_view_open_data(root, "../x", "good", DIGEST, &fd, &path, err, sizeof(err)),
-	                 -EINVAL);
+	assert_int_equal(
+	    cache_view_open_data(root, "ns", "../../etc", DIGEST, &fd, &path, err, sizeof(err)),
+	    -EINVAL);
+	assert_int_equal(
+	    cache_view_open_data(root, "../x", "good", DIGEST, &fd, &path, err, sizeof(err)),
+	    -EINVAL);
 }
 
 static void test_publish_roundtrip(void **state)
@@ -277,14 +288,14 @@ static void test_publish_roundtrip(void **state)
 	make_entry(HEX);
 	char *gpus[] = {"GPU-a"};
 	struct cache_view_ready in = {
-		.digest = DIGEST,
-		.state = "Ready",
-		.compatible = true,
-		.compatible_gpus = gpus,
-		.ncompatible_gpus = 1,
-		.reason = "",
-		.message = "all good",
-		.updated = "2024-05-01T12:00:00Z",
+	    .digest = DIGEST,
+	    .state = "Ready",
+	    .compatible = true,
+	    .compatible_gpus = gpus,
+	    .ncompatible_gpus = 1,
+	    .reason = "",
+	    .message = "all good",
+	    .updated = "2024-05-01T12:00:00Z",
 	};
 	assert_int_equal(cache_view_publish(root, "team", "c1", &in), 0);
 	/* Publishing again replaces in place. */
@@ -308,8 +319,8 @@ static void test_publish_roundtrip(void **state)
 
 	int fd;
 	char *path;
-	assert_int_equal(cache_view_open_data(root, "team", "c1", DIGEST, &fd, &path, err, sizeof(err)),
-	                 0);
+	assert_int_equal(
+	    cache_view_open_data(root, "team", "c1", DIGEST, &fd, &path, err, sizeof(err)), 0);
 	close(fd);
 	free(path);
 
@@ -330,14 +341,14 @@ static void test_publish_roundtrip(void **state)
 static struct cache_view_pod pod(const char *vid, const char *digest)
 {
 	struct cache_view_pod p = {
-		.name = "p",
-		.namespace = "team",
-		.uid = "uid-1",
-		.volume_id = (char *)vid,
-		.target_path = "/var/lib/kubelet/pods/x/volumes/mount",
-		.digest = (char *)digest,
-		.read_only = true,
-		.started = 1714564800,
+	    .name = "p",
+	    .namespace = "team",
+	    .uid = "uid-1",
+	    .volume_id = (char *)vid,
+	    .target_path = "/var/lib/kubelet/pods/x/volumes/mount",
+	    .digest = (char *)digest,
+	    .read_only = true,
+	    .started = 1714564800,
 	};
 	return p;
 }
@@ -460,14 +471,14 @@ static void test_rfc3339(void **state)
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
-		cmocka_unit_test(test_names),
-		cmocka_unit_test(test_ready_parse_good),
-		cmocka_unit_test(test_ready_parse_malformed),
-		cmocka_unit_test_setup_teardown(test_open_data, setup, teardown),
-		cmocka_unit_test_setup_teardown(test_publish_roundtrip, setup, teardown),
-		cmocka_unit_test_setup_teardown(test_usage, setup, teardown),
-		cmocka_unit_test_setup_teardown(test_usage_concurrent, setup, teardown),
-		cmocka_unit_test(test_rfc3339),
+	    cmocka_unit_test(test_names),
+	    cmocka_unit_test(test_ready_parse_good),
+	    cmocka_unit_test(test_ready_parse_malformed),
+	    cmocka_unit_test_setup_teardown(test_open_data, setup, teardown),
+	    cmocka_unit_test_setup_teardown(test_publish_roundtrip, setup, teardown),
+	    cmocka_unit_test_setup_teardown(test_usage, setup, teardown),
+	    cmocka_unit_test_setup_teardown(test_usage_concurrent, setup, teardown),
+	    cmocka_unit_test(test_rfc3339),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);
 }

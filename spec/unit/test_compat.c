@@ -142,13 +142,18 @@ static void test_targets_from_dir_errors(void **state)
 	assert_int_equal(symlink(target, link), 0);
 	assert_int_equal(compat_targets_from_dir(dir, &t, err, sizeof(err)), -ENOENT);
 
-	/* more distinct targets than a cache may have */
-	for (int i = 0; i < COMPAT_TARGETS_MAX + 1; i++) {
-		char rel[64], json[128];
-		snprintf(rel, sizeof(rel), "M/%d.json", i);
-		snprintf(json, sizeof(json), "{\"target\":{\"backend\":\"cuda\",\"arch\":%d}}", i);
-		write_file(dir, rel, json);
-	}
+	/* more distinct targets than a cache may have (in one manifest: creating
+	 * thousands of files is slow on some file systems) */
+	size_t cap = (COMPAT_TARGETS_MAX + 1) * 48 + 32, used = 0;
+	char *m = malloc(cap);
+	assert_non_null(m);
+	used += (size_t)snprintf(m, cap, "{\"triton\":[");
+	for (int i = 0; i < COMPAT_TARGETS_MAX + 1; i++)
+		used += (size_t)snprintf(m + used, cap - used,
+		                         "%s{\"backend\":\"cuda\",\"arch\":%d}", i ? "," : "", i);
+	snprintf(m + used, cap - used, "]}");
+	write_file(dir, "io.triton.manifest/manifest.json", m);
+	free(m);
 	assert_int_equal(compat_targets_from_dir(dir, &t, err, sizeof(err)), -E2BIG);
 	assert_non_null(strstr(err, "more than 4096 distinct targets"));
 

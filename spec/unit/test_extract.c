@@ -82,7 +82,8 @@ static void assert_refused(struct fx *f, struct tb *t, int want_rc, const char *
 	if (rc == 0)
 		rc = extract_finish(f->x);
 	if (rc != want_rc || strstr(extract_error(f->x), want_msg) == NULL)
-		fail_msg("got %d '%s', want %d containing '%s'", rc, extract_error(f->x), want_rc, want_msg);
+		fail_msg("got %d '%s', want %d containing '%s'", rc, extract_error(f->x), want_rc,
+		         want_msg);
 	/* The session is dead after a failure. */
 	struct tb empty;
 	tb_begin(&empty, TB_NONE);
@@ -100,7 +101,10 @@ static void build_tree(struct tb *t, enum tb_filter filt)
 	tb_dir(t, "io.triton.cache/", 0750, 1600000001);
 	tb_dir(t, "io.triton.cache/ABC/", 0555, 1600000002);
 	tb_file(t, "io.triton.cache/ABC/add_kernel.json", 0640, "{\"target\":1}", 1600000003);
-	tb_file(t, "io.triton.cache/ABC/add_kernel.cubin", 0755, "\x7f" "ELF....", 1600000004);
+	tb_file(t, "io.triton.cache/ABC/add_kernel.cubin", 0755,
+	        "\x7f"
+	        "ELF....",
+	        1600000004);
 	tb_file(t, "./implicit/parent/file.txt", 0600, "made without dir entries", 0);
 	tb_symlink(t, "io.triton.cache/latest", "ABC/add_kernel.json");
 	tb_hardlink(t, "io.triton.cache/ABC/hard.json", "io.triton.cache/ABC/add_kernel.json");
@@ -111,7 +115,10 @@ static void build_tree(struct tb *t, enum tb_filter filt)
 static void check_tree(struct fx *f)
 {
 	assert_file(f, "io.triton.cache/ABC/add_kernel.json", "{\"target\":1}", 0640);
-	assert_file(f, "io.triton.cache/ABC/add_kernel.cubin", "\x7f" "ELF....", 0755);
+	assert_file(f, "io.triton.cache/ABC/add_kernel.cubin",
+	            "\x7f"
+	            "ELF....",
+	            0755);
 	assert_file(f, "implicit/parent/file.txt", "made without dir entries", 0600);
 	assert_file(f, "empty", "", 0644);
 	char p[512], q[512], l[256];
@@ -216,6 +223,38 @@ static void test_fixtures_roundtrip(void **state)
 	assert_int_equal(system(cmd), 0);
 }
 
+static void test_umoci_layer_without_end_blocks(void **state)
+{
+	/* Debian's umoci writes layers with a "/" root entry and without the
+	 * tar padding and end-of-archive blocks (GNU tar and bsdtar reject
+	 * them). They must extract. */
+	struct fx *f = *state;
+	char cmd[2048];
+	if (system("command -v umoci >/dev/null 2>&1") != 0)
+		skip();
+	snprintf(
+	    cmd, sizeof(cmd),
+	    "cd '%s' && mkdir -p src/io.triton.cache/abc && printf '{\"a\":1}' > "
+	    "src/io.triton.cache/abc/k.json && "
+	    "head -c 1000 /dev/zero | tr '\\0' x > src/io.triton.cache/abc/k.cubin && "
+	    "umoci init --layout L && umoci new --image L:t && umoci insert --image L:t src / && "
+	    "for b in L/blobs/sha256/*; do if [ \"$(head -c2 $b | od -An -tx1 | tr -d ' ')\" = "
+	    "1f8b ]; then cp $b layer.gz; fi; done && "
+	    "test $(( $(gzip -dc layer.gz | wc -c) %% 512 )) -ne 0",
+	    f->outer);
+	if (system(cmd) != 0)
+		fail_msg("could not make an umoci layer without end blocks");
+	char layer[600];
+	snprintf(layer, sizeof(layer), "%s/layer.gz", f->outer);
+	int rc = extract_layer_file(f->x, layer);
+	if (rc)
+		fail_msg("%d %s", rc, extract_error(f->x));
+	assert_int_equal(extract_finish(f->x), 0);
+	assert_file(f, "io.triton.cache/abc/k.json", "{\"a\":1}", 0644);
+	snprintf(cmd, sizeof(cmd), "diff -r '%s/src' '%s'", f->outer, f->dir);
+	assert_int_equal(system(cmd), 0);
+}
+
 /* ---- refusals ---- */
 
 static void test_absolute_path(void **state)
@@ -255,7 +294,9 @@ static void test_symlink_escape(void **state)
 	tb_symlink(&t, "evil", "../victim");
 	tb_file(&t, "evil", 0644, "pwned", 0);
 	tb_end(&t);
-	assert_refused(f, &t, -EPERM, "refused entry 'evil': symlink target '../victim' resolves outside the tree");
+	assert_refused(
+	    f, &t, -EPERM,
+	    "refused entry 'evil': symlink target '../victim' resolves outside the tree");
 	assert_false(exists(f->outer, "victim"));
 	assert_false(exists(f->dir, "evil"));
 	tb_free(&t);
@@ -301,9 +342,10 @@ static void test_symlink_chain_escape(void **state)
 	tb_end(&t);
 	assert_int_equal(run_layer(f, &t, 0), 0);
 	assert_int_equal(extract_finish(f->x), -EPERM);
-	assert_string_equal(extract_error(f->x),
-	                    "refused entry 'a/x': symlink target '../z/..' resolves outside the tree "
-	                    "(through other links)");
+	assert_string_equal(
+	    extract_error(f->x),
+	    "refused entry 'a/x': symlink target '../z/..' resolves outside the tree "
+	    "(through other links)");
 	tb_free(&t);
 }
 
@@ -314,7 +356,9 @@ static void test_hardlink_outside(void **state)
 	tb_begin(&t, TB_NONE);
 	tb_hardlink(&t, "passwd", "/etc/passwd");
 	tb_end(&t);
-	assert_refused(f, &t, -EPERM, "refused entry 'passwd': hard link target '/etc/passwd' is outside the tree");
+	assert_refused(
+	    f, &t, -EPERM,
+	    "refused entry 'passwd': hard link target '/etc/passwd' is outside the tree");
 	assert_false(exists(f->dir, "passwd"));
 	tb_free(&t);
 }
@@ -326,7 +370,8 @@ static void test_hardlink_dotdot_and_missing(void **state)
 	tb_begin(&t, TB_NONE);
 	tb_hardlink(&t, "h", "../victim");
 	tb_end(&t);
-	assert_refused(f, &t, -EPERM, "refused entry 'h': hard link target '../victim' is outside the tree");
+	assert_refused(f, &t, -EPERM,
+	               "refused entry 'h': hard link target '../victim' is outside the tree");
 	tb_free(&t);
 
 	struct extract *x2;
@@ -336,7 +381,8 @@ static void test_hardlink_dotdot_and_missing(void **state)
 	tb_begin(&t, TB_NONE);
 	tb_hardlink(&t, "h", "nowhere");
 	tb_end(&t);
-	assert_refused(f, &t, -EPERM, "refused entry 'h': hard link target 'nowhere' is not in the tree");
+	assert_refused(f, &t, -EPERM,
+	               "refused entry 'h': hard link target 'nowhere' is not in the tree");
 	tb_free(&t);
 }
 
@@ -359,7 +405,8 @@ static void test_device_node(void **state)
 
 static void test_char_device(void **state)
 {
-	refuse_special(state, "null", AE_IFCHR, "refused entry 'null': device nodes are not allowed");
+	refuse_special(state, "null", AE_IFCHR,
+	               "refused entry 'null': device nodes are not allowed");
 }
 
 static void test_fifo(void **state)
@@ -446,7 +493,8 @@ static void test_entry_count_cap(void **state)
 		tb_file(&t, name, 0644, "x", 0);
 	}
 	tb_end(&t);
-	assert_refused(f, &t, -EFBIG, "refused entry 'f10': more than 10 entries (entry count cap)");
+	assert_refused(f, &t, -EFBIG,
+	               "refused entry 'f10': more than 10 entries (entry count cap)");
 	tb_free(&t);
 }
 
@@ -458,7 +506,8 @@ static void test_entry_size_cap(void **state)
 	tb_begin(&t, TB_NONE);
 	tb_fill(&t, "big", 1001, 'a');
 	tb_end(&t);
-	assert_refused(f, &t, -EFBIG, "refused entry 'big': 1001 bytes, over the per-entry cap of 1000");
+	assert_refused(f, &t, -EFBIG,
+	               "refused entry 'big': 1001 bytes, over the per-entry cap of 1000");
 	assert_false(exists(f->dir, "big"));
 	tb_free(&t);
 }
@@ -473,7 +522,8 @@ static void test_total_size_cap(void **state)
 	tb_fill(&t, "b", 1000, 'b');
 	tb_fill(&t, "c", 1000, 'c');
 	tb_end(&t);
-	assert_refused(f, &t, -EFBIG, "refused entry 'c': the tree would pass the total cap of 2500 bytes");
+	assert_refused(f, &t, -EFBIG,
+	               "refused entry 'c': the tree would pass the total cap of 2500 bytes");
 	tb_free(&t);
 }
 
@@ -542,8 +592,9 @@ static void test_truncated_entry(void **state)
 	tb_gzip(t.buf, n, &gz, &gzlen); /* a complete gzip stream of a cut tar */
 	struct memsrc m = {gz, gzlen, 0, 0, 0};
 	assert_int_equal(extract_layer(f->x, memsrc_read, &m), -EBADMSG);
-	assert_string_equal(extract_error(f->x),
-	                    "entry 'second' is cut short: the layer ends 990 bytes into its 1000 bytes of data");
+	assert_string_equal(
+	    extract_error(f->x),
+	    "entry 'second' is cut short: the layer ends 990 bytes into its 1000 bytes of data");
 	free(gz);
 	tb_free(&t);
 }
@@ -735,13 +786,21 @@ static void test_clean_path(void **state)
 	assert_string_equal(out, "");
 	assert_int_equal(extract_clean_path("/etc/passwd", out, sizeof(out), &rule), -EPERM);
 	assert_string_equal(rule, "absolute path");
+	assert_int_equal(extract_clean_path("/", out, sizeof(out), &rule),
+	                 0); /* the root, as umoci writes it */
+	assert_string_equal(out, "");
+	assert_int_equal(extract_clean_path("//./", out, sizeof(out), &rule), 0);
+	assert_int_equal(extract_clean_path("/..", out, sizeof(out), &rule), -EPERM);
+	assert_int_equal(extract_clean_path("/.../x", out, sizeof(out), &rule), -EPERM);
 	assert_int_equal(extract_clean_path("a/..", out, sizeof(out), &rule), -EPERM);
 	assert_int_equal(extract_clean_path("..", out, sizeof(out), &rule), -EPERM);
 	assert_int_equal(extract_clean_path("", out, sizeof(out), &rule), -EPERM);
 	assert_int_equal(extract_clean_path("a/...", out, sizeof(out), &rule), 0); /* a real name */
-	assert_int_equal(extract_clean_path("aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa",
-	                                    out, sizeof(out), &rule),
-	                 -EPERM);
+	assert_int_equal(
+	    extract_clean_path(
+	        "aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa", out,
+	        sizeof(out), &rule),
+	    -EPERM);
 	assert_true(extract_symlink_inside("a/b/l", "../c"));
 	assert_true(extract_symlink_inside("a/b/l", "../../c"));
 	assert_false(extract_symlink_inside("a/b/l", "../../../c"));
@@ -766,43 +825,44 @@ int main(void)
 {
 	const struct CMUnitTest tests[] = {
 #define T(fn) cmocka_unit_test_setup_teardown(fn, setup, teardown)
-		T(test_plain_tar_keeps_modes_and_mtimes),
-		T(test_gzip_layer),
-		T(test_zstd_layer),
-		T(test_tiny_reads),
-		T(test_fixtures_roundtrip),
-		T(test_absolute_path),
-		T(test_dotdot),
-		T(test_symlink_escape),
-		T(test_symlink_absolute),
-		T(test_write_through_symlink),
-		T(test_symlink_chain_escape),
-		T(test_hardlink_outside),
-		T(test_hardlink_dotdot_and_missing),
-		T(test_device_node),
-		T(test_char_device),
-		T(test_fifo),
-		T(test_setuid),
-		T(test_setgid_dir),
-		T(test_gzip_bomb),
-		T(test_zstd_bomb),
-		T(test_entry_count_cap),
-		T(test_entry_size_cap),
-		T(test_total_size_cap),
-		T(test_missing_end_of_archive),
-		T(test_missing_end_of_archive_gzip),
-		T(test_truncated_entry),
-		T(test_layer_ends_inside_header),
-		T(test_truncated_gzip_stream),
-		T(test_source_error_fails_layer),
-		T(test_unsupported_compression),
-		T(test_garbage_is_malformed),
-		T(test_whiteouts_across_layers),
-		T(test_push_model),
-		T(test_push_failure_stops_writer),
-		T(test_push_abandoned),
-		T(test_clean_path),
-		T(test_control_chars_in_messages),
+	    T(test_plain_tar_keeps_modes_and_mtimes),
+	    T(test_gzip_layer),
+	    T(test_zstd_layer),
+	    T(test_tiny_reads),
+	    T(test_fixtures_roundtrip),
+	    T(test_umoci_layer_without_end_blocks),
+	    T(test_absolute_path),
+	    T(test_dotdot),
+	    T(test_symlink_escape),
+	    T(test_symlink_absolute),
+	    T(test_write_through_symlink),
+	    T(test_symlink_chain_escape),
+	    T(test_hardlink_outside),
+	    T(test_hardlink_dotdot_and_missing),
+	    T(test_device_node),
+	    T(test_char_device),
+	    T(test_fifo),
+	    T(test_setuid),
+	    T(test_setgid_dir),
+	    T(test_gzip_bomb),
+	    T(test_zstd_bomb),
+	    T(test_entry_count_cap),
+	    T(test_entry_size_cap),
+	    T(test_total_size_cap),
+	    T(test_missing_end_of_archive),
+	    T(test_missing_end_of_archive_gzip),
+	    T(test_truncated_entry),
+	    T(test_layer_ends_inside_header),
+	    T(test_truncated_gzip_stream),
+	    T(test_source_error_fails_layer),
+	    T(test_unsupported_compression),
+	    T(test_garbage_is_malformed),
+	    T(test_whiteouts_across_layers),
+	    T(test_push_model),
+	    T(test_push_failure_stops_writer),
+	    T(test_push_abandoned),
+	    T(test_clean_path),
+	    T(test_control_chars_in_messages),
 #undef T
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);

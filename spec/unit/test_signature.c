@@ -64,7 +64,8 @@ static void spit(const char *name, const char *data, size_t len)
 static void payload_for(const char *digest, char *buf, size_t len)
 {
 	snprintf(buf, len,
-	         "{\"critical\":{\"identity\":{\"docker-reference\":\"registry.test:5000/caches/triton\"},"
+	         "{\"critical\":{\"identity\":{\"docker-reference\":\"registry.test:5000/caches/"
+	         "triton\"},"
 	         "\"image\":{\"docker-manifest-digest\":\"%s\"},\"type\":\"cosign container image "
 	         "signature\"},\"optional\":null}",
 	         digest);
@@ -197,14 +198,16 @@ static void test_wrong_key(void **state)
 	spit("payload.json", payload, strlen(payload));
 	char *sig = openssl_sign("p256.pem", "-sha256");
 	struct sig_keyset *ks = keyset_of("other.pub");
-	assert_int_equal(sig_verify_simple(ks, DIG, payload, strlen(payload), sig, NULL, why, sizeof(why)),
-	                 -EKEYREJECTED);
+	assert_int_equal(
+	    sig_verify_simple(ks, DIG, payload, strlen(payload), sig, NULL, why, sizeof(why)),
+	    -EKEYREJECTED);
 	assert_string_equal(why, "no trusted key verifies the signature");
 	sig_keyset_free(ks);
 	/* An RSA key does not verify an ECDSA signature either. */
 	ks = keyset_of("rsa.pub");
-	assert_int_equal(sig_verify_simple(ks, DIG, payload, strlen(payload), sig, NULL, why, sizeof(why)),
-	                 -EKEYREJECTED);
+	assert_int_equal(
+	    sig_verify_simple(ks, DIG, payload, strlen(payload), sig, NULL, why, sizeof(why)),
+	    -EKEYREJECTED);
 	sig_keyset_free(ks);
 	free(sig);
 }
@@ -217,8 +220,9 @@ static void test_payload_for_another_digest(void **state)
 	spit("payload.json", payload, strlen(payload));
 	char *sig = openssl_sign("p256.pem", "-sha256");
 	struct sig_keyset *ks = keyset_of("p256.pub");
-	assert_int_equal(sig_verify_simple(ks, DIG, payload, strlen(payload), sig, NULL, why, sizeof(why)),
-	                 -EBADMSG);
+	assert_int_equal(
+	    sig_verify_simple(ks, DIG, payload, strlen(payload), sig, NULL, why, sizeof(why)),
+	    -EBADMSG);
 	assert_string_equal(why, "payload is for image " OTHER ", not " DIG);
 	sig_keyset_free(ks);
 	free(sig);
@@ -234,13 +238,15 @@ static void test_tampered_payload(void **state)
 	struct sig_keyset *ks = keyset_of("p256.pub");
 	char *reg = strstr(payload, "registry.test");
 	reg[0] = 'R'; /* still well-formed, still names the digest */
-	assert_int_equal(sig_verify_simple(ks, DIG, payload, strlen(payload), sig, NULL, why, sizeof(why)),
-	                 -EKEYREJECTED);
+	assert_int_equal(
+	    sig_verify_simple(ks, DIG, payload, strlen(payload), sig, NULL, why, sizeof(why)),
+	    -EKEYREJECTED);
 	/* trailing whitespace is a change of bytes too */
 	reg[0] = 'r';
 	strcat(payload, " ");
-	assert_int_equal(sig_verify_simple(ks, DIG, payload, strlen(payload), sig, NULL, why, sizeof(why)),
-	                 -EKEYREJECTED);
+	assert_int_equal(
+	    sig_verify_simple(ks, DIG, payload, strlen(payload), sig, NULL, why, sizeof(why)),
+	    -EKEYREJECTED);
 	sig_keyset_free(ks);
 	free(sig);
 }
@@ -253,7 +259,8 @@ static void test_bad_base64(void **state)
 	struct sig_keyset *ks = keyset_of("p256.pub");
 	const char *bad[] = {"not base64!", "", "QUJD=x", "A", "QUI=QUI="};
 	for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
-		assert_int_equal(sig_verify_simple(ks, DIG, payload, strlen(payload), bad[i], NULL, why, sizeof(why)),
+		assert_int_equal(sig_verify_simple(ks, DIG, payload, strlen(payload), bad[i], NULL,
+		                                   why, sizeof(why)),
 		                 -EBADMSG);
 		assert_string_equal(why, "signature is not valid base64");
 	}
@@ -271,11 +278,13 @@ static void test_wrong_type(void **state)
 	spit("payload.json", payload, strlen(payload));
 	char *sig = openssl_sign("p256.pem", "-sha256");
 	struct sig_keyset *ks = keyset_of("p256.pub");
-	assert_int_equal(sig_verify_simple(ks, DIG, payload, strlen(payload), sig, NULL, why, sizeof(why)),
-	                 -EBADMSG);
+	assert_int_equal(
+	    sig_verify_simple(ks, DIG, payload, strlen(payload), sig, NULL, why, sizeof(why)),
+	    -EBADMSG);
 	assert_non_null(strstr(why, "critical.type is 'something else'"));
 	assert_int_equal(sig_check_simple_payload("[1,2]", 5, DIG, why, sizeof(why)), -EBADMSG);
-	assert_int_equal(sig_check_simple_payload("{\"critical\":", 12, DIG, why, sizeof(why)), -EBADMSG);
+	assert_int_equal(sig_check_simple_payload("{\"critical\":", 12, DIG, why, sizeof(why)),
+	                 -EBADMSG);
 	sig_keyset_free(ks);
 	free(sig);
 }
@@ -286,7 +295,8 @@ static void test_dsse_pae_vector(void **state)
 	/* the DSSE specification's example */
 	unsigned char *p;
 	size_t n;
-	assert_int_equal(sig_dsse_pae("http://example.com/HelloWorld", "hello world", 11, &p, &n), 0);
+	assert_int_equal(sig_dsse_pae("http://example.com/HelloWorld", "hello world", 11, &p, &n),
+	                 0);
 	const char *want = "DSSEv1 29 http://example.com/HelloWorld 11 hello world";
 	assert_int_equal(n, strlen(want));
 	assert_memory_equal(p, want, n);
@@ -303,23 +313,27 @@ static char *openssl_bundle(const char *key, const char *how, const char *subjec
 {
 	char st[1024];
 	snprintf(st, sizeof(st),
-	         "{\"_type\":\"https://in-toto.io/Statement/v1\",\"subject\":[{\"name\":\"x\",\"digest\":"
-	         "{\"sha512\":\"00\"}},{\"name\":\"registry.test:5000/caches/triton\",\"digest\":{\"sha256\":"
+	         "{\"_type\":\"https://in-toto.io/Statement/"
+	         "v1\",\"subject\":[{\"name\":\"x\",\"digest\":"
+	         "{\"sha512\":\"00\"}},{\"name\":\"registry.test:5000/caches/"
+	         "triton\",\"digest\":{\"sha256\":"
 	         "\"%s\"}}],\"predicateType\":\"%s\",\"predicate\":{}}",
 	         subject_hex, predicate);
 	spit("statement.json", st, strlen(st));
-	sh("T=application/vnd.in-toto+json; printf 'DSSEv1 %%d %%s %%d ' ${#T} $T $(wc -c < statement.json) > "
+	sh("T=application/vnd.in-toto+json; printf 'DSSEv1 %%d %%s %%d ' ${#T} $T $(wc -c < "
+	   "statement.json) > "
 	   "payload.json && cat statement.json >> payload.json");
 	char *sig = openssl_sign(key, how);
 	sh("base64 -w0 statement.json > st.b64");
 	char *st64 = slurp("st.b64", NULL);
 	char *b = malloc(8192);
-	snprintf(b, 8192,
-	         "{\"mediaType\":\"application/vnd.dev.sigstore.bundle.v0.3+json\","
-	         "\"verificationMaterial\":{\"publicKey\":{\"hint\":\"abc\"},\"tlogEntries\":[]},"
-	         "\"dsseEnvelope\":{\"payload\":\"%s\",\"payloadType\":\"application/vnd.in-toto+json\","
-	         "\"signatures\":[{\"sig\":\"%s\",\"keyid\":\"\"}]}}",
-	         st64, sig);
+	snprintf(
+	    b, 8192,
+	    "{\"mediaType\":\"application/vnd.dev.sigstore.bundle.v0.3+json\","
+	    "\"verificationMaterial\":{\"publicKey\":{\"hint\":\"abc\"},\"tlogEntries\":[]},"
+	    "\"dsseEnvelope\":{\"payload\":\"%s\",\"payloadType\":\"application/vnd.in-toto+json\","
+	    "\"signatures\":[{\"sig\":\"%s\",\"keyid\":\"\"}]}}",
+	    st64, sig);
 	free(sig);
 	free(st64);
 	*len = strlen(b);
@@ -331,7 +345,8 @@ static void test_bundle_made_by_openssl(void **state)
 	(void)state;
 	size_t len;
 	char why[256] = "", fp[SIGNATURE_FP_MAX] = "", want[SIGNATURE_FP_MAX];
-	char *b = openssl_bundle("p256.pem", "-sha256", DIG + 7, "https://sigstore.dev/cosign/sign/v1", &len);
+	char *b = openssl_bundle("p256.pem", "-sha256", DIG + 7,
+	                         "https://sigstore.dev/cosign/sign/v1", &len);
 	struct sig_keyset *ks = keyset_of("p256.pub");
 	int rc = sig_verify_bundle(ks, DIG, b, len, fp, why, sizeof(why));
 	if (rc)
@@ -340,7 +355,8 @@ static void test_bundle_made_by_openssl(void **state)
 	assert_string_equal(fp, want);
 	/* the same bundle checked against another image */
 	assert_int_equal(sig_verify_bundle(ks, OTHER, b, len, NULL, why, sizeof(why)), -EBADMSG);
-	assert_string_equal(why, "statement is for sha256:" "4f6b1c3e0c5a9d2b7e8f1a2b3c4d5e6f708192a3b4c5d6e7f8091a2b3c4d5e6f"
+	assert_string_equal(why, "statement is for sha256:"
+	                         "4f6b1c3e0c5a9d2b7e8f1a2b3c4d5e6f708192a3b4c5d6e7f8091a2b3c4d5e6f"
 	                         ", not " OTHER);
 	sig_keyset_free(ks);
 	/* a key that did not sign it */
@@ -349,7 +365,8 @@ static void test_bundle_made_by_openssl(void **state)
 	sig_keyset_free(ks);
 	free(b);
 
-	b = openssl_bundle("ed.pem", "ed25519", DIG + 7, "https://sigstore.dev/cosign/sign/v1", &len);
+	b = openssl_bundle("ed.pem", "ed25519", DIG + 7, "https://sigstore.dev/cosign/sign/v1",
+	                   &len);
 	ks = keyset_of("ed.pub");
 	assert_int_equal(sig_verify_bundle(ks, DIG, b, len, NULL, why, sizeof(why)), 0);
 	sig_keyset_free(ks);
@@ -363,7 +380,8 @@ static void test_bundle_refusals(void **state)
 	char why[256] = "";
 	struct sig_keyset *ks = keyset_of("p256.pub");
 	/* an attestation of another kind, by a trusted key, is not a signature */
-	char *b = openssl_bundle("p256.pem", "-sha256", DIG + 7, "https://slsa.dev/provenance/v1", &len);
+	char *b =
+	    openssl_bundle("p256.pem", "-sha256", DIG + 7, "https://slsa.dev/provenance/v1", &len);
 	assert_int_equal(sig_verify_bundle(ks, DIG, b, len, NULL, why, sizeof(why)), -EBADMSG);
 	assert_non_null(strstr(why, "predicateType is 'https://slsa.dev/provenance/v1'"));
 	/* tampered payload: flip a character of the base64 statement */
@@ -371,14 +389,16 @@ static void test_bundle_refusals(void **state)
 	pl[10] = pl[10] == 'A' ? 'B' : 'A';
 	assert_int_equal(sig_verify_bundle(ks, DIG, b, len, NULL, why, sizeof(why)), -EKEYREJECTED);
 	free(b);
-	const char *msgsig = "{\"mediaType\":\"application/vnd.dev.sigstore.bundle.v0.3+json\","
-	                     "\"verificationMaterial\":{},\"messageSignature\":{\"messageDigest\":"
-	                     "{\"algorithm\":\"SHA2_256\",\"digest\":\"AA==\"},\"signature\":\"AA==\"}}";
+	const char *msgsig =
+	    "{\"mediaType\":\"application/vnd.dev.sigstore.bundle.v0.3+json\","
+	    "\"verificationMaterial\":{},\"messageSignature\":{\"messageDigest\":"
+	    "{\"algorithm\":\"SHA2_256\",\"digest\":\"AA==\"},\"signature\":\"AA==\"}}";
 	assert_int_equal(sig_verify_bundle(ks, DIG, msgsig, strlen(msgsig), NULL, why, sizeof(why)),
 	                 -EPROTONOSUPPORT);
 	const char *notbundle = "{\"mediaType\":\"application/json\"}";
-	assert_int_equal(sig_verify_bundle(ks, DIG, notbundle, strlen(notbundle), NULL, why, sizeof(why)),
-	                 -EBADMSG);
+	assert_int_equal(
+	    sig_verify_bundle(ks, DIG, notbundle, strlen(notbundle), NULL, why, sizeof(why)),
+	    -EBADMSG);
 	assert_int_equal(sig_verify_bundle(ks, DIG, "{", 1, NULL, why, sizeof(why)), -EBADMSG);
 	sig_keyset_free(ks);
 }
@@ -397,13 +417,15 @@ static void test_sign_and_openssl_verifies(void **state)
 	assert_string_equal(sig_key_alg_name(k), "ecdsa-p256");
 	char *payload, *sig;
 	size_t plen;
-	assert_int_equal(sig_sign_simple(k, "registry.test:5000/c\"q", DIG, &payload, &plen, &sig), 0);
+	assert_int_equal(sig_sign_simple(k, "registry.test:5000/c\"q", DIG, &payload, &plen, &sig),
+	                 0);
 	assert_non_null(strstr(payload, "\"docker-manifest-digest\":\"" DIG "\""));
 	assert_non_null(strstr(payload, "c\\\"q")); /* escaped, not injected */
 	/* independent consumer: openssl checks our signature */
 	spit("payload.json", payload, plen);
 	spit("sig.b64", sig, strlen(sig));
-	sh("base64 -d sig.b64 > sig.bin && openssl dgst -sha256 -verify gen.pub -signature sig.bin payload.json");
+	sh("base64 -d sig.b64 > sig.bin && openssl dgst -sha256 -verify gen.pub -signature sig.bin "
+	   "payload.json");
 	/* and we do too, through the key set */
 	struct sig_keyset *ks = keyset_of("gen.pub");
 	char fp[SIGNATURE_FP_MAX];
@@ -413,7 +435,8 @@ static void test_sign_and_openssl_verifies(void **state)
 	size_t blen;
 	assert_int_equal(sig_sign_bundle(k, "registry.test:5000/c", DIG, &bundle, &blen), 0);
 	assert_int_equal(sig_verify_bundle(ks, DIG, bundle, blen, fp, why, sizeof(why)), 0);
-	assert_int_equal(sig_verify_bundle(ks, OTHER, bundle, blen, fp, why, sizeof(why)), -EBADMSG);
+	assert_int_equal(sig_verify_bundle(ks, OTHER, bundle, blen, fp, why, sizeof(why)),
+	                 -EBADMSG);
 	/* a public key cannot sign */
 	struct sig_key *pk;
 	assert_int_equal(sig_key_load_public(pub, strlen(pub), &pk, why, sizeof(why)), 0);
@@ -433,7 +456,8 @@ static void test_sign_and_openssl_verifies(void **state)
 static void test_sign_other_algorithms(void **state)
 {
 	(void)state;
-	const char *keys[][2] = {{"rsa.pem", "rsa.pub"}, {"ed.pem", "ed.pub"}, {"p384.pem", "p384.pub"}};
+	const char *keys[][2] = {
+	    {"rsa.pem", "rsa.pub"}, {"ed.pem", "ed.pub"}, {"p384.pem", "p384.pub"}};
 	for (size_t i = 0; i < 3; i++) {
 		char p[512], why[256] = "";
 		struct sig_key *k;
@@ -444,8 +468,10 @@ static void test_sign_other_algorithms(void **state)
 		assert_int_equal(sig_sign_simple(k, "r", DIG, &payload, &plen, &sig), 0);
 		assert_int_equal(sig_sign_bundle(k, "r", DIG, &bundle, &blen), 0);
 		struct sig_keyset *ks = keyset_of(keys[i][1]);
-		assert_int_equal(sig_verify_simple(ks, DIG, payload, plen, sig, NULL, why, sizeof(why)), 0);
-		assert_int_equal(sig_verify_bundle(ks, DIG, bundle, blen, NULL, why, sizeof(why)), 0);
+		assert_int_equal(
+		    sig_verify_simple(ks, DIG, payload, plen, sig, NULL, why, sizeof(why)), 0);
+		assert_int_equal(sig_verify_bundle(ks, DIG, bundle, blen, NULL, why, sizeof(why)),
+		                 0);
 		sig_keyset_free(ks);
 		free(payload);
 		free(sig);
@@ -461,9 +487,12 @@ static void test_passphrase_keys(void **state)
 	assert_int_equal(sig_keygen_p256("s3cret", &priv, &pub), 0);
 	assert_non_null(strstr(priv, "ENCRYPTED PRIVATE KEY"));
 	struct sig_key *k;
-	assert_int_equal(sig_key_load_private(priv, strlen(priv), "wrong", &k, why, sizeof(why)), -EINVAL);
-	assert_int_equal(sig_key_load_private(priv, strlen(priv), NULL, &k, why, sizeof(why)), -EINVAL);
-	assert_int_equal(sig_key_load_private(priv, strlen(priv), "s3cret", &k, why, sizeof(why)), 0);
+	assert_int_equal(sig_key_load_private(priv, strlen(priv), "wrong", &k, why, sizeof(why)),
+	                 -EINVAL);
+	assert_int_equal(sig_key_load_private(priv, strlen(priv), NULL, &k, why, sizeof(why)),
+	                 -EINVAL);
+	assert_int_equal(sig_key_load_private(priv, strlen(priv), "s3cret", &k, why, sizeof(why)),
+	                 0);
 	sig_key_free(k);
 	/* openssl reads it with the passphrase too */
 	spit("enc.pem", priv, strlen(priv));
@@ -484,8 +513,10 @@ static void test_key_refusals(void **state)
 	assert_int_equal(sig_key_load_public_file(p, &k, why, sizeof(why)), -EINVAL);
 	assert_non_null(strstr(why, "unsupported EC curve"));
 	assert_int_equal(sig_key_load_public("garbage", 7, &k, why, sizeof(why)), -EINVAL);
-	const char *cosign = "-----BEGIN ENCRYPTED SIGSTORE PRIVATE KEY-----\nAAAA\n-----END ENCRYPTED SIGSTORE PRIVATE KEY-----\n";
-	assert_int_equal(sig_key_load_private(cosign, strlen(cosign), "x", &k, why, sizeof(why)), -EINVAL);
+	const char *cosign = "-----BEGIN ENCRYPTED SIGSTORE PRIVATE KEY-----\nAAAA\n-----END "
+	                     "ENCRYPTED SIGSTORE PRIVATE KEY-----\n";
+	assert_int_equal(sig_key_load_private(cosign, strlen(cosign), "x", &k, why, sizeof(why)),
+	                 -EINVAL);
 	assert_non_null(strstr(why, "cosign-encrypted"));
 	size_t n;
 	char *pubpem = slurp("p256.pub", &n);
@@ -513,13 +544,15 @@ static void test_keyset_fingerprint(void **state)
 	snprintf(saved, sizeof(saved), "%s", fp_one);
 	assert_int_equal(sig_keyset_add_pem(s2, a, n1, why, sizeof(why)), 0);
 	assert_string_not_equal(saved, sig_keyset_fingerprint(s2)); /* changed with the set */
-	assert_string_equal(sig_keyset_fingerprint(s1), sig_keyset_fingerprint(s2)); /* order-free */
+	assert_string_equal(sig_keyset_fingerprint(s1),
+	                    sig_keyset_fingerprint(s2)); /* order-free */
 	/* adding a key again changes nothing */
 	assert_int_equal(sig_keyset_add_pem(s2, a, n1, why, sizeof(why)), 0);
 	assert_int_equal(sig_keyset_count(s2), 2);
 	/* one bad block rejects the whole value, set unchanged */
 	char bad[8192];
-	snprintf(bad, sizeof(bad), "%s-----BEGIN PUBLIC KEY-----\nAAAA\n-----END PUBLIC KEY-----\n", a);
+	snprintf(bad, sizeof(bad), "%s-----BEGIN PUBLIC KEY-----\nAAAA\n-----END PUBLIC KEY-----\n",
+	         a);
 	assert_int_equal(sig_keyset_add_pem(s1, bad, strlen(bad), why, sizeof(why)), -EINVAL);
 	assert_non_null(strstr(why, "key 2"));
 	assert_int_equal(sig_keyset_count(s1), 2);
@@ -542,9 +575,9 @@ static void test_verify_any(void **state)
 	char *sig_good = openssl_sign("p256.pem", "-sha256");
 	struct sig_keyset *ks = keyset_of("p256.pub");
 	struct sig_candidate c[3] = {
-		{SIG_KIND_SIMPLE, wrongdig, strlen(wrongdig), sig_wrong, "sha256-x.sig layer 0"},
-		{SIG_KIND_SIMPLE, good, strlen(good), sig_other_key, "sha256-x.sig layer 1"},
-		{SIG_KIND_SIMPLE, good, strlen(good), sig_good, "sha256-x.sig layer 2"},
+	    {SIG_KIND_SIMPLE, wrongdig, strlen(wrongdig), sig_wrong, "sha256-x.sig layer 0"},
+	    {SIG_KIND_SIMPLE, good, strlen(good), sig_other_key, "sha256-x.sig layer 1"},
+	    {SIG_KIND_SIMPLE, good, strlen(good), sig_good, "sha256-x.sig layer 2"},
 	};
 	struct sig_verdict v;
 	assert_int_equal(sig_verify(ks, DIG, c, 3, &v), 0);
@@ -552,8 +585,10 @@ static void test_verify_any(void **state)
 	assert_non_null(strstr(v.reason, "layer 2"));
 	assert_int_equal(sig_verify(ks, DIG, c, 2, &v), -EKEYREJECTED);
 	assert_false(v.accepted);
-	assert_non_null(strstr(v.reason, "signature 1 sha256-x.sig layer 0: payload is for image " OTHER));
-	assert_non_null(strstr(v.reason, "signature 2 sha256-x.sig layer 1: no trusted key verifies"));
+	assert_non_null(
+	    strstr(v.reason, "signature 1 sha256-x.sig layer 0: payload is for image " OTHER));
+	assert_non_null(
+	    strstr(v.reason, "signature 2 sha256-x.sig layer 1: no trusted key verifies"));
 	assert_int_equal(sig_verify(ks, "sha256:short", c, 3, &v), -EKEYREJECTED);
 	assert_non_null(strstr(v.reason, "invalid image digest"));
 	assert_int_equal(sig_verify(ks, DIG, c, 0, &v), -ENODATA);
@@ -573,7 +608,8 @@ static void test_cache(void **state)
 	(void)state;
 	struct sig_cache *c;
 	assert_int_equal(sig_cache_new(2, 3600, 0, &c), 0);
-	struct sig_verdict ok = {.accepted = true, .kind = SIG_KIND_SIMPLE}, no = {.accepted = false}, got;
+	struct sig_verdict ok = {.accepted = true, .kind = SIG_KIND_SIMPLE},
+	                   no = {.accepted = false}, got;
 	snprintf(ok.reason, sizeof(ok.reason), "fine");
 	assert_int_equal(sig_cache_get(c, DIG, "sha256:ks1", &got), -ENOENT);
 	sig_cache_put(c, DIG, "sha256:ks1", &ok);
@@ -589,7 +625,8 @@ static void test_cache(void **state)
 	sig_cache_put(c, DIG, "sha256:ks2", &ok);
 	sig_cache_put(c, DIG, "sha256:ks3", &ok);
 	assert_int_equal(sig_cache_get(c, DIG, "sha256:ks3", &got), 0);
-	int hits = (sig_cache_get(c, DIG, "sha256:ks1", &got) == 0) + (sig_cache_get(c, DIG, "sha256:ks2", &got) == 0);
+	int hits = (sig_cache_get(c, DIG, "sha256:ks1", &got) == 0) +
+	           (sig_cache_get(c, DIG, "sha256:ks2", &got) == 0);
 	assert_int_equal(hits, 1);
 	sig_cache_free(c);
 }
@@ -618,28 +655,28 @@ static void test_base64(void **state)
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
-		cmocka_unit_test(test_ecdsa_p256),
-		cmocka_unit_test(test_ecdsa_p384_sha256),
-		cmocka_unit_test(test_ecdsa_p384_sha384),
-		cmocka_unit_test(test_rsa_spki),
-		cmocka_unit_test(test_rsa_pkcs1_public_key),
-		cmocka_unit_test(test_ed25519),
-		cmocka_unit_test(test_wrong_key),
-		cmocka_unit_test(test_payload_for_another_digest),
-		cmocka_unit_test(test_tampered_payload),
-		cmocka_unit_test(test_bad_base64),
-		cmocka_unit_test(test_wrong_type),
-		cmocka_unit_test(test_dsse_pae_vector),
-		cmocka_unit_test(test_bundle_made_by_openssl),
-		cmocka_unit_test(test_bundle_refusals),
-		cmocka_unit_test(test_sign_and_openssl_verifies),
-		cmocka_unit_test(test_sign_other_algorithms),
-		cmocka_unit_test(test_passphrase_keys),
-		cmocka_unit_test(test_key_refusals),
-		cmocka_unit_test(test_keyset_fingerprint),
-		cmocka_unit_test(test_verify_any),
-		cmocka_unit_test(test_cache),
-		cmocka_unit_test(test_base64),
+	    cmocka_unit_test(test_ecdsa_p256),
+	    cmocka_unit_test(test_ecdsa_p384_sha256),
+	    cmocka_unit_test(test_ecdsa_p384_sha384),
+	    cmocka_unit_test(test_rsa_spki),
+	    cmocka_unit_test(test_rsa_pkcs1_public_key),
+	    cmocka_unit_test(test_ed25519),
+	    cmocka_unit_test(test_wrong_key),
+	    cmocka_unit_test(test_payload_for_another_digest),
+	    cmocka_unit_test(test_tampered_payload),
+	    cmocka_unit_test(test_bad_base64),
+	    cmocka_unit_test(test_wrong_type),
+	    cmocka_unit_test(test_dsse_pae_vector),
+	    cmocka_unit_test(test_bundle_made_by_openssl),
+	    cmocka_unit_test(test_bundle_refusals),
+	    cmocka_unit_test(test_sign_and_openssl_verifies),
+	    cmocka_unit_test(test_sign_other_algorithms),
+	    cmocka_unit_test(test_passphrase_keys),
+	    cmocka_unit_test(test_key_refusals),
+	    cmocka_unit_test(test_keyset_fingerprint),
+	    cmocka_unit_test(test_verify_any),
+	    cmocka_unit_test(test_cache),
+	    cmocka_unit_test(test_base64),
 	};
 	return cmocka_run_group_tests(tests, group_setup, group_teardown);
 }

@@ -166,7 +166,8 @@ static void test_refused_layer_is_never_visible(void **state)
 	tb_end(&bad);
 	char err[512] = "";
 	assert_int_equal(pull(f->s, D2, &bad, 0, NULL, err, sizeof(err)), -EPERM);
-	assert_string_equal(err, "refused entry 'pw': hard link target '/etc/passwd' is outside the tree");
+	assert_string_equal(
+	    err, "refused entry 'pw': hard link target '/etc/passwd' is outside the tree");
 	assert_false(present_on_disk(f, D2, ""));
 	assert_int_equal(count_dir(f->root, "tmp"), 0);
 	assert_int_equal(count_dir(f->root, "meta"), 0);
@@ -188,9 +189,12 @@ static void test_bad_digests(void **state)
 {
 	struct fx *f = *state;
 	struct store_txn *tx;
-	const char *bad[] = {"sha256:abc", "sha512:" "1111111111111111111111111111111111111111111111111111111111111111",
-	                     "sha256:../../../../../../../../../../../../../../../../../../etc/passwd00",
-	                     "sha256:AAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAA", ""};
+	const char *bad[] = {
+	    "sha256:abc",
+	    "sha512:"
+	    "1111111111111111111111111111111111111111111111111111111111111111",
+	    "sha256:../../../../../../../../../../../../../../../../../../etc/passwd00",
+	    "sha256:AAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAA", ""};
 	for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
 		assert_int_equal(store_begin(f->s, bad[i], NULL, 0, &tx), -EINVAL);
 		assert_int_equal(store_lookup(f->s, bad[i], NULL), -EINVAL);
@@ -236,7 +240,8 @@ static pid_t start_stalled_pull(struct fx *f, const struct tb *big)
 		struct store_txn *tx;
 		if (store_open(f->root, &s) < 0 || store_begin(s, D3, NULL, 0, &tx) < 0)
 			_exit(2);
-		struct stall_src src = {{big->buf, big->len, 0, 65536, 0}, big->len / 2, p[1], false};
+		struct stall_src src = {
+		    {big->buf, big->len, 0, 65536, 0}, big->len / 2, p[1], false};
 		int rc = extract_layer(store_txn_extract(tx), stall_read, &src);
 		_exit(rc == 0 ? 1 : 4);
 	}
@@ -507,18 +512,18 @@ int main(void)
 {
 	const struct CMUnitTest tests[] = {
 #define T(fn) cmocka_unit_test_setup_teardown(fn, setup, teardown)
-		T(test_commit_and_lookup),
-		T(test_second_pull_is_a_hit),
-		T(test_abort_leaves_nothing),
-		T(test_refused_layer_is_never_visible),
-		T(test_bad_digests),
-		T(test_crash_mid_extraction),
-		T(test_open_cleans_inconsistent_entries),
-		T(test_concurrent_same_digest_threads),
-		T(test_concurrent_same_digest_processes),
-		T(test_gc_with_guard),
-		T(test_each),
-		T(test_read_only_tree_can_be_removed),
+	    T(test_commit_and_lookup),
+	    T(test_second_pull_is_a_hit),
+	    T(test_abort_leaves_nothing),
+	    T(test_refused_layer_is_never_visible),
+	    T(test_bad_digests),
+	    T(test_crash_mid_extraction),
+	    T(test_open_cleans_inconsistent_entries),
+	    T(test_concurrent_same_digest_threads),
+	    T(test_concurrent_same_digest_processes),
+	    T(test_gc_with_guard),
+	    T(test_each),
+	    T(test_read_only_tree_can_be_removed),
 #undef T
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);

@@ -25,14 +25,16 @@ static cJSON *parse_one(const char *y)
 static void test_scalars_and_structure(void **state)
 {
 	(void)state;
-	cJSON *d = parse_one("apiVersion: gkm.io/v1alpha1\nkind: GKMCache\nmetadata:\n  name: c\n"
-	                     "  labels: {a: b}\nspec:\n  image: \"quay.io/x:1\"\n  n: 42\n  f: 1.5\n"
-	                     "  t: true\n  s: 'true'\n  z: ~\n  list:\n  - 1\n  - two\n");
+	cJSON *d =
+	    parse_one("apiVersion: gkm.io/v1alpha1\nkind: GKMCache\nmetadata:\n  name: c\n"
+	              "  labels: {a: b}\nspec:\n  image: \"quay.io/x:1\"\n  n: 42\n  f: 1.5\n"
+	              "  t: true\n  s: 'true'\n  z: ~\n  list:\n  - 1\n  - two\n");
 	char *j = cJSON_PrintUnformatted(d);
-	assert_string_equal(j, "{\"apiVersion\":\"gkm.io/v1alpha1\",\"kind\":\"GKMCache\",\"metadata\":{"
-	                       "\"name\":\"c\",\"labels\":{\"a\":\"b\"}},\"spec\":{\"image\":\"quay.io/"
-	                       "x:1\",\"n\":42,\"f\":1.5,\"t\":true,\"s\":\"true\",\"z\":null,\"list\":[1,"
-	                       "\"two\"]}}");
+	assert_string_equal(
+	    j, "{\"apiVersion\":\"gkm.io/v1alpha1\",\"kind\":\"GKMCache\",\"metadata\":{"
+	       "\"name\":\"c\",\"labels\":{\"a\":\"b\"}},\"spec\":{\"image\":\"quay.io/"
+	       "x:1\",\"n\":42,\"f\":1.5,\"t\":true,\"s\":\"true\",\"z\":null,\"list\":[1,"
+	       "\"two\"]}}");
 	free(j);
 	cJSON_Delete(d);
 }
@@ -57,11 +59,12 @@ static void test_multi_documents_and_errors(void **state)
 static void test_round_trip(void **state)
 {
 	(void)state;
-	const char *src = "{\"metadata\":{\"name\":\"n\",\"annotations\":{\"gkm.io/resolvedDigest\":"
-	                  "\"sha256:ab\"}},\"status\":{\"conditions\":[{\"type\":\"Ready\",\"status\":"
-	                  "\"True\",\"message\":\"ready on 2 of 3 nodes: a, b\"}],\"empty\":[],\"o\":{},"
-	                  "\"n\":\"42\",\"yes\":\"true\",\"neg\":-3,\"nested\":[[1,2],{\"k\":[{\"x\":"
-	                  "\"- y\"}]}],\"blank\":\"\",\"colon\":\"a: b\"}}";
+	const char *src =
+	    "{\"metadata\":{\"name\":\"n\",\"annotations\":{\"gkm.io/resolvedDigest\":"
+	    "\"sha256:ab\"}},\"status\":{\"conditions\":[{\"type\":\"Ready\",\"status\":"
+	    "\"True\",\"message\":\"ready on 2 of 3 nodes: a, b\"}],\"empty\":[],\"o\":{},"
+	    "\"n\":\"42\",\"yes\":\"true\",\"neg\":-3,\"nested\":[[1,2],{\"k\":[{\"x\":"
+	    "\"- y\"}]}],\"blank\":\"\",\"colon\":\"a: b\"}}";
 	cJSON *in = cJSON_Parse(src);
 	char *y = yamljson_emit(in);
 	assert_non_null(y);
@@ -76,9 +79,9 @@ static void test_round_trip(void **state)
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
-		cmocka_unit_test(test_scalars_and_structure),
-		cmocka_unit_test(test_multi_documents_and_errors),
-		cmocka_unit_test(test_round_trip),
+	    cmocka_unit_test(test_scalars_and_structure),
+	    cmocka_unit_test(test_multi_documents_and_errors),
+	    cmocka_unit_test(test_round_trip),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -1,0 +1,186 @@
+-- Aggregation policy: turns the per-node reports of one cache into the
+-- status users read with `kubectl get gkmc` and `kubectl describe gkmc`.
+--
+-- The operator calls evaluate(input) for a cache whenever one of its node
+-- reports changes (debounced: a burst of reports gives one call).
+--
+-- Input (plain tables):
+--   cache = { kind = "GKMCache", namespace = "ns", name = "n", generation = 3,
+--             annotations = { ["gkm.io/resolvedDigest"] = "sha256:..." },
+--             status = { ...the current status, conditions included... } }
+--   digest       = "sha256:..."   the digest the operator resolved ("" if none yet)
+--   verification = { enabled = true, resolvedBy = "webhook" | "operator" }
+--   nodes = { { name = "node-1",
+--               entry = { digest, state, reason, message, pods, lastUpdated,
+--                         compatibleGPUs = {{ids}}, incompatibleGPUs = {{ids, reason, message}} }
+--             }, ... }                one per node that runs gkm; entry nil = no report yet
+--   now = "2026-11-21T10:00:00Z"
+--
+-- Output: the status to apply:
+--   { resolvedDigest, totalNodes, readyNodes, failedNodes, incompatibleNodes,
+--     failedNodeConditions = { Reason = { "node-1", ... } }, podsUsing,
+--     conditions = { {type, status, reason, message, lastTransitionTime, observedGeneration} },
+--     lastUpdated }
+-- Node entry states written by the agent: Pending, Pulling, Ready, Incompatible,
+-- Failed, Releasing.
+local M = {}
+
+-- States that count as "still working on it".
+M.progressing_states = { Pending = true, Pulling = true, Releasing = true }
+
+-- Whether a cache counts as Ready while some nodes have no compatible GPU.
+-- true: Ready means "ready on every node that can use it" (and on at least one).
+M.ignore_incompatible_nodes = true
+
+-- Longest node list spelled out in a message.
+M.max_nodes_in_message = 5
+
+local function list_nodes(names)
+  table.sort(names)
+  if #names <= M.max_nodes_in_message then
+    return table.concat(names, ", ")
+  end
+  local shown = {}
+  for i = 1, M.max_nodes_in_message do
+    shown[i] = names[i]
+  end
+  return table.concat(shown, ", ") .. string.format(" and %d more", #names - M.max_nodes_in_message)
+end
+
+-- Keep lastTransitionTime when a condition's status did not change.
+local function condition(previous, now, generation, ctype, status, reason, message)
+  local since = now
+  for _, c in ipairs(previous) do
+    if type(c) == "table" and c.type == ctype and c.status == status and c.lastTransitionTime then
+      since = c.lastTransitionTime
+    end
+  end
+  return { type = ctype, status = status, reason = reason, message = message,
+           lastTransitionTime = since, observedGeneration = generation }
+end
+
+function M.evaluate(input)
+  local cache = type(input.cache) == "table" and input.cache or {}
+  local status = type(cache.status) == "table" and cache.status or {}
+  local previous = type(status.conditions) == "table" and status.conditions or {}
+  local nodes = type(input.nodes) == "table" and input.nodes or {}
+  local verification = type(input.verification) == "table" and input.verification or {}
+  local now = tostring(input.now or "")
+  local generation = math.tointeger(cache.generation) or 0
+  local digest = type(input.digest) == "string" and input.digest or ""
+
+  local total, ready, failed, incompatible, progressing, pods = 0, 0, 0, 0, 0, 0
+  local by_reason, failed_names, waiting = {}, {}, {}
+  for _, n in ipairs(nodes) do
+    if type(n) == "table" and type(n.name) == "string" then
+      total = total + 1
+      local e = type(n.entry) == "table" and n.entry or nil
+      -- a report for another digest is stale: the node has not caught up yet
+      if e and digest ~= "" and e.digest and e.digest ~= "" and e.digest ~= digest then
+        e = nil
+      end
+      local state = e and e.state or "Pending"
+      pods = pods + (e and math.tointeger(e.pods) or 0)
+      if state == "Ready" then
+        ready = ready + 1
+      elseif state == "Incompatible" then
+        incompatible = incompatible + 1
+        local reason = e.reason or "NoCompatibleGPU"
+        by_reason[reason] = by_reason[reason] or {}
+        table.insert(by_reason[reason], n.name)
+      elseif state == "Failed" then
+        failed = failed + 1
+        local reason = e.reason or "Failed"
+        by_reason[reason] = by_reason[reason] or {}
+        table.insert(by_reason[reason], n.name)
+        failed_names[#failed_names + 1] = n.name .. ": " .. tostring(e.message or reason)
+      else
+        progressing = progressing + 1
+        waiting[#waiting + 1] = n.name
+      end
+    end
+  end
+  for _, names in pairs(by_reason) do
+    table.sort(names)
+  end
+
+  local conds = {}
+  -- Verified
+  local annotations = type(cache.annotations) == "table" and cache.annotations or {}
+  local refused = by_reason.Unsigned or by_reason.SignatureNotTrusted
+  if verification.enabled == false then
+    conds[#conds + 1] = condition(previous, now, generation, "Verified", "False", "VerificationDisabled",
+      "signature verification is turned off; the digest was resolved by the "
+        .. tostring(verification.resolvedBy or "operator") .. " without checking signatures")
+  elseif annotations["gkm.io/resolvedDigest"] then
+    conds[#conds + 1] = condition(previous, now, generation, "Verified", "True", "SignatureVerified",
+      "the admission webhook verified the image and resolved it to " .. annotations["gkm.io/resolvedDigest"])
+  elseif refused then
+    conds[#conds + 1] = condition(previous, now, generation, "Verified", "False",
+      by_reason.Unsigned and "Unsigned" or "SignatureNotTrusted",
+      "nodes refused the image: " .. list_nodes(failed_names))
+  elseif verification.resolvedBy == "operator" and ready > 0 then
+    -- no webhook: each node verifies the signature before it extracts
+    conds[#conds + 1] = condition(previous, now, generation, "Verified", "True", "VerifiedOnNodes",
+      "the signature was verified by the nodes that pulled " .. digest)
+  else
+    conds[#conds + 1] = condition(previous, now, generation, "Verified", "Unknown", "AwaitingVerification",
+      "no signature verified yet")
+  end
+
+  -- Ready
+  local usable = M.ignore_incompatible_nodes and (total - incompatible) or total
+  local ready_status, ready_reason, ready_msg
+  if digest == "" then
+    ready_status, ready_reason, ready_msg = "False", "DigestNotResolved", "the image digest is not resolved yet"
+  elseif total == 0 then
+    ready_status, ready_reason, ready_msg = "False", "NoNodes", "no node runs the gkm agent"
+  elseif usable == 0 then
+    ready_status, ready_reason, ready_msg = "False", "NoCompatibleNodes",
+      string.format("none of the %d nodes has a GPU this cache was built for", total)
+  elseif ready >= 1 and ready == usable then
+    ready_status, ready_reason = "True", "Ready"
+    ready_msg = string.format("ready on %d of %d nodes", ready, total)
+    if incompatible > 0 then
+      ready_msg = ready_msg .. string.format("; %d without a compatible GPU", incompatible)
+    end
+  elseif failed > 0 then
+    ready_status, ready_reason = "False", "NodesFailed"
+    ready_msg = string.format("ready on %d of %d nodes; failed on %d", ready, usable, failed)
+  else
+    ready_status, ready_reason = "False", "Progressing"
+    ready_msg = string.format("ready on %d of %d nodes", ready, usable)
+  end
+  conds[#conds + 1] = condition(previous, now, generation, "Ready", ready_status, ready_reason, ready_msg)
+
+  -- Progressing
+  if progressing > 0 then
+    conds[#conds + 1] = condition(previous, now, generation, "Progressing", "True", "Pulling",
+      string.format("waiting for %d node(s): %s", progressing, list_nodes(waiting)))
+  else
+    conds[#conds + 1] = condition(previous, now, generation, "Progressing", "False", "Settled",
+      "every node has reported on this digest")
+  end
+
+  -- Error
+  if failed > 0 then
+    conds[#conds + 1] = condition(previous, now, generation, "Error", "True", "NodesFailed",
+      list_nodes(failed_names))
+  else
+    conds[#conds + 1] = condition(previous, now, generation, "Error", "False", "NoErrors", "no node failed")
+  end
+
+  return {
+    resolvedDigest = digest,
+    totalNodes = total,
+    readyNodes = ready,
+    failedNodes = failed + incompatible,
+    incompatibleNodes = incompatible,
+    failedNodeConditions = by_reason,
+    podsUsing = pods,
+    conditions = conds,
+    lastUpdated = now,
+  }
+end
+
+return M

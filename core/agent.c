@@ -1,0 +1,1049 @@
+#include "agent.h"
+
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "cache_view.h"
+#include "compat_targets.h"
+#include "gpu_probe.h"
+#include "kube_workqueue.h"
+#include "log.h"
+#include "metrics.h"
+#include "oci_pull.h"
+#include "store.h"
+
+#define MANAGER_PREFIX "gkm-agent/"
+
+enum image_state { IMG_UNKNOWN = 0, IMG_FETCHING, IMG_READY, IMG_FAILED };
+enum pull_state { PULL_IDLE = 0, PULL_WAITING, PULL_RUNNING, PULL_FAILED };
+
+/* What the agent knows about one cache on this node. Loop thread only. */
+struct cache {
+	struct cache *next;
+	char key[320]; /* "<scope>/<name>": scope is the namespace or "_cluster" */
+	char ns[64];   /* "" for cluster-scoped */
+	char name[256];
+	cJSON *obj;      /* the cache object, NULL once deleted */
+	char ref[700];   /* image reference pinned to the digest */
+	char digest[80]; /* resolved digest, "" if none yet */
+
+	enum image_state image;
+	char image_digest[80];  /* the digest the image facts are about */
+	cJSON *targets;         /* compat targets, when IMG_READY */
+	bool targets_need_pull; /* no label: read targets from the extracted tree */
+	char image_reason[64], image_message[512];
+
+	enum pull_state pull;
+	char pull_reason[64], pull_message[512];
+	uint64_t pull_not_before; /* backoff after a failure (loop ms) */
+	unsigned pull_failures;
+	char store_digest[80]; /* manifest digest the store holds for digest */
+
+	char view_digest[80]; /* what the published view names ("" if none) */
+	cJSON *entry;         /* last node status entry, NULL if none */
+};
+
+/* One node object: ClusterGKMCacheNode (ns "") or GKMCacheNode in ns. */
+struct nodeobj {
+	struct nodeobj *next;
+	char ns[64];
+	bool dirty, writing, created;
+};
+
+struct agent {
+	struct loop *loop;
+	struct workers *workers;
+	struct objstore *os;
+	struct engine_slot *policies;
+	struct agent_opts o;
+	char node[254], root[512], run_dir[512], manager[300];
+	struct store *store;
+	struct kube_workqueue *queue;
+	struct cache *caches;
+	struct nodeobj *nodeobjs;
+	cJSON *gpus; /* the probe JSON ({"gpus": [...], "groups": [...]}) */
+	unsigned pulls_running;
+	uint64_t kick_timer, resync_timer, probe_timer, status_timer;
+	bool synced_caches, synced_cluster, probed, stopping;
+	char node_uid[64];
+	unsigned jobs; /* worker jobs in flight that point at this agent */
+};
+
+static struct metric *m_reconciles, *m_pulls, *m_pull_bytes, *m_hits, *m_verdicts, *m_extract_s;
+
+static void init_metrics(void)
+{
+	static const double secs[] = {0.1, 0.5, 1, 2.5, 5, 10, 30, 60, 120, 300};
+	m_reconciles = metrics_counter("gkm_agent_reconciles_total",
+	                               "Agent reconciles of a cache, by result", "result");
+	m_pulls =
+	    metrics_counter("gkm_pulls_total", "Image pulls into the store, by result", "result");
+	m_pull_bytes = metrics_counter("gkm_pull_bytes_total",
+	                               "Bytes of extracted cache trees written to the store", NULL);
+	m_hits = metrics_counter("gkm_cache_hits_total",
+	                         "Caches made ready from a digest already in the store", NULL);
+	m_verdicts = metrics_counter("gkm_compat_verdicts_total",
+	                             "Compatibility verdicts per GPU, by reason", "reason");
+	m_extract_s =
+	    metrics_histogram("gkm_extraction_seconds", "Time to pull, verify and extract an image",
+	                      NULL, secs, sizeof(secs) / sizeof(secs[0]));
+}
+
+/* ---- caches ---- */
+
+static struct cache *find_cache(struct agent *a, const char *key)
+{
+	for (struct cache *c = a->caches; c; c = c->next)
+		if (!strcmp(c->key, key))
+			return c;
+	return NULL;
+}
+
+static void cache_free(struct cache *c)
+{
+	cJSON_Delete(c->obj);
+	cJSON_Delete(c->targets);
+	cJSON_Delete(c->entry);
+	free(c);
+}
+
+static void forget_cache(struct agent *a, struct cache *c)
+{
+	for (struct cache **p = &a->caches; *p; p = &(*p)->next) {
+		if (*p == c) {
+			*p = c->next;
+			cache_free(c);
+			return;
+		}
+	}
+}
+
+static void kick(struct agent *a);
+
+static void enqueue(struct agent *a, const char *key, uint64_t delay_ms)
+{
+	if (delay_ms)
+		kube_workqueue_add_after(a->queue, key, delay_ms, loop_now_ms());
+	else
+		kube_workqueue_add(a->queue, key);
+	kick(a);
+}
+
+static void enqueue_all(struct agent *a)
+{
+	for (struct cache *c = a->caches; c; c = c->next)
+		kube_workqueue_add(a->queue, c->key);
+	kick(a);
+}
+
+/* The digest to use: the webhook's annotation, else what the operator resolved. */
+static const char *cache_digest(const cJSON *obj)
+{
+	const cJSON *ann = cJSON_GetObjectItemCaseSensitive(
+	    cJSON_GetObjectItemCaseSensitive(obj, "metadata"), "annotations");
+	const cJSON *d = cJSON_GetObjectItemCaseSensitive(ann, "gkm.io/resolvedDigest");
+	if (cJSON_IsString(d) && cache_view_valid_digest(d->valuestring))
+		return d->valuestring;
+	const char *s = obj_str(obj, "status.resolvedDigest");
+	return cache_view_valid_digest(s) ? s : "";
+}
+
+/* "repo@digest": the agent pulls by digest only, never by tag. */
+static void pin_ref(const char *image, const char *digest, char *out, size_t len)
+{
+	char base[600];
+	snprintf(base, sizeof(base), "%s", image);
+	char *at = strchr(base, '@');
+	if (at)
+		*at = '\0';
+	/* drop a tag (a ':' after the last '/') */
+	char *slash = strrchr(base, '/');
+	char *colon = strrchr(base, ':');
+	if (colon && (!slash || colon > slash))
+		*colon = '\0';
+	snprintf(out, len, "%s@%s", base, digest);
+}
+
+static void on_cache_event(void *ud, enum objstore_event_type t, const cJSON *obj)
+{
+	struct agent *a = ud;
+	char key[320];
+	const char *ns = obj_str(obj, "metadata.namespace"), *name = obj_str(obj, "metadata.name");
+	if (!cache_view_valid_name(name) || (*ns && !cache_view_valid_namespace(ns)))
+		return;
+	snprintf(key, sizeof(key), "%s/%s", *ns ? ns : CACHE_VIEW_CLUSTER, name);
+	struct cache *c = find_cache(a, key);
+	if (!c) {
+		if (t == OBJSTORE_DELETED)
+			return;
+		c = calloc(1, sizeof(*c));
+		if (!c)
+			return;
+		snprintf(c->key, sizeof(c->key), "%s", key);
+		snprintf(c->ns, sizeof(c->ns), "%s", ns);
+		snprintf(c->name, sizeof(c->name), "%s", name);
+		/* after a restart the view tells what was ready before */
+		struct cache_view_ready r;
+		if (cache_view_ready_read(a->root, ns, name, &r, NULL, 0) == 0) {
+			snprintf(c->view_digest, sizeof(c->view_digest), "%s", r.digest);
+			cache_view_ready_free(&r);
+		}
+		c->next = a->caches;
+		a->caches = c;
+	}
+	cJSON_Delete(c->obj);
+	c->obj = t == OBJSTORE_DELETED ? NULL : cJSON_Duplicate(obj, 1);
+	if (c->obj) {
+		const char *d = cache_digest(obj);
+		if (strcmp(d, c->digest) != 0) {
+			snprintf(c->digest, sizeof(c->digest), "%s", d);
+			c->pull = PULL_IDLE;
+			c->pull_failures = 0;
+		}
+		if (*d)
+			pin_ref(obj_str(obj, "spec.image"), d, c->ref, sizeof(c->ref));
+	}
+	enqueue(a, key, 0);
+}
+
+/* ---- jobs on the worker pool ---- */
+
+struct job {
+	struct agent *a;
+	char key[320];
+	char ref[700];
+	char digest[80];
+	bool want_targets_from_tree;
+	int rc;
+	char reason[64], message[512];
+	cJSON *targets;
+	char store_digest[80];
+	bool present;
+	uint64_t bytes;
+	double seconds;
+};
+
+static struct job *new_job(struct agent *a, const struct cache *c)
+{
+	struct job *j = calloc(1, sizeof(*j));
+	if (!j)
+		return NULL;
+	j->a = a;
+	snprintf(j->key, sizeof(j->key), "%s", c->key);
+	snprintf(j->ref, sizeof(j->ref), "%s", c->ref);
+	snprintf(j->digest, sizeof(j->digest), "%s", c->digest);
+	a->jobs++;
+	return j;
+}
+
+static void job_fail(struct job *j, int rc, const char *reason, const char *msg)
+{
+	j->rc = rc ? rc : -EIO;
+	snprintf(j->reason, sizeof(j->reason), "%s", reason);
+	snprintf(j->message, sizeof(j->message), "%s", msg);
+}
+
+static const char *pull_reason(int rc)
+{
+	switch (rc) {
+	case -ENODATA:
+		return "Unsigned";
+	case -EKEYREJECTED:
+	case -ENOKEY:
+		return "SignatureNotTrusted";
+	case -EBADMSG:
+	case -EILSEQ:
+		return "DigestMismatch";
+	case -EPERM:
+		return "UnsafeContent";
+	case -EFBIG:
+	case -E2BIG:
+		return "TooLarge";
+	case -ETIMEDOUT:
+		return "RegistryTimeout";
+	case -ENOENT:
+		return "ImageNotFound";
+	case -EACCES:
+		return "RegistryAuthFailed";
+	default:
+		return "PullFailed";
+	}
+}
+
+static struct oci_pull_opts pull_opts(const struct agent *a, bool verify)
+{
+	return (struct oci_pull_opts){.registry = a->o.registry, .keys = verify ? a->o.keys : NULL};
+}
+
+/* Read the image config: targets from its labels when it has them. */
+static void fetch_image_work(void *ud)
+{
+	struct job *j = ud;
+	struct oci_ref ref;
+	struct oci_repo *repo = NULL;
+	struct oci_image img;
+	struct oci_err e;
+	char err[512];
+	memset(&ref, 0, sizeof(ref));
+	memset(&img, 0, sizeof(img));
+	memset(&e, 0, sizeof(e));
+	int rc = oci_ref_parse(j->ref, &ref, &e);
+	if (!rc)
+		rc = oci_repo_open(&ref, j->a->o.registry, false, &repo, &e);
+	if (!rc)
+		rc = oci_repo_fetch_image(repo, oci_ref_reference(&ref), NULL, &img, &e);
+	if (rc) {
+		job_fail(j, rc, pull_reason(rc), oci_err_str(&e, rc));
+		goto out;
+	}
+	cJSON *labels = cJSON_GetObjectItemCaseSensitive(
+	    cJSON_GetObjectItemCaseSensitive(img.config.root, "config"), "Labels");
+	rc = compat_targets_from_labels(labels, &j->targets, err, sizeof(err));
+	if (rc == -ENOENT) {
+		j->want_targets_from_tree = true; /* no summary label: read the cache itself */
+		rc = 0;
+	} else if (rc) {
+		job_fail(j, rc, "InvalidImageLabels", err);
+	}
+out:
+	oci_image_clear(&img);
+	oci_repo_free(repo);
+	oci_ref_clear(&ref);
+}
+
+static void pull_work(void *ud)
+{
+	struct job *j = ud;
+	struct oci_err e;
+	struct store_entry_info info;
+	struct oci_pull_opts o = pull_opts(j->a, true);
+	memset(&e, 0, sizeof(e));
+	uint64_t t0 = loop_now_ms();
+	int rc = oci_pull_to_store(j->a->store, j->ref, &o, NULL, j->store_digest, &info,
+	                           &j->present, &e);
+	j->seconds = (double)(loop_now_ms() - t0) / 1000.0;
+	if (rc) {
+		job_fail(j, rc, pull_reason(rc), oci_err_str(&e, rc));
+		return;
+	}
+	j->bytes = info.bytes;
+	if (j->want_targets_from_tree) {
+		char path[1024], err[512];
+		if (store_entry_path(j->a->store, j->store_digest, path, sizeof(path)) == 0) {
+			rc = compat_targets_from_dir(path, &j->targets, err, sizeof(err));
+			if (rc && rc != -ENOENT)
+				log_warn("cannot read cache targets", "digest", j->digest, "error",
+				         err);
+		}
+	}
+}
+
+static struct cache *job_cache(struct job *j)
+{
+	j->a->jobs--;
+	if (j->a->stopping)
+		return NULL;
+	return find_cache(j->a, j->key);
+}
+
+/* The facts of an image are the same for every cache naming its digest: one
+ * fetch serves them all. */
+static void fetch_image_done(struct loop *l, void *ud)
+{
+	struct job *j = ud;
+	(void)l;
+	j->a->jobs--;
+	for (struct cache *c = j->a->stopping ? NULL : j->a->caches; c; c = c->next) {
+		if (strcmp(c->digest, j->digest) != 0)
+			continue;
+		snprintf(c->image_digest, sizeof(c->image_digest), "%s", j->digest);
+		if (j->rc) {
+			c->image = IMG_FAILED;
+			snprintf(c->image_reason, sizeof(c->image_reason), "%s", j->reason);
+			snprintf(c->image_message, sizeof(c->image_message), "%s", j->message);
+			kube_workqueue_add_rate_limited(j->a->queue, c->key, loop_now_ms());
+			continue;
+		}
+		if (j->want_targets_from_tree) {
+			/* targets come from the tree: pull first, then check */
+			c->targets_need_pull = true;
+			c->image = IMG_FETCHING;
+			c->pull = PULL_WAITING;
+		} else {
+			c->image = IMG_READY;
+			cJSON_Delete(c->targets);
+			c->targets = cJSON_Duplicate(j->targets, 1);
+		}
+		enqueue(j->a, c->key, 0);
+	}
+	cJSON_Delete(j->targets);
+	free(j);
+}
+
+/* Is a fetch or a pull of this digest under way for another cache? */
+static bool digest_busy(const struct agent *a, const struct cache *self, bool pull)
+{
+	for (const struct cache *c = a->caches; c; c = c->next)
+		if (c != self && !strcmp(c->digest, self->digest) &&
+		    (pull ? c->pull == PULL_RUNNING : c->image == IMG_FETCHING))
+			return true;
+	return false;
+}
+
+static void start_waiting_pulls(struct agent *a);
+
+static void pull_done(struct loop *l, void *ud)
+{
+	struct job *j = ud;
+	struct agent *a = j->a;
+	struct cache *c = job_cache(j);
+	(void)l;
+	a->pulls_running--;
+	metrics_add(m_pulls, METRICS_L(j->rc ? "failed" : j->present ? "present" : "pulled"), 1);
+	if (!j->rc && !j->present) {
+		metrics_add(m_pull_bytes, NULL, (double)j->bytes);
+		metrics_observe(m_extract_s, NULL, j->seconds);
+	}
+	if (!j->rc && j->present)
+		metrics_add(m_hits, NULL, 1);
+	(void)c;
+	/* one pull serves every cache of the digest */
+	for (struct cache *o = a->stopping ? NULL : a->caches; o; o = o->next) {
+		if (strcmp(o->digest, j->digest) != 0)
+			continue;
+		if (j->rc) {
+			o->pull = PULL_FAILED;
+			o->pull_failures++;
+			unsigned shift = o->pull_failures > 8 ? 8 : o->pull_failures;
+			o->pull_not_before = loop_now_ms() + (1000ull << shift);
+			snprintf(o->pull_reason, sizeof(o->pull_reason), "%s", j->reason);
+			snprintf(o->pull_message, sizeof(o->pull_message), "%s", j->message);
+			enqueue(a, o->key, (1000ull << shift));
+			continue;
+		}
+		o->pull = PULL_IDLE;
+		o->pull_failures = 0;
+		snprintf(o->store_digest, sizeof(o->store_digest), "%s", j->store_digest);
+		if (o->targets_need_pull) {
+			o->targets_need_pull = false;
+			o->image = IMG_READY;
+			cJSON_Delete(o->targets);
+			o->targets = j->targets ? cJSON_Duplicate(j->targets, 1) : cJSON_CreateArray();
+		}
+		enqueue(a, o->key, 0);
+	}
+	if (j->rc)
+		log_warn("pull failed", "cache", j->key, "digest", j->digest, "reason", j->reason,
+		         "error", j->message);
+	cJSON_Delete(j->targets);
+	free(j);
+	if (!a->stopping)
+		start_waiting_pulls(a);
+}
+
+static void start_pull(struct agent *a, struct cache *c)
+{
+	struct job *j = new_job(a, c);
+	if (!j)
+		return;
+	j->want_targets_from_tree = c->targets_need_pull;
+	c->pull = PULL_RUNNING;
+	a->pulls_running++;
+	if (workers_submit(a->workers, pull_work, pull_done, j) != 0) {
+		a->pulls_running--;
+		a->jobs--;
+		c->pull = PULL_WAITING;
+		free(j);
+	}
+}
+
+/* Bounded concurrency: a slow image holds one slot, the others go on. */
+static void start_waiting_pulls(struct agent *a)
+{
+	uint64_t now = loop_now_ms();
+	for (struct cache *c = a->caches; c && a->pulls_running < a->o.max_pulls; c = c->next)
+		if (c->pull == PULL_WAITING && c->pull_not_before <= now && !digest_busy(a, c, true))
+			start_pull(a, c);
+}
+
+/* ---- node status ---- */
+
+static struct nodeobj *nodeobj_for(struct agent *a, const char *ns)
+{
+	for (struct nodeobj *n = a->nodeobjs; n; n = n->next)
+		if (!strcmp(n->ns, ns))
+			return n;
+	struct nodeobj *n = calloc(1, sizeof(*n));
+	if (!n)
+		return NULL;
+	snprintf(n->ns, sizeof(n->ns), "%s", ns);
+	n->next = a->nodeobjs;
+	a->nodeobjs = n;
+	return n;
+}
+
+static void flush_status(struct loop *l, void *ud);
+
+static void mark_dirty(struct agent *a, const char *ns)
+{
+	struct nodeobj *n = nodeobj_for(a, ns);
+	if (!n)
+		return;
+	n->dirty = true;
+	if (!a->status_timer)
+		a->status_timer = loop_add_timer(a->loop, a->o.status_debounce_ms, flush_status, a);
+}
+
+struct status_job {
+	struct agent *a;
+	struct nodeobj *n;
+	cJSON *obj, *status;
+	int rc;
+	char err[512];
+};
+
+/* Build the node object and its status from what the caches reported. */
+static struct status_job *status_job_for(struct agent *a, struct nodeobj *n)
+{
+	struct status_job *sj = calloc(1, sizeof(*sj));
+	if (!sj)
+		return NULL;
+	sj->a = a;
+	sj->n = n;
+	bool cluster = !*n->ns;
+	cJSON *obj = cJSON_CreateObject();
+	cJSON_AddStringToObject(obj, "apiVersion", GKM_API_VERSION);
+	cJSON_AddStringToObject(obj, "kind", cluster ? "ClusterGKMCacheNode" : "GKMCacheNode");
+	cJSON *meta = cJSON_AddObjectToObject(obj, "metadata");
+	cJSON_AddStringToObject(meta, "name", a->node);
+	if (!cluster)
+		cJSON_AddStringToObject(meta, "namespace", n->ns);
+	cJSON_AddStringToObject(cJSON_AddObjectToObject(meta, "labels"), "gkm.io/node", a->node);
+	if (a->o.owner_node_refs && a->node_uid[0]) {
+		cJSON *ref = cJSON_CreateObject();
+		cJSON_AddStringToObject(ref, "apiVersion", "v1");
+		cJSON_AddStringToObject(ref, "kind", "Node");
+		cJSON_AddStringToObject(ref, "name", a->node);
+		cJSON_AddStringToObject(ref, "uid", a->node_uid);
+		cJSON_AddItemToArray(cJSON_AddArrayToObject(meta, "ownerReferences"), ref);
+	}
+	cJSON_AddStringToObject(cJSON_AddObjectToObject(obj, "spec"), "nodeName", a->node);
+
+	cJSON *st = cJSON_Duplicate(obj, 1);
+	cJSON_DeleteItemFromObjectCaseSensitive(st, "spec");
+	cJSON_DeleteItemFromObjectCaseSensitive(cJSON_GetObjectItemCaseSensitive(st, "metadata"),
+	                                        "ownerReferences");
+	cJSON *status = cJSON_AddObjectToObject(st, "status");
+	cJSON *groups = cJSON_GetObjectItemCaseSensitive(a->gpus, "groups");
+	cJSON_AddItemToObject(status, "gpus",
+	                      groups ? cJSON_Duplicate(groups, 1) : cJSON_CreateArray());
+	cJSON *caches = cJSON_AddObjectToObject(status, "caches");
+	for (struct cache *c = a->caches; c; c = c->next)
+		if (c->entry && !strcmp(c->ns, n->ns))
+			cJSON_AddItemToObject(caches, c->name, cJSON_Duplicate(c->entry, 1));
+	char now[32];
+	obj_now(now, sizeof(now));
+	cJSON_AddStringToObject(status, "lastUpdated", now);
+	sj->obj = n->created ? NULL : obj;
+	if (n->created)
+		cJSON_Delete(obj);
+	sj->status = st;
+	return sj;
+}
+
+static void status_work(void *ud)
+{
+	struct status_job *sj = ud;
+	struct objstore *os = sj->a->os;
+	if (sj->obj)
+		sj->rc = os->ops->apply(os, sj->obj, sj->a->manager, false, NULL, sj->err,
+		                        sizeof(sj->err));
+	if (!sj->rc)
+		sj->rc = os->ops->apply(os, sj->status, sj->a->manager, true, NULL, sj->err,
+		                        sizeof(sj->err));
+}
+
+static void status_done(struct loop *l, void *ud)
+{
+	struct status_job *sj = ud;
+	struct agent *a = sj->a;
+	(void)l;
+	a->jobs--;
+	sj->n->writing = false;
+	if (sj->rc) {
+		log_warn("node status write failed; will retry", "node", a->node, "namespace",
+		         sj->n->ns, "error", sj->err);
+		if (!a->stopping)
+			mark_dirty(a, sj->n->ns);
+	} else if (sj->obj) {
+		sj->n->created = true;
+	}
+	cJSON_Delete(sj->obj);
+	cJSON_Delete(sj->status);
+	free(sj);
+}
+
+static void flush_status(struct loop *l, void *ud)
+{
+	struct agent *a = ud;
+	(void)l;
+	a->status_timer = 0;
+	for (struct nodeobj *n = a->nodeobjs; n; n = n->next) {
+		if (!n->dirty)
+			continue;
+		if (n->writing) { /* one write per object at a time; retry after */
+			if (!a->status_timer)
+				a->status_timer = loop_add_timer(a->loop, a->o.status_debounce_ms,
+				                                 flush_status, a);
+			continue;
+		}
+		struct status_job *sj = status_job_for(a, n);
+		if (!sj)
+			continue;
+		n->dirty = false;
+		n->writing = true;
+		a->jobs++;
+		if (workers_submit(a->workers, status_work, status_done, sj) != 0) {
+			a->jobs--;
+			n->writing = false;
+			n->dirty = true;
+			cJSON_Delete(sj->obj);
+			cJSON_Delete(sj->status);
+			free(sj);
+		}
+	}
+}
+
+/* ---- reconcile ---- */
+
+static int validate_decision(const cJSON *r, char *err, size_t errlen)
+{
+	static const char *const known[] = {"fetch_image", "pull", "link", "unlink"};
+	const cJSON *actions = cJSON_GetObjectItemCaseSensitive(r, "actions"), *act;
+	const cJSON *entry = cJSON_GetObjectItemCaseSensitive(r, "entry");
+	if (!cJSON_IsObject(r) || !(cJSON_IsArray(actions) || cJSON_IsObject(actions))) {
+		snprintf(err, errlen, "want {entry, actions}");
+		return -1;
+	}
+	cJSON_ArrayForEach(act, actions)
+	{
+		const char *t = obj_str(act, "type");
+		size_t i = 0;
+		while (i < sizeof(known) / sizeof(known[0]) && strcmp(known[i], t))
+			i++;
+		if (i == sizeof(known) / sizeof(known[0])) {
+			snprintf(err, errlen, "unknown action '%s'", t);
+			return -1;
+		}
+	}
+	if (entry && (!cJSON_IsObject(entry) || !*obj_str(entry, "state"))) {
+		snprintf(err, errlen, "entry must be a table with a state");
+		return -1;
+	}
+	return 0;
+}
+
+static cJSON *compat_verdicts(struct agent *a, struct cache *c)
+{
+	cJSON *in = cJSON_CreateObject(), *out = NULL;
+	cJSON *cache = cJSON_AddObjectToObject(in, "cache");
+	cJSON_AddStringToObject(cache, "name", c->key);
+	cJSON_AddItemToObject(cache, "targets", cJSON_Duplicate(c->targets, 1));
+	cJSON *gpus = cJSON_GetObjectItemCaseSensitive(a->gpus, "gpus");
+	cJSON_AddItemToObject(in, "gpus", gpus ? cJSON_Duplicate(gpus, 1) : cJSON_CreateArray());
+	struct engine_error err;
+	if (engine_call(a->policies->current, "compat", in, &out, &err) != ENGINE_OK) {
+		log_error("compat policy failed", "cache", c->key, "error", err.message);
+		out = NULL;
+	}
+	cJSON_Delete(in);
+	const cJSON *v;
+	cJSON_ArrayForEach(v, cJSON_GetObjectItemCaseSensitive(out, "gpus"))
+	{
+		metrics_add(m_verdicts, METRICS_L(obj_str(v, "reason")), 1);
+	}
+	return out;
+}
+
+static const char *const image_states[] = {"unknown", "fetching", "ready", "failed"};
+static const char *const pull_states[] = {"idle", "idle", "running", "failed"};
+
+static cJSON *decide_input(struct agent *a, struct cache *c, size_t pods)
+{
+	char now[32];
+	obj_now(now, sizeof(now));
+	cJSON *in = cJSON_CreateObject();
+	cJSON_AddStringToObject(in, "node", a->node);
+	cJSON_AddStringToObject(in, "now", now);
+	if (c->obj) {
+		cJSON *cache = cJSON_AddObjectToObject(in, "cache");
+		cJSON_AddStringToObject(cache, "kind", obj_str(c->obj, "kind"));
+		cJSON_AddStringToObject(cache, "namespace", c->ns);
+		cJSON_AddStringToObject(cache, "name", c->name);
+		cJSON_AddStringToObject(cache, "image", obj_str(c->obj, "spec.image"));
+		cJSON_AddStringToObject(cache, "digest", c->digest);
+		cJSON_AddBoolToObject(cache, "deleting",
+		                      *obj_str(c->obj, "metadata.deletionTimestamp") != '\0');
+	}
+	cJSON *gpus = cJSON_GetObjectItemCaseSensitive(a->gpus, "gpus");
+	cJSON_AddItemToObject(in, "gpus", gpus ? cJSON_Duplicate(gpus, 1) : cJSON_CreateArray());
+	bool image_current = !strcmp(c->image_digest, c->digest);
+	cJSON *image = cJSON_AddObjectToObject(in, "image");
+	cJSON_AddStringToObject(image, "state",
+	                        image_states[image_current ? c->image : IMG_UNKNOWN]);
+	if (image_current && c->image == IMG_FAILED) {
+		cJSON_AddStringToObject(image, "reason", c->image_reason);
+		cJSON_AddStringToObject(image, "message", c->image_message);
+	}
+	if (image_current && c->image == IMG_READY && a->policies->current) {
+		cJSON *v = compat_verdicts(a, c);
+		if (v)
+			cJSON_AddItemToObject(in, "compat", v);
+	}
+	struct store_entry_info info;
+	const char *sd = c->store_digest[0] ? c->store_digest : c->digest;
+	bool present = *c->digest && store_lookup(a->store, sd, &info) == 0;
+	cJSON_AddBoolToObject(cJSON_AddObjectToObject(in, "store"), "present", present);
+	cJSON *pull = cJSON_AddObjectToObject(in, "pull");
+	cJSON_AddStringToObject(pull, "state", pull_states[c->pull]);
+	if (c->pull == PULL_WAITING)
+		cJSON_ReplaceItemInObject(pull, "state", cJSON_CreateString("running"));
+	if (c->pull == PULL_FAILED) {
+		cJSON_AddStringToObject(pull, "reason", c->pull_reason);
+		cJSON_AddStringToObject(pull, "message", c->pull_message);
+	}
+	cJSON *view = cJSON_AddObjectToObject(in, "view");
+	if (c->view_digest[0])
+		cJSON_AddStringToObject(view, "digest", c->view_digest);
+	cJSON_AddNumberToObject(cJSON_AddObjectToObject(in, "usage"), "pods", (double)pods);
+	if (c->entry)
+		cJSON_AddItemToObject(in, "previous", cJSON_Duplicate(c->entry, 1));
+	return in;
+}
+
+static int do_link(struct agent *a, struct cache *c, const cJSON *entry)
+{
+	struct cache_view_ready r;
+	memset(&r, 0, sizeof(r));
+	const char *sd = c->store_digest[0] ? c->store_digest : c->digest;
+	snprintf(r.digest, sizeof(r.digest), "%.71s", sd);
+	snprintf(r.state, sizeof(r.state), "Ready");
+	r.compatible = true;
+	char *ids[CACHE_VIEW_GPUS_MAX], idbuf[CACHE_VIEW_GPUS_MAX][24];
+	size_t n = 0;
+	const cJSON *set, *id;
+	cJSON_ArrayForEach(set, cJSON_GetObjectItemCaseSensitive(entry, "compatibleGPUs"))
+	{
+		cJSON_ArrayForEach(id, cJSON_GetObjectItemCaseSensitive(set, "ids"))
+		{
+			if (n >= CACHE_VIEW_GPUS_MAX)
+				break;
+			if (cJSON_IsNumber(id))
+				snprintf(idbuf[n], sizeof(idbuf[n]), "%d", id->valueint);
+			else
+				snprintf(idbuf[n], sizeof(idbuf[n]), "%s",
+				         cJSON_IsString(id) ? id->valuestring : "?");
+			ids[n] = idbuf[n];
+			n++;
+		}
+	}
+	r.compatible_gpus = ids;
+	r.ncompatible_gpus = n;
+	r.reason = "";
+	r.message = "";
+	obj_now(r.updated, sizeof(r.updated));
+	int rc = cache_view_publish(a->root, c->ns, c->name, &r);
+	if (rc == 0)
+		snprintf(c->view_digest, sizeof(c->view_digest), "%s", c->digest);
+	else
+		log_error("cannot publish the cache view", "cache", c->key, "error", strerror(-rc));
+	return rc;
+}
+
+static void reconcile(struct agent *a, const char *key)
+{
+	struct cache *c = find_cache(a, key);
+	if (!c || !a->policies->current || !a->probed)
+		return;
+	size_t pods = 0;
+	if (cache_view_in_use(a->run_dir, c->ns, c->name, &pods) != 0)
+		pods = 0;
+	cJSON *in = decide_input(a, c, pods), *out = NULL;
+	struct engine_error err;
+	enum engine_status st = engine_call_fn(a->policies->current, "gkm.agent", "decide", in,
+	                                       validate_decision, &out, &err);
+	cJSON_Delete(in);
+	if (st != ENGINE_OK) {
+		metrics_add(m_reconciles, METRICS_L("policy_error"), 1);
+		log_error("agent decision failed", "cache", key, "error", err.message);
+		kube_workqueue_add_rate_limited(a->queue, key, loop_now_ms());
+		return;
+	}
+	metrics_add(m_reconciles, METRICS_L("ok"), 1);
+	cJSON *entry = cJSON_DetachItemFromObjectCaseSensitive(out, "entry");
+	const cJSON *act;
+	cJSON_ArrayForEach(act, cJSON_GetObjectItemCaseSensitive(out, "actions"))
+	{
+		const char *t = obj_str(act, "type");
+		if (!strcmp(t, "fetch_image") && c->image != IMG_FETCHING && *c->digest &&
+		    digest_busy(a, c, false)) {
+			c->image = IMG_FETCHING; /* the other fetch will fill this cache in */
+			snprintf(c->image_digest, sizeof(c->image_digest), "%s", c->digest);
+		} else if (!strcmp(t, "fetch_image") && c->image != IMG_FETCHING && *c->digest) {
+			struct job *j = new_job(a, c);
+			if (j) {
+				c->image = IMG_FETCHING;
+				snprintf(c->image_digest, sizeof(c->image_digest), "%s", c->digest);
+				if (workers_submit(a->workers, fetch_image_work, fetch_image_done,
+				                   j) != 0) {
+					a->jobs--;
+					c->image = IMG_UNKNOWN;
+					free(j);
+				}
+			}
+		} else if (!strcmp(t, "pull") && *c->digest &&
+		           (c->pull == PULL_IDLE || c->pull == PULL_FAILED)) {
+			c->pull = PULL_WAITING;
+		} else if (!strcmp(t, "link") && entry) {
+			if (c->pull == PULL_WAITING)
+				c->pull = PULL_IDLE; /* another cache's pull brought the digest */
+			if (do_link(a, c, entry) == 0)
+				enqueue(a, key, 0);
+		} else if (!strcmp(t, "unlink")) {
+			if (cache_view_unpublish(a->root, c->ns, c->name) == 0)
+				c->view_digest[0] = '\0';
+		}
+	}
+	start_waiting_pulls(a);
+	const cJSON *ra = cJSON_GetObjectItemCaseSensitive(out, "requeue_after");
+	if (cJSON_IsNumber(ra) && ra->valuedouble > 0)
+		enqueue(a, key, (uint64_t)(ra->valuedouble * 1000));
+	cJSON_Delete(out);
+	if (!cJSON_Compare(entry, c->entry, 1)) {
+		cJSON_Delete(c->entry);
+		c->entry = entry;
+		mark_dirty(a, c->ns);
+	} else {
+		cJSON_Delete(entry);
+	}
+	kube_workqueue_forget(a->queue, key);
+	/* deleted and released: forget it */
+	if (!c->obj && !c->entry && !c->view_digest[0] && c->pull != PULL_RUNNING)
+		forget_cache(a, c);
+}
+
+static void process(struct loop *l, void *ud)
+{
+	struct agent *a = ud;
+	(void)l;
+	a->kick_timer = 0;
+	const char *key;
+	uint64_t now = loop_now_ms();
+	while ((key = kube_workqueue_get(a->queue, now)) != NULL) {
+		char k[512];
+		snprintf(k, sizeof(k), "%s", key);
+		reconcile(a, k);
+		kube_workqueue_done(a->queue, k);
+	}
+	uint64_t due = kube_workqueue_next_due(a->queue);
+	if (due != UINT64_MAX && !a->stopping)
+		a->kick_timer = loop_add_timer(a->loop, due > now ? due - now : 0, process, a);
+}
+
+static void kick(struct agent *a)
+{
+	if (a->stopping)
+		return;
+	if (a->kick_timer)
+		loop_cancel_timer(a->loop, a->kick_timer);
+	a->kick_timer = loop_add_timer(a->loop, 0, process, a);
+}
+
+/* ---- GPUs, resync, lifecycle ---- */
+
+static int probe(struct agent *a, cJSON **out)
+{
+	struct gpu_probe *p = NULL;
+	char err[512] = "";
+	const char *src = a->o.gpu_source ? a->o.gpu_source : "auto";
+	int rc;
+	if (!strcmp(src, "file"))
+		rc = gpu_file_probe(a->o.gpu_file, &p, err, sizeof(err));
+	else if (!strcmp(src, "nvml"))
+		rc = gpu_nvml_probe(a->o.nvml_lib, &p, err, sizeof(err));
+	else if (!strcmp(src, "rocm"))
+		rc = gpu_rocm_probe(a->o.sysfs_root, &p, err, sizeof(err));
+	else
+		rc = gpu_probe_auto(a->o.nvml_lib, a->o.sysfs_root, &p, err, sizeof(err));
+	if (rc) {
+		log_error("GPU probe failed", "source", src, "error", err);
+		return rc;
+	}
+	*out = gpu_probe_to_json(p);
+	gpu_probe_free(p);
+	return *out ? 0 : -ENOMEM;
+}
+
+void agent_reprobe(struct agent *a)
+{
+	cJSON *g = NULL;
+	if (probe(a, &g) != 0)
+		return;
+	bool first = !a->probed;
+	a->probed = true;
+	if (a->gpus && cJSON_Compare(a->gpus, g, 1)) {
+		cJSON_Delete(g);
+		return;
+	}
+	cJSON_Delete(a->gpus);
+	a->gpus = g;
+	char count[16];
+	snprintf(count, sizeof(count), "%d",
+	         cJSON_GetArraySize(cJSON_GetObjectItemCaseSensitive(g, "gpus")));
+	log_info(first ? "GPUs probed" : "GPUs changed", "node", a->node, "gpus", count);
+	mark_dirty(a, "");
+	enqueue_all(a);
+}
+
+static void probe_tick(struct loop *l, void *ud)
+{
+	struct agent *a = ud;
+	agent_reprobe(a);
+	a->probe_timer = loop_add_timer(l, (uint64_t)a->o.reprobe_s * 1000, probe_tick, a);
+}
+
+/* Pod usage changes (CSI) and store state are picked up by a periodic pass. */
+static void resync_tick(struct loop *l, void *ud)
+{
+	struct agent *a = ud;
+	enqueue_all(a);
+	a->resync_timer = loop_add_timer(l, (uint64_t)a->o.resync_s * 1000, resync_tick, a);
+}
+
+void agent_policies_changed(struct agent *a)
+{
+	enqueue_all(a);
+}
+
+bool agent_ready(const struct agent *a)
+{
+	return a->probed && a->synced_caches && a->synced_cluster;
+}
+
+static void synced_ns(void *ud)
+{
+	((struct agent *)ud)->synced_caches = true;
+}
+
+static void synced_cluster(void *ud)
+{
+	((struct agent *)ud)->synced_cluster = true;
+}
+
+int agent_start(struct loop *l, struct workers *w, struct objstore *os,
+                struct engine_slot *policies, const struct agent_opts *o, struct agent **out)
+{
+	if (!o->node || !cache_view_valid_name(o->node) || !o->root || !o->run_dir)
+		return -EINVAL;
+	struct agent *a = calloc(1, sizeof(*a));
+	int rc;
+	if (!a)
+		return -ENOMEM;
+	init_metrics();
+	a->loop = l;
+	a->workers = w;
+	a->os = os;
+	a->policies = policies;
+	a->o = *o;
+	snprintf(a->node, sizeof(a->node), "%s", o->node);
+	snprintf(a->root, sizeof(a->root), "%s", o->root);
+	snprintf(a->run_dir, sizeof(a->run_dir), "%s", o->run_dir);
+	snprintf(a->manager, sizeof(a->manager), MANAGER_PREFIX "%s", o->node);
+	a->o.node = a->node;
+	a->o.root = a->root;
+	a->o.run_dir = a->run_dir;
+	if (!a->o.max_pulls)
+		a->o.max_pulls = 2;
+	if (!a->o.reprobe_s)
+		a->o.reprobe_s = 300;
+	if (!a->o.resync_s)
+		a->o.resync_s = 30;
+	if (!a->o.status_debounce_ms)
+		a->o.status_debounce_ms = 200;
+	char store_root[600];
+	snprintf(store_root, sizeof(store_root), "%s/store", a->root);
+	struct kube_workqueue_opts qo = {
+	    .max_in_flight = 64, .base_delay_ms = 500, .max_delay_ms = 300000};
+	if ((rc = store_open(store_root, &a->store)) || (rc = kube_workqueue_new(&qo, &a->queue))) {
+		log_error("cannot open the store", "path", store_root, "error", strerror(-rc));
+		agent_stop(a);
+		return rc;
+	}
+	if (o->owner_node_refs) {
+		cJSON *node = NULL;
+		char err[256];
+		if (os->ops->get(os, "v1", "Node", NULL, a->node, &node, err, sizeof(err)) == 0)
+			snprintf(a->node_uid, sizeof(a->node_uid), "%s",
+			         obj_str(node, "metadata.uid"));
+		else
+			log_warn("cannot read this node's Node object; node objects get no owner",
+			         "node", a->node, "error", err);
+		cJSON_Delete(node);
+	}
+	agent_reprobe(a);
+	a->probe_timer = loop_add_timer(l, (uint64_t)a->o.reprobe_s * 1000, probe_tick, a);
+	a->resync_timer = loop_add_timer(l, (uint64_t)a->o.resync_s * 1000, resync_tick, a);
+	struct objstore_watch ns_w = {.api_version = GKM_API_VERSION,
+	                              .kind = "GKMCache",
+	                              .on_event = on_cache_event,
+	                              .on_synced = synced_ns,
+	                              .ud = a};
+	struct objstore_watch cl_w = {.api_version = GKM_API_VERSION,
+	                              .kind = "ClusterGKMCache",
+	                              .on_event = on_cache_event,
+	                              .on_synced = synced_cluster,
+	                              .ud = a};
+	if ((rc = os->ops->watch(os, &ns_w)) || (rc = os->ops->watch(os, &cl_w))) {
+		agent_stop(a);
+		return rc;
+	}
+	mark_dirty(a, ""); /* the ClusterGKMCacheNode exists as soon as the agent runs */
+	*out = a;
+	return 0;
+}
+
+void agent_quiesce(struct agent *a)
+{
+	a->stopping = true;
+}
+
+void agent_stop(struct agent *a)
+{
+	if (!a)
+		return;
+	a->stopping = true;
+	if (a->kick_timer)
+		loop_cancel_timer(a->loop, a->kick_timer);
+	if (a->resync_timer)
+		loop_cancel_timer(a->loop, a->resync_timer);
+	if (a->probe_timer)
+		loop_cancel_timer(a->loop, a->probe_timer);
+	if (a->status_timer)
+		loop_cancel_timer(a->loop, a->status_timer);
+	while (a->caches) {
+		struct cache *c = a->caches;
+		a->caches = c->next;
+		cache_free(c);
+	}
+	while (a->nodeobjs) {
+		struct nodeobj *n = a->nodeobjs;
+		a->nodeobjs = n->next;
+		free(n);
+	}
+	cJSON_Delete(a->gpus);
+	kube_workqueue_free(a->queue);
+	store_close(a->store);
+	free(a);
+}

@@ -1,0 +1,698 @@
+/* The long-running commands that host the control loops:
+ *   gkm agent     (DaemonSet)   the node agent, on the Kubernetes API
+ *   gkm operator  (Deployment)  the status aggregator, leader-elected
+ *   gkm up        (a host)      both loops on a state directory, no cluster
+ * They share their flags and their life cycle (loop, workers, object store,
+ * policies reloaded live, health endpoint, clean shutdown); only which loops
+ * run and where the objects live differ. */
+#include <dirent.h>
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "agent.h"
+#include "cli.h"
+#include "cli_registry.h"
+#include "cmd.h"
+#include "fsutil.h"
+#include "health.h"
+#include "kube_lease.h"
+#include "log.h"
+#include "objstore_kube.h"
+#include "operator.h"
+#include "policy_watch.h"
+
+enum role { ROLE_AGENT = 1, ROLE_OPERATOR = 2, ROLE_UP = ROLE_AGENT | ROLE_OPERATOR };
+
+struct dflags {
+	enum role role;
+	const char *cmd;
+	/* objects: a state directory (up) or the API server */
+	const char *state, *kubeconfig, *context, *ns, *policy_cm;
+	unsigned poll_ms;
+	/* policies, health */
+	const char *policy_dir, *health_listen;
+	/* node side */
+	char node[254];
+	struct agent_opts ao;
+	const char *trust_dir;
+	bool verify;
+	/* operator */
+	bool leader_elect;
+	const char *identity, *lease_name;
+	struct cli_registry reg;
+};
+
+struct daemon {
+	struct dflags *f;
+	struct loop *loop;
+	struct workers *workers;
+	struct objstore *os;
+	struct engine_slot slot;
+	struct policy_watch *pw;
+	struct health_server *health;
+	struct sig_keyset *keys;
+	struct agent *agent;
+	struct operator_ *op;
+	struct kube_lease *lease;
+	bool lost_leadership;
+	char run_dir[600];
+	cJSON *policy_cm; /* the policies ConfigMap as last seen (NULL: none) */
+};
+
+/* ---- flags ---- */
+
+enum {
+	OPT_STATE = CLI_OPT_FIRST_FREE,
+	OPT_KUBECONFIG,
+	OPT_CONTEXT,
+	OPT_NAMESPACE,
+	OPT_POLICY_CM,
+	OPT_POLL,
+	OPT_POLICY_DIR,
+	OPT_HEALTH,
+	OPT_NODE,
+	OPT_ROOT,
+	OPT_RUN_DIR,
+	OPT_GPU_SOURCE,
+	OPT_GPU_FILE,
+	OPT_SYSFS,
+	OPT_NVML,
+	OPT_MAX_PULLS,
+	OPT_TRUST_DIR,
+	OPT_VERIFY,
+	OPT_LEADER,
+	OPT_IDENTITY,
+	OPT_LEASE,
+};
+
+static const struct option all_opts[] = {
+	CLI_COMMON_OPTIONS,
+	CLI_REGISTRY_OPTIONS,
+	{"state", required_argument, 0, OPT_STATE},
+	{"kubeconfig", required_argument, 0, OPT_KUBECONFIG},
+	{"context", required_argument, 0, OPT_CONTEXT},
+	{"namespace", required_argument, 0, OPT_NAMESPACE},
+	{"policy-configmap", required_argument, 0, OPT_POLICY_CM},
+	{"poll-ms", required_argument, 0, OPT_POLL},
+	{"policy-dir", required_argument, 0, OPT_POLICY_DIR},
+	{"health-listen", required_argument, 0, OPT_HEALTH},
+	{"node", required_argument, 0, OPT_NODE},
+	{"root", required_argument, 0, OPT_ROOT},
+	{"run-dir", required_argument, 0, OPT_RUN_DIR},
+	{"gpu-source", required_argument, 0, OPT_GPU_SOURCE},
+	{"gpu-file", required_argument, 0, OPT_GPU_FILE},
+	{"sysfs-root", required_argument, 0, OPT_SYSFS},
+	{"nvml-library", required_argument, 0, OPT_NVML},
+	{"max-pulls", required_argument, 0, OPT_MAX_PULLS},
+	{"trust-dir", required_argument, 0, OPT_TRUST_DIR},
+	{"verify-enabled", required_argument, 0, OPT_VERIFY},
+	{"leader-elect", required_argument, 0, OPT_LEADER},
+	{"identity", required_argument, 0, OPT_IDENTITY},
+	{"lease-name", required_argument, 0, OPT_LEASE},
+	{0, 0, 0, 0},
+};
+
+#define HELP_KUBE                                                                                  \
+	"  --kubeconfig FILE      kubeconfig (default: in-cluster, else $KUBECONFIG)\n"           \
+	"  --context NAME         kubeconfig context (default: the current one)\n"                \
+	"  --namespace NS         where gkm runs: its policies ConfigMap and Lease\n"              \
+	"                         (default $POD_NAMESPACE, else gkm-system)\n"                     \
+	"  --policy-configmap N   the ConfigMap of Lua policies (default gkm-policies)\n"
+#define HELP_COMMON                                                                                \
+	"  --policy-dir DIR       Lua policies from a directory instead (reloaded on change)\n"    \
+	"  --health-listen ADDR   /healthz, /readyz, /metrics (default :8081; \"\" for none)\n"
+#define HELP_NODE                                                                                  \
+	"  --node NAME            this node's name (default $NODE_NAME, else the host name)\n"     \
+	"  --gpu-source SRC       auto, nvml, rocm or file (default auto)\n"                       \
+	"  --gpu-file FILE        GPU inventory JSON for --gpu-source file (see gkm gpus)\n"       \
+	"  --sysfs-root DIR       root of the AMD KFD topology (default /sys)\n"                   \
+	"  --nvml-library PATH    NVML library (default libnvidia-ml.so.1)\n"                      \
+	"  --max-pulls N          concurrent pulls (default 2)\n"                                  \
+	"  --trust-dir DIR        trusted public keys: every PEM key of every file in DIR\n"       \
+	"                         (with --key: a signature is required before extracting)\n"       \
+	"  --verify-enabled BOOL  verify signatures on the node too (default true)\n"
+
+static const char usage_agent[] =
+    "Usage: gkm agent [flags]\n\n"
+    "The node agent (DaemonSet): probes this node's GPUs; for every GKMCache and\n"
+    "ClusterGKMCache checks the image against them, pulls, verifies and extracts it\n"
+    "when a GPU can use it, publishes the view the CSI plugin mounts, and reports\n"
+    "per-GPU results in this node's GKMCacheNode / ClusterGKMCacheNode status.\n\n" HELP_NODE
+    "  --root DIR             store and cache views (default /var/lib/gkm)\n"
+    "  --run-dir DIR          the CSI plugin's usage records (default /run/gkm)\n" HELP_KUBE
+        HELP_COMMON CLI_REGISTRY_HELP;
+
+static const char usage_operator[] =
+    "Usage: gkm operator [flags]\n\n"
+    "The operator (Deployment): aggregates the node reports of every cache into its\n"
+    "status, resolves digests where no webhook runs, records Events, and removes the\n"
+    "node objects of deleted nodes. Leader-elected.\n\n"
+    "  --leader-elect BOOL    take part in leader election (default true)\n"
+    "  --identity ID          this replica's identity (default $POD_NAME, else host name)\n"
+    "  --lease-name NAME      the Lease (default gkm-operator)\n"
+    "  --verify-enabled BOOL  whether the webhook verifies signatures (default true);\n"
+    "                         false: the operator resolves digests itself\n" HELP_KUBE
+        HELP_COMMON CLI_REGISTRY_HELP;
+
+static const char usage_up[] =
+    "Usage: gkm up [--state DIR] [flags]\n\n"
+    "Run the whole gkm pipeline on this machine without a cluster: the agent checks\n"
+    "each cache against this machine's GPUs, pulls, verifies and extracts it; the\n"
+    "operator aggregates the status. Objects live in DIR/objects (edit them with\n"
+    "`gkm apply -f`, read them with `gkm get`), the store in DIR/store, the cache\n"
+    "views (what the CSI plugin would mount) in DIR/caches.\n\n"
+    "  --state DIR            state directory (default /var/lib/gkm/standalone)\n"
+    "  --poll-ms MS           how often DIR is scanned for changes (default 250)\n" HELP_NODE
+        HELP_COMMON CLI_REGISTRY_HELP;
+
+static void host_name(char *buf, size_t len)
+{
+	char host[256] = "";
+	size_t j = 0;
+	gethostname(host, sizeof(host) - 1);
+	for (size_t i = 0; host[i] && j + 1 < len; i++) {
+		char c = host[i];
+		if (c >= 'A' && c <= 'Z')
+			c = (char)(c - 'A' + 'a');
+		if ((c >= 'a' && c <= 'z') || (c >= '0' && c <= '9') || c == '-' || c == '.')
+			buf[j++] = c;
+	}
+	buf[j] = '\0';
+	if (!obj_valid_name(buf))
+		snprintf(buf, len, "standalone");
+}
+
+static int parse_bool(const char *cmd, const char *flag, const char *v, bool *out)
+{
+	if (!strcmp(v, "true") || !strcmp(v, "1") || !strcmp(v, "yes"))
+		*out = true;
+	else if (!strcmp(v, "false") || !strcmp(v, "0") || !strcmp(v, "no"))
+		*out = false;
+	else
+		return cli_usage_error(cmd, "%s wants true or false, got '%s'", flag, v);
+	return 0;
+}
+
+/* Options a role does not take are refused by name. */
+static bool role_takes(enum role r, int opt)
+{
+	switch (opt) {
+	case OPT_STATE:
+	case OPT_POLL:
+		return r == ROLE_UP;
+	case OPT_KUBECONFIG:
+	case OPT_CONTEXT:
+	case OPT_NAMESPACE:
+	case OPT_POLICY_CM:
+		return r != ROLE_UP;
+	case OPT_NODE:
+	case OPT_GPU_SOURCE:
+	case OPT_GPU_FILE:
+	case OPT_SYSFS:
+	case OPT_NVML:
+	case OPT_MAX_PULLS:
+	case OPT_TRUST_DIR:
+		return r & ROLE_AGENT;
+	case OPT_ROOT:
+	case OPT_RUN_DIR:
+		return r == ROLE_AGENT;
+	case OPT_LEADER:
+	case OPT_IDENTITY:
+	case OPT_LEASE:
+		return r == ROLE_OPERATOR;
+	default:
+		return true;
+	}
+}
+
+static int parse(struct dflags *f, int argc, char **argv, const char *usage)
+{
+	unsigned long long v;
+	int c, rc;
+	const char *env;
+	host_name(f->node, sizeof(f->node));
+	if ((env = getenv("NODE_NAME")) && obj_valid_name(env))
+		snprintf(f->node, sizeof(f->node), "%s", env);
+	f->ns = getenv("POD_NAMESPACE") ? getenv("POD_NAMESPACE") : "gkm-system";
+	f->identity = getenv("POD_NAME");
+	f->policy_cm = "gkm-policies";
+	f->lease_name = "gkm-operator";
+	f->leader_elect = true;
+	f->verify = true;
+	f->health_listen = f->role == ROLE_UP ? NULL : ":8081";
+	f->state = "/var/lib/gkm/standalone";
+	f->poll_ms = 250;
+	f->ao.gpu_source = "auto";
+	f->ao.root = "/var/lib/gkm";
+	f->ao.run_dir = "/run/gkm";
+	cli_registry_init(&f->reg, false);
+	cli_reset();
+	while ((c = getopt_long(argc, argv, "h", all_opts, NULL)) != -1) {
+		if (c >= CLI_OPT_FIRST_FREE && c < CLI_OPT_AUTHFILE && !role_takes(f->role, c))
+			return cli_usage_error(f->cmd, "unknown flag '%s' for this command",
+			                       argv[optind - 1]);
+		switch (c) {
+		case OPT_STATE:
+			f->state = optarg;
+			break;
+		case OPT_KUBECONFIG:
+			f->kubeconfig = optarg;
+			break;
+		case OPT_CONTEXT:
+			f->context = optarg;
+			break;
+		case OPT_NAMESPACE:
+			if (!obj_valid_label(optarg))
+				return cli_usage_error(f->cmd, "--namespace '%s' is not a namespace name",
+				                       optarg);
+			f->ns = optarg;
+			break;
+		case OPT_POLICY_CM:
+			if (!obj_valid_name(optarg))
+				return cli_usage_error(f->cmd, "--policy-configmap '%s' is not a valid name",
+				                       optarg);
+			f->policy_cm = optarg;
+			break;
+		case OPT_POLL:
+			if (cli_parse_u64(optarg, 60000, &v) != 0 || v < 10)
+				return cli_usage_error(f->cmd, "--poll-ms wants 10 to 60000, got '%s'", optarg);
+			f->poll_ms = (unsigned)v;
+			break;
+		case OPT_POLICY_DIR:
+			f->policy_dir = optarg;
+			break;
+		case OPT_HEALTH:
+			f->health_listen = *optarg ? optarg : NULL;
+			break;
+		case OPT_NODE:
+			if (!obj_valid_name(optarg))
+				return cli_usage_error(f->cmd, "--node '%s' is not a valid node name", optarg);
+			snprintf(f->node, sizeof(f->node), "%s", optarg);
+			break;
+		case OPT_ROOT:
+			f->ao.root = optarg;
+			break;
+		case OPT_RUN_DIR:
+			f->ao.run_dir = optarg;
+			break;
+		case OPT_GPU_SOURCE:
+			if (strcmp(optarg, "auto") && strcmp(optarg, "nvml") && strcmp(optarg, "rocm") &&
+			    strcmp(optarg, "file"))
+				return cli_usage_error(f->cmd, "--gpu-source wants auto, nvml, rocm or file");
+			f->ao.gpu_source = optarg;
+			break;
+		case OPT_GPU_FILE:
+			f->ao.gpu_file = optarg;
+			break;
+		case OPT_SYSFS:
+			f->ao.sysfs_root = optarg;
+			break;
+		case OPT_NVML:
+			f->ao.nvml_lib = optarg;
+			break;
+		case OPT_MAX_PULLS:
+			if (cli_parse_u64(optarg, 64, &v) != 0 || v == 0)
+				return cli_usage_error(f->cmd, "--max-pulls wants 1 to 64, got '%s'", optarg);
+			f->ao.max_pulls = (unsigned)v;
+			break;
+		case OPT_TRUST_DIR:
+			f->trust_dir = optarg;
+			break;
+		case OPT_VERIFY:
+			if ((rc = parse_bool(f->cmd, "--verify-enabled", optarg, &f->verify)))
+				return rc;
+			break;
+		case OPT_LEADER:
+			if ((rc = parse_bool(f->cmd, "--leader-elect", optarg, &f->leader_elect)))
+				return rc;
+			break;
+		case OPT_IDENTITY:
+			f->identity = optarg;
+			break;
+		case OPT_LEASE:
+			if (!obj_valid_name(optarg))
+				return cli_usage_error(f->cmd, "--lease-name '%s' is not a valid name", optarg);
+			f->lease_name = optarg;
+			break;
+		default:
+			rc = cli_registry_flag(&f->reg, c, optarg, f->cmd);
+			if (rc < 0)
+				return EXIT_USAGE;
+			if (rc > 0) {
+				if (c == CLI_OPT_KEY && !(f->role & ROLE_AGENT))
+					return cli_usage_error(f->cmd, "--key is for commands that extract");
+				break;
+			}
+			switch (cli_common(c, optarg, f->cmd, usage)) {
+			case CLI_EXIT_OK:
+				return -1;
+			case CLI_EXIT_USAGE:
+				return EXIT_USAGE;
+			case CLI_CONTINUE:
+				break;
+			}
+		}
+	}
+	if (optind != argc)
+		return cli_usage_error(f->cmd, "unexpected argument '%s'", argv[optind]);
+	if (f->ao.gpu_file && !strcmp(f->ao.gpu_source, "auto"))
+		f->ao.gpu_source = "file";
+	if (!strcmp(f->ao.gpu_source, "file") && !f->ao.gpu_file)
+		return cli_usage_error(f->cmd, "--gpu-source file needs --gpu-file");
+	if (!f->identity)
+		f->identity = f->node;
+	return 0;
+}
+
+/* ---- trusted keys ---- */
+
+/* --key files plus every PEM key of every regular file in --trust-dir. */
+static int load_keys(struct daemon *d)
+{
+	struct dflags *f = d->f;
+	int rc = cli_registry_keyset(&f->reg, f->cmd, &d->keys);
+	if (rc || !f->trust_dir)
+		return rc;
+	if (!d->keys && (rc = sig_keyset_new(&d->keys)))
+		return rc;
+	DIR *dir = opendir(f->trust_dir);
+	if (!dir) {
+		fprintf(stderr, "%s: --trust-dir %s: %s\n", f->cmd, f->trust_dir, strerror(errno));
+		return -errno;
+	}
+	struct dirent *de;
+	while ((de = readdir(dir)) != NULL) {
+		char path[1024], why[256] = "", *pem = NULL;
+		size_t len = 0;
+		if (de->d_name[0] == '.')
+			continue; /* also skips the ..data links of a mounted ConfigMap */
+		snprintf(path, sizeof(path), "%s/%s", f->trust_dir, de->d_name);
+		if (fsutil_read_file(path, 1u << 20, &pem, &len) != 0)
+			continue;
+		if (sig_keyset_add_pem(d->keys, pem, len, why, sizeof(why)) != 0)
+			log_warn("ignoring a file without usable public keys", "path", path, "reason", why);
+		free(pem);
+	}
+	closedir(dir);
+	return 0;
+}
+
+/* ---- policies from a ConfigMap ---- */
+
+static void on_policy_cm(void *ud, enum objstore_event_type t, const cJSON *obj)
+{
+	struct daemon *d = ud;
+	cJSON_Delete(d->policy_cm);
+	d->policy_cm = t == OBJSTORE_DELETED ? NULL : cJSON_Duplicate(obj, 1);
+	if (t == OBJSTORE_DELETED) {
+		cJSON *none = cJSON_CreateObject();
+		policy_watch_load_map(d->pw, none); /* back to the built-in policies */
+		cJSON_Delete(none);
+		return;
+	}
+	const cJSON *data = cJSON_GetObjectItemCaseSensitive(obj, "data");
+	cJSON *empty = data ? NULL : cJSON_CreateObject();
+	policy_watch_load_map(d->pw, data ? data : empty);
+	cJSON_Delete(empty);
+}
+
+/* What became of a policy change, where users look: an Event on the
+ * ConfigMap and annotations on it (written by the operator only, so a
+ * thousand agents do not say it a thousand times; they log and count). */
+struct policy_report {
+	struct objstore *os;
+	cJSON *cm;
+	bool applied;
+	char error[1024], digest[80], generation[24];
+};
+
+static void policy_report_work(void *ud)
+{
+	struct policy_report *r = ud;
+	char err[256];
+	cJSON *obj = cJSON_CreateObject();
+	cJSON_AddStringToObject(obj, "apiVersion", "v1");
+	cJSON_AddStringToObject(obj, "kind", "ConfigMap");
+	cJSON *meta = cJSON_AddObjectToObject(obj, "metadata");
+	cJSON_AddStringToObject(meta, "name", obj_str(r->cm, "metadata.name"));
+	cJSON_AddStringToObject(meta, "namespace", obj_str(r->cm, "metadata.namespace"));
+	cJSON *ann = cJSON_AddObjectToObject(meta, "annotations");
+	cJSON_AddStringToObject(ann, "gkm.io/policy-status", r->applied ? "Applied" : "Refused");
+	cJSON_AddStringToObject(ann, "gkm.io/policy-error", r->applied ? "" : r->error);
+	cJSON_AddStringToObject(ann, "gkm.io/policy-digest", r->digest);
+	cJSON_AddStringToObject(ann, "gkm.io/policy-generation", r->generation);
+	if (r->os->ops->apply(r->os, obj, "gkm-operator", false, NULL, err, sizeof(err)) != 0)
+		log_warn("cannot annotate the policies ConfigMap", "error", err);
+	r->os->ops->event(r->os, r->cm, r->applied ? "Normal" : "Warning",
+	                  r->applied ? "PoliciesApplied" : "PoliciesRefused",
+	                  r->applied ? "the policies are in force" : r->error, "gkm-operator");
+	cJSON_Delete(obj);
+}
+
+static void policy_report_done(struct loop *l, void *ud)
+{
+	struct policy_report *r = ud;
+	(void)l;
+	cJSON_Delete(r->cm);
+	free(r);
+}
+
+static void on_policies(void *ud, bool applied, const char *error)
+{
+	struct daemon *d = ud;
+	if (!applied)
+		log_error("policy change refused; the previous policies stay in force", "error", error);
+	if (applied && d->agent)
+		agent_policies_changed(d->agent);
+	if (applied && d->op)
+		operator_policies_changed(d->op);
+	if (d->f->role != ROLE_OPERATOR || !d->policy_cm || !d->op)
+		return;
+	struct policy_report *r = calloc(1, sizeof(*r));
+	if (!r)
+		return;
+	r->os = d->os;
+	r->cm = cJSON_Duplicate(d->policy_cm, 1);
+	r->applied = applied;
+	snprintf(r->error, sizeof(r->error), "%s", error ? error : "");
+	snprintf(r->digest, sizeof(r->digest), "%s",
+	         d->slot.current ? engine_digest(d->slot.current) : "");
+	snprintf(r->generation, sizeof(r->generation), "%llu",
+	         (unsigned long long)d->slot.generation);
+	if (workers_submit(d->workers, policy_report_work, policy_report_done, r) != 0)
+		policy_report_done(d->loop, r);
+}
+
+/* SIGHUP: probe the GPUs again (a GPU was added or its driver upgraded). */
+static void on_sighup(struct loop *l, void *ud)
+{
+	struct daemon *d = ud;
+	(void)l;
+	if (d->agent) {
+		log_info("SIGHUP: probing the GPUs again");
+		agent_reprobe(d->agent);
+	}
+}
+
+/* ---- leadership ---- */
+
+static void start_operator_on_loop(struct loop *l, void *ud)
+{
+	struct daemon *d = ud;
+	(void)l;
+	struct operator_opts oo = {.resolve_digests = !d->f->verify,
+	                           .verification_enabled = d->f->verify,
+	                           .watch_nodes = true,
+	                           .registry = &d->f->reg.reg};
+	if (d->op)
+		return;
+	int rc = operator_start(d->loop, d->workers, d->os, &d->slot, &oo, &d->op);
+	if (rc) {
+		log_error("cannot start the operator loop", "error", strerror(-rc));
+		loop_stop(d->loop);
+	}
+}
+
+static void lost_on_loop(struct loop *l, void *ud)
+{
+	struct daemon *d = ud;
+	/* as controllers do: a replica that lost the lease exits and restarts
+	 * clean rather than racing the new leader */
+	log_error("lost leadership; exiting");
+	d->lost_leadership = true;
+	loop_stop(l);
+}
+
+static void lease_started(void *ud)
+{
+	struct daemon *d = ud;
+	log_info("became the leader", "identity", d->f->identity);
+	loop_post(d->loop, start_operator_on_loop, d);
+}
+
+static void lease_stopped(void *ud)
+{
+	struct daemon *d = ud;
+	loop_post(d->loop, lost_on_loop, d);
+}
+
+/* ---- life cycle ---- */
+
+static void ready_tick(struct loop *l, void *ud)
+{
+	struct daemon *d = ud;
+	bool ready = (!d->agent || agent_ready(d->agent)) &&
+	             (!d->op ? (d->f->role & ROLE_OPERATOR) == 0 || d->lease != NULL
+	                     : operator_ready(d->op));
+	health_set_ready(d->health, ready, ready ? NULL : "waiting for the first sync");
+	health_beat(d->health, 30000);
+	loop_add_timer(l, 1000, ready_tick, d);
+}
+
+static int run(struct dflags *f)
+{
+	struct daemon d = {.f = f};
+	char err[1024];
+	int rc, code = EXIT_FAIL;
+	engine_slot_init(&d.slot, NULL);
+	if (load_keys(&d) != 0)
+		goto out;
+	if ((rc = loop_new(&d.loop)) || (rc = workers_new(d.loop, 4, &d.workers))) {
+		fprintf(stderr, "%s: cannot start: %s\n", f->cmd, strerror(-rc));
+		goto out;
+	}
+	if (f->role == ROLE_UP) {
+		snprintf(d.run_dir, sizeof(d.run_dir), "%s/run", f->state);
+		f->ao.root = f->state;
+		f->ao.run_dir = d.run_dir;
+		if ((rc = fsutil_mkdirs(d.run_dir, 0755)) ||
+		    (rc = objstore_file_new(f->state, d.loop, f->poll_ms, &d.os))) {
+			fprintf(stderr, "%s: cannot use state directory %s: %s\n", f->cmd, f->state,
+			        strerror(-rc));
+			goto out;
+		}
+	} else if (objstore_kube_new(f->kubeconfig, f->context, d.loop,
+	                             f->role == ROLE_AGENT ? "gkm-agent" : "gkm-operator", f->node,
+	                             &d.os, err, sizeof(err)) != 0) {
+		fprintf(stderr, "%s: cannot reach the Kubernetes API: %s\n", f->cmd, err);
+		goto out;
+	}
+	char status_file[700] = "";
+	if (f->role == ROLE_UP)
+		snprintf(status_file, sizeof(status_file), "%s/policy-status.json", f->state);
+	/* start-up: a broken bundle is fatal; later reloads are not */
+	if (policy_watch_start(d.loop, &d.slot, f->policy_dir, 2000, status_file, on_policies, &d,
+	                       &d.pw, err, sizeof(err)) != 0) {
+		fprintf(stderr, "%s: policies refused at start-up: %s\n", f->cmd, err);
+		goto out;
+	}
+	if (f->role != ROLE_UP && !f->policy_dir) {
+		char sel[300];
+		snprintf(sel, sizeof(sel), "metadata.name=%s", f->policy_cm);
+		struct objstore_watch cw = {.api_version = "v1", .kind = "ConfigMap", .namespace_ = f->ns,
+		                            .field_selector = sel, .on_event = on_policy_cm, .ud = &d};
+		if ((rc = d.os->ops->watch(d.os, &cw))) {
+			fprintf(stderr, "%s: cannot watch ConfigMap %s/%s: %s\n", f->cmd, f->ns,
+			        f->policy_cm, strerror(-rc));
+			goto out;
+		}
+	}
+	if (f->health_listen && (rc = health_start(f->health_listen, &d.health))) {
+		fprintf(stderr, "%s: cannot listen on %s: %s\n", f->cmd, f->health_listen, strerror(-rc));
+		goto out;
+	}
+	if (f->role & ROLE_AGENT) {
+		f->ao.node = f->node;
+		f->ao.keys = f->verify ? d.keys : NULL;
+		f->ao.registry = &f->reg.reg;
+		f->ao.owner_node_refs = f->role == ROLE_AGENT;
+		if (!f->ao.keys || sig_keyset_count(f->ao.keys) == 0)
+			log_warn("signature verification on the node is off (no trusted keys or "
+			         "--verify-enabled false); the admission webhook remains the gate");
+		if ((rc = agent_start(d.loop, d.workers, d.os, &d.slot, &f->ao, &d.agent))) {
+			fprintf(stderr, "%s: cannot start the agent: %s\n", f->cmd, strerror(-rc));
+			goto out;
+		}
+	}
+	if (f->role == ROLE_UP) {
+		struct operator_opts oo = {.resolve_digests = true,
+		                           .verification_enabled = f->ao.keys != NULL,
+		                           .registry = &f->reg.reg};
+		if ((rc = operator_start(d.loop, d.workers, d.os, &d.slot, &oo, &d.op))) {
+			fprintf(stderr, "%s: cannot start the operator: %s\n", f->cmd, strerror(-rc));
+			goto out;
+		}
+	} else if (f->role == ROLE_OPERATOR) {
+		if (!f->leader_elect) {
+			start_operator_on_loop(d.loop, &d);
+		} else {
+			struct kube_lease_opts lo = {.ns = f->ns, .name = f->lease_name,
+			                             .identity = f->identity, .on_started = lease_started,
+			                             .on_stopped = lease_stopped, .ud = &d};
+			if ((rc = kube_lease_start(objstore_kube_client(d.os), &lo, &d.lease))) {
+				fprintf(stderr, "%s: cannot start leader election: %s\n", f->cmd,
+				        strerror(-rc));
+				goto out;
+			}
+		}
+	}
+	if (d.health)
+		loop_add_timer(d.loop, 0, ready_tick, &d);
+	loop_on_reload(d.loop, on_sighup, &d);
+	log_info("running", "command", f->cmd, "node", f->node);
+	rc = loop_run(d.loop);
+	code = rc == 0 && !d.lost_leadership ? EXIT_OK : EXIT_FAIL;
+out:
+	if (d.agent)
+		agent_quiesce(d.agent);
+	if (d.op)
+		operator_quiesce(d.op);
+	kube_lease_stop(d.lease); /* releases the Lease: a successor starts at once */
+	workers_free(d.workers);
+	if (d.loop)
+		loop_drain(d.loop);
+	agent_stop(d.agent);
+	operator_stop(d.op);
+	health_stop(d.health);
+	policy_watch_stop(d.pw);
+	if (d.os)
+		d.os->ops->free(d.os);
+	engine_slot_clear(&d.slot);
+	sig_keyset_free(d.keys);
+	cJSON_Delete(d.policy_cm);
+	cli_registry_clear(&f->reg);
+	loop_free(d.loop);
+	return code;
+}
+
+static int daemon_main(enum role role, const char *cmd, const char *usage, int argc, char **argv)
+{
+	struct dflags f;
+	memset(&f, 0, sizeof(f));
+	f.role = role;
+	f.cmd = cmd;
+	int rc = parse(&f, argc, argv, usage);
+	if (rc) {
+		cli_registry_clear(&f.reg);
+		return rc < 0 ? EXIT_OK : rc;
+	}
+	return run(&f);
+}
+
+int cmd_agent(int argc, char **argv)
+{
+	return daemon_main(ROLE_AGENT, "gkm agent", usage_agent, argc, argv);
+}
+
+int cmd_operator(int argc, char **argv)
+{
+	return daemon_main(ROLE_OPERATOR, "gkm operator", usage_operator, argc, argv);
+}
+
+int cmd_up(int argc, char **argv)
+{
+	return daemon_main(ROLE_UP, "gkm up", usage_up, argc, argv);
+}

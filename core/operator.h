@@ -1,0 +1,42 @@
+/* The operator: aggregates the node reports of every cache into its status
+ * (policies/aggregate.lua), resolves digests where no webhook does, records
+ * Events, and removes node objects of nodes that are gone.
+ *
+ * Writes are debounced: a burst of node reports for a cache gives one status
+ * write per debounce window, and a write that would not change the status is
+ * not made. Loop thread, plus worker jobs for the writes and the registry. */
+#ifndef GKM_OPERATOR_H
+#define GKM_OPERATOR_H
+
+#include <stdbool.h>
+
+#include "engine.h"
+#include "objstore.h"
+#include "oci_registry.h"
+#include "workers.h"
+
+struct operator_opts {
+	/* Where no admission webhook runs (verification off, standalone mode) the
+	 * operator resolves tags to digests itself, and says so in Verified. */
+	bool resolve_digests;
+	bool verification_enabled;
+	bool watch_nodes;     /* Kubernetes: remove node objects of deleted Nodes */
+	unsigned debounce_ms; /* default 250 */
+	unsigned resync_s;    /* default 60 */
+	const struct oci_registry_opts *registry;
+};
+
+struct operator_;
+
+__attribute__((warn_unused_result)) int
+operator_start(struct loop *l, struct workers *w, struct objstore *os, struct engine_slot *policies,
+               const struct operator_opts *o, struct operator_ **out);
+void operator_quiesce(struct operator_ *op);
+void operator_stop(struct operator_ *op);
+void operator_policies_changed(struct operator_ *op);
+bool operator_ready(const struct operator_ *op);
+
+/* Status writes made and skipped (unchanged), for metrics and benchmarks. */
+void operator_counts(const struct operator_ *op, unsigned long *writes, unsigned long *skipped);
+
+#endif

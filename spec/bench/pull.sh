@@ -1,0 +1,186 @@
+#!/usr/bin/env bash
+# Pull + verify + extract of a ~1 GiB synthetic Triton-like cache image from
+# a local docker-registry: gkm against `skopeo copy` + `umoci raw unpack` of
+# the same image and against GNU `tar -xzf` of the same layer, run
+# alternately (gkm, skopeo+umoci, tar, gkm, ...), medians of N runs with min
+# and max, MB/s of the extracted tree, peak RSS (/usr/bin/time -v), and the
+# ratios. Then the time to make a second cache with the same digest ready
+# in the content store (nothing pulled), and gkm's peak RSS on a tiny image
+# for comparison (streaming: it must not grow with the layer).
+#
+#   GKM_BENCH_RUNS=N (default 3)   GKM_BENCH_DIR (default $GKM_BUILD/bench)
+#
+# The synthetic cache (20,000 small text files in 4,000 hash dirs + 40
+# binaries of 5-30 MB, generated deterministically) and its image are
+# kept under GKM_BENCH_DIR so reruns skip the slow part. Timed extractions
+# get fresh destinations by renaming old ones away; trees are deleted only
+# at the end (see BENCHMARKING.md for why).
+set -u
+cd "$GKM_ROOT"
+. spec/lib/registry.sh
+G=$GKM_BIN
+N=${GKM_BENCH_RUNS:-3}
+B=${GKM_BENCH_DIR:-$GKM_BUILD/bench}
+mkdir -p "$B"
+RUN=$(mktemp -d "$B/run.XXXXXX")
+trap 'registry_stop_all; rm -rf "$RUN"' EXIT
+for t in docker-registry skopeo umoci /usr/bin/time tar; do
+	command -v "$t" >/dev/null || { echo "pull.sh: $t missing, benchmark skipped"; exit 0; }
+done
+
+# ---- the synthetic cache and its image (cached) ---------------------------------
+GEN_VERSION=1
+CACHE=$B/cache-1g
+if [ "$(cat "$CACHE/.gen" 2>/dev/null)" != "$GEN_VERSION" ]; then
+	echo "generating the synthetic cache in $CACHE (once)"
+	rm -rf "$CACHE" "$B/layout"
+	/usr/bin/python3 - "$CACHE" <<'PY'
+import base64, json, os, random, sys
+root = sys.argv[1]
+rng = random.Random(20240601)
+os.makedirs(root)
+def hashdir(i):
+    return base64.b32encode(rng.randbytes(32)).decode().rstrip("=")
+words = [base64.b32encode(rng.randbytes(5)).decode().lower() for _ in range(4000)]
+for d in range(4000):
+    h = hashdir(d)
+    p = os.path.join(root, h)
+    os.mkdir(p)
+    name = "kernel_%d" % d
+    meta = {"hash": rng.randbytes(32).hex(), "target": {"backend": "cuda", "arch": 90, "warp_size": 32},
+            "num_warps": 4, "num_stages": 3, "ptx_version": None, "name": name}
+    with open(os.path.join(p, name + ".json"), "w") as f:
+        json.dump(meta, f)
+    with open(os.path.join(p, "__grp__" + name + ".json"), "w") as f:
+        json.dump({"child_paths": {name + x: name + x for x in (".json", ".ttir", ".ptx")}}, f)
+    for ext in (".ttir", ".ttgir", ".ptx"):
+        n = rng.randint(8000, 40000)
+        text = []
+        size = 0
+        while size < n:
+            line = "  %%%d = %s.%s %s, %s : i32\n" % (size, rng.choice(words), rng.choice(words),
+                                                    rng.choice(words), rng.choice(words))
+            text.append(line)
+            size += len(line)
+        with open(os.path.join(p, name + ext), "w") as f:
+            f.write("".join(text))
+# 40 binaries of 5-30 MB: random blocks and zero runs (cubins compress to about 70%)
+bins = os.path.join(root, "ZZBINARIES0000000000000000000000000000000000000000000000")
+os.mkdir(bins)
+for i in range(40):
+    size = rng.randint(5_000_000, 30_000_000)
+    with open(os.path.join(bins, "fused_%02d.cubin" % i), "wb") as f:
+        left = size
+        while left > 0:
+            k = min(left, 65536)
+            f.write(rng.randbytes(k) if rng.random() < 0.7 else bytes(k))
+            left -= k
+PY
+	echo "$GEN_VERSION" >"$CACHE/.gen"
+fi
+tree_bytes=$(du -sb --exclude=.gen "$CACHE" | cut -f1)
+files=$(find "$CACHE" -type f ! -name .gen | wc -l)
+if [ ! -f "$B/layout/index.json" ]; then
+	mv "$CACHE/.gen" "$B/.gen.tmp"
+	/usr/bin/time -f "%e s" -o "$B/build.time" \
+		"$G" cache build "$CACHE" -t "oci:$B/layout:bench" --source-date-epoch 1700000000 >"$B/build.out" || exit 1
+	mv "$B/.gen.tmp" "$CACHE/.gen"
+fi
+layer=$(/usr/bin/python3 -c "
+import json; d='$B/layout'
+ix=json.load(open(d+'/index.json')); m=json.load(open(d+'/blobs/sha256/'+ix['manifests'][0]['digest'][7:]))
+print(m['layers'][0]['digest'][7:], m['layers'][0]['size'])")
+layer_hex=${layer% *}
+layer_size=${layer#* }
+echo "cache: $files files, $((tree_bytes / 1000000)) MB; layer $((layer_size / 1000000)) MB gzip; gkm cache build took $(cat "$B/build.time" 2>/dev/null || echo '?')"
+
+registry_start bench || exit 1
+R=$REG_bench_ADDR
+"$G" cache push "oci:$B/layout:bench" "$R/bench/cache:v1" >"$RUN/push.out" || { cat "$RUN/push.out"; exit 1; }
+DIGEST=$(sed -n 's/.*@\(sha256:[0-9a-f]*\).*/\1/p' "$RUN/push.out")
+echo "pushed to docker-registry at $R: $DIGEST"
+
+# ---- timed runs ------------------------------------------------------------------
+mkdir -p "$RUN/trash"
+k=0
+fresh() { # d= a new, empty destination name; the old tree is renamed away
+	k=$((k + 1))
+	[ -e "$RUN/dest" ] && mv "$RUN/dest" "$RUN/trash/$k"
+	d=$RUN/dest
+}
+timed() { # label cmd...: appends "wall_s rss_kb" to $RUN/<label>
+	local label=$1
+	shift
+	/usr/bin/time -v -o "$RUN/tv" "$@" >"$RUN/cmd.out" 2>&1 || {
+		echo "$label failed:"
+		tail -5 "$RUN/cmd.out"
+		return 1
+	}
+	local wall rss
+	wall=$(awk -F': ' '/Elapsed \(wall clock\)/ {n=split($2,a,":"); s=0; for(i=1;i<=n;i++) s=s*60+a[i]; print s}' "$RUN/tv")
+	rss=$(awk -F': ' '/Maximum resident set size/ {print $2}' "$RUN/tv")
+	echo "$wall $rss" >>"$RUN/$label.part"
+}
+commit_part() { # label: sum the walls and max the RSS of the parts of one run
+	awk '{w+=$1; if ($2>r) r=$2} END {print w, r}' "$RUN/$1.part" >>"$RUN/$1"
+	rm -f "$RUN/$1.part"
+}
+
+for i in $(seq 1 "$N"); do
+	fresh
+	timed gkm "$G" cache extract "$R/bench/cache:v1" "$d" && commit_part gkm
+	fresh
+	mkdir -p "$RUN/sk"
+	[ -e "$RUN/sk/l" ] && mv "$RUN/sk/l" "$RUN/trash/sk$k"
+	timed skopeo skopeo copy -q --src-tls-verify=false "docker://$R/bench/cache:v1" "oci:$RUN/sk/l:t" &&
+		timed skopeo umoci raw unpack --rootless --image "$RUN/sk/l:t" "$d" && commit_part skopeo
+	fresh
+	mkdir -p "$d"
+	timed tar tar -xzf "$B/layout/blobs/sha256/$layer_hex" -C "$d" && commit_part tar
+	echo "run $i/$N done"
+done
+
+# second cache with the same digest: the content store has it, nothing is pulled
+ST=$RUN/store
+timed store_first "$G" cache extract "$R/bench/cache@$DIGEST" --store "$ST" && commit_part store_first
+timed store_again "$G" cache extract "$R/bench/cache@$DIGEST" --store "$ST" && commit_part store_again
+timed store_tag "$G" cache extract "$R/bench/cache:v1" --store "$ST" && commit_part store_tag
+# the same pipeline on a tiny image: peak RSS must not grow with the layer
+"$G" cache build spec/fixtures/caches/triton/cuda-sm75-vector-add -t "$R/bench/tiny:v1" >/dev/null
+fresh
+timed tiny "$G" cache extract "$R/bench/tiny:v1" "$d" && commit_part tiny
+
+/usr/bin/python3 - "$RUN" "$tree_bytes" "$N" <<'PY'
+import statistics, sys
+run, tree, n = sys.argv[1], int(sys.argv[2]), int(sys.argv[3])
+def load(label):
+    try:
+        return [tuple(map(float, l.split())) for l in open(f"{run}/{label}")]
+    except FileNotFoundError:
+        return []
+rows = {}
+print(f"\n{'':28} {'median s':>9} {'min':>7} {'max':>7} {'MB/s':>7} {'peak RSS MB':>12}")
+for label, title in (("gkm", "gkm pull+verify+extract"), ("skopeo", "skopeo copy + umoci unpack"),
+                     ("tar", "tar -xzf (local layer)")):
+    r = load(label)
+    if not r:
+        print(f"{title:28} (failed)")
+        continue
+    w = [x[0] for x in r]
+    med = statistics.median(w)
+    rows[label] = med
+    print(f"{title:28} {med:9.2f} {min(w):7.2f} {max(w):7.2f} {tree/med/1e6:7.0f} {max(x[1] for x in r)/1024:12.1f}")
+if "gkm" in rows:
+    for other in ("skopeo", "tar"):
+        if other in rows:
+            print(f"ratio {other}/gkm: {rows[other]/rows['gkm']:.2f}x")
+for label, title in (("store_first", "store: first pull by digest"),
+                     ("store_again", "store: same digest again"),
+                     ("store_tag", "store: same image by tag"),
+                     ("tiny", "gkm on a 27 KB image")):
+    r = load(label)
+    if r:
+        print(f"{title:28} {r[0][0]:9.3f} s  peak RSS {r[0][1]/1024:.1f} MB")
+print(f"({n} runs each, alternating; tree {tree/1e6:.0f} MB)")
+PY
+rm -rf "$RUN/trash"

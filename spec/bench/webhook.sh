@@ -1,0 +1,109 @@
+#!/usr/bin/env bash
+# gkm webhook under load: AdmissionReviews for an image whose tag resolution
+# and signature verdict are already cached (the steady state of a cluster),
+# over HTTPS on loopback.
+#  - open loop at fixed rates (spec/bench/review_load.c: latency from the
+#    moment each request was due, 16 kept-alive verified TLS connections)
+#  - closed loop with wrk (-t2 -c16) for the most reviews per second
+# Also the webhook's CPU time per review and its peak RSS. Figures are
+# printed, never asserted. Runs: GKM_BENCH_RUNS (default 3), seconds per run:
+# GKM_BENCH_SECONDS (default 10).
+set -eu
+cd "$GKM_ROOT"
+. spec/lib/registry.sh
+RUNS=${GKM_BENCH_RUNS:-3}
+SECS=${GKM_BENCH_SECONDS:-10}
+G=$GKM_BIN
+tmp=$(mktemp -d)
+wh_pid=""
+cleanup() {
+	[ -n "$wh_pid" ] && kill "$wh_pid" 2>/dev/null && wait "$wh_pid" 2>/dev/null
+	registry_stop_all
+	rm -rf "$tmp"
+}
+trap cleanup EXIT
+
+mkdir -p "$GKM_BUILD/bench"
+cc -O2 -o "$GKM_BUILD/bench/review_load" spec/bench/review_load.c -lcurl
+load=$GKM_BUILD/bench/review_load
+
+# a CA and a server certificate for 127.0.0.1
+openssl req -x509 -newkey ec -pkeyopt ec_paramgen_curve:P-256 -nodes -keyout "$tmp/ca.key" \
+	-out "$tmp/ca.pem" -days 1 -subj "/CN=bench CA" 2>/dev/null
+openssl req -newkey ec -pkeyopt ec_paramgen_curve:P-256 -nodes -keyout "$tmp/tls.key" \
+	-out "$tmp/tls.csr" -subj "/CN=gkm-webhook" 2>/dev/null
+echo "subjectAltName=IP:127.0.0.1" >"$tmp/san.ext"
+openssl x509 -req -in "$tmp/tls.csr" -CA "$tmp/ca.pem" -CAkey "$tmp/ca.key" -CAcreateserial \
+	-out "$tmp/tls.crt" -days 1 -extfile "$tmp/san.ext" 2>/dev/null
+
+# a signed image in a real registry
+registry_start bench
+R=$REG_bench_ADDR
+$G cache build spec/fixtures/caches/triton/cuda-sm75-vector-add -t "$R/bench/cache:v1" >/dev/null
+$G cache keygen --output-key-prefix "$tmp/key" >/dev/null
+$G cache sign "$R/bench/cache:v1" --key "$tmp/key.key" >/dev/null
+mkdir "$tmp/trust"
+cp "$tmp/key.pub" "$tmp/trust/"
+
+$G webhook --tls-cert "$tmp/tls.crt" --tls-key "$tmp/tls.key" --trust-dir "$tmp/trust" \
+	--listen 127.0.0.1:0 --health-listen 127.0.0.1:0 --log-format json \
+	--resolve-ttl 3600 --registry-plain-http "$R" 2>"$tmp/log" &
+wh_pid=$!
+port=""
+for _ in $(seq 1 100); do
+	port=$(grep -o '"https_port":"[0-9]*"' "$tmp/log" | grep -o '[0-9]*' || true)
+	[ -n "$port" ] && break
+	sleep 0.05
+done
+[ -n "$port" ] || { echo "webhook did not start:"; cat "$tmp/log"; exit 1; }
+hport=$(grep -o '"health_port":"[0-9]*"' "$tmp/log" | grep -o '[0-9]*')
+url=https://127.0.0.1:$port/mutate
+
+cat >"$tmp/review.json" <<EOF
+{"apiVersion":"admission.k8s.io/v1","kind":"AdmissionReview","request":{"uid":"0b9e7d4c-bench",
+"kind":{"group":"gkm.io","version":"v1alpha1","kind":"GKMCache"},
+"resource":{"group":"gkm.io","version":"v1alpha1","resource":"gkmcaches"},
+"namespace":"bench","name":"cache","operation":"CREATE",
+"object":{"apiVersion":"gkm.io/v1alpha1","kind":"GKMCache","metadata":{"name":"cache","namespace":"bench"},
+"spec":{"image":"$R/bench/cache:v1"}}}}
+EOF
+# first review: resolves, finds and verifies the signature, fills the caches
+curl -s --cacert "$tmp/ca.pem" --data @"$tmp/review.json" "$url" | grep -q '"allowed":true' ||
+	{ echo "the warm-up review was not allowed"; cat "$tmp/log"; exit 1; }
+
+cpu_ticks() { awk '{print $14 + $15}' "/proc/$wh_pid/stat"; }
+decisions() {
+	curl -s "http://127.0.0.1:$hport/metrics" | awk '/^gkm_webhook_decisions_total\{endpoint="mutate",result="allowed"/ {s += $2} END {print s + 0}'
+}
+hz=$(getconf CLK_TCK)
+
+echo "webhook: $(nproc) CPUs here; image $R/bench/cache:v1 resolved and verified once, then cached"
+for rate in 500 1000; do
+	for i in $(seq 1 "$RUNS"); do
+		c0=$(cpu_ticks) d0=$(decisions)
+		out=$($load "$url" "$tmp/ca.pem" "$tmp/review.json" "$rate" "$SECS" 16 1)
+		c1=$(cpu_ticks) d1=$(decisions)
+		us=$(awk -v c=$((c1 - c0)) -v n=$((d1 - d0)) -v hz="$hz" 'BEGIN { if (n) printf "%.0f", c / hz / n * 1e6; else print "?" }')
+		echo "open loop $rate/s run $i: $out  webhook CPU ${us} us/review"
+	done
+done
+cat >"$tmp/post.lua" <<EOF
+wrk.method = "POST"
+wrk.headers["Content-Type"] = "application/json"
+local f = assert(io.open("$tmp/review.json"))
+wrk.body = f:read("a")
+f:close()
+EOF
+for i in $(seq 1 "$RUNS"); do
+	c0=$(cpu_ticks) d0=$(decisions)
+	out=$(wrk -t2 -c16 -d"${SECS}s" --latency -s "$tmp/post.lua" "$url")
+	c1=$(cpu_ticks) d1=$(decisions)
+	rps=$(echo "$out" | awk '/^Requests\/sec/ {print $2}')
+	p50=$(echo "$out" | awk '$1 == "50%" {print $2}')
+	p99=$(echo "$out" | awk '$1 == "99%" {print $2}')
+	non2xx=$(echo "$out" | awk '/Non-2xx/ {print $NF}')
+	us=$(awk -v c=$((c1 - c0)) -v n=$((d1 - d0)) -v hz="$hz" 'BEGIN { if (n) printf "%.0f", c / hz / n * 1e6; else print "?" }')
+	echo "closed loop wrk -t2 -c16 run $i: ${rps} reviews/s  p50 $p50  p99 $p99  non-2xx ${non2xx:-0}  webhook CPU ${us} us/review"
+done
+rss=$(awk '/VmHWM/ {print $2, $3}' "/proc/$wh_pid/status")
+echo "webhook peak RSS: $rss"

@@ -1,0 +1,561 @@
+#!/usr/bin/python3
+"""gkm webhook end to end: real HTTPS (a test CA made with openssl, the client
+verifies the server against it), a real registry (Debian's docker-registry),
+images built, pushed and signed with `gkm cache`, and AdmissionReview v1
+requests as the API server sends them."""
+import base64
+import hashlib
+import http.client
+import json
+import os
+import re
+import shutil
+import signal
+import socket
+import ssl
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+import urllib.request
+
+ROOT = os.environ.get("GKM_ROOT", os.path.join(os.path.dirname(__file__), "..", ".."))
+sys.path.insert(0, os.path.join(ROOT, "spec", "lib"))
+from tap import Tap  # noqa: E402
+
+GKM = os.environ.get("GKM_BIN", os.path.join(ROOT, "build", "gkm"))
+# the daemon under test runs in the sanitizer build when there is one
+GKM_DAEMON = os.environ.get("GKM_BIN_SAN") or GKM
+if not os.access(GKM_DAEMON, os.X_OK):
+    GKM_DAEMON = GKM
+REGISTRY_SH = os.path.join(ROOT, "spec", "lib", "registry.sh")
+FIXTURE = os.path.join(ROOT, "spec", "fixtures", "caches", "triton", "cuda-sm75-vector-add")
+DEADLINE_MS = 1500
+ANN = "gkm.io/resolvedDigest"
+
+t = Tap()
+tmp = tempfile.mkdtemp(prefix="gkm-webhook-e2e.")
+procs = []
+
+
+def run(*args, check=True, **kw):
+    p = subprocess.run(args, capture_output=True, text=True, **kw)
+    if check and p.returncode != 0:
+        raise RuntimeError(f"{' '.join(args)}: exit {p.returncode}\n{p.stdout}{p.stderr}")
+    return p
+
+
+def path(*p):
+    return os.path.join(tmp, *p)
+
+
+def write(p, data, mode="w"):
+    with open(p + ".tmp", mode) as f:
+        f.write(data)
+    os.replace(p + ".tmp", p)
+
+
+# ---- certificates ----
+
+def make_ca(name):
+    run("openssl", "req", "-x509", "-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:P-256",
+        "-nodes", "-keyout", path(name + ".key"), "-out", path(name + ".pem"), "-days", "2",
+        "-subj", "/CN=" + name)
+
+
+def make_cert(ca, name, cn):
+    run("openssl", "req", "-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:P-256", "-nodes",
+        "-keyout", path(name + ".key"), "-out", path(name + ".csr"), "-subj", "/CN=" + cn)
+    write(path("san.ext"), "subjectAltName=DNS:localhost,IP:127.0.0.1\n")
+    run("openssl", "x509", "-req", "-in", path(name + ".csr"), "-CA", path(ca + ".pem"),
+        "-CAkey", path(ca + ".key"), "-CAcreateserial", "-out", path(name + ".crt"),
+        "-days", "2", "-extfile", path("san.ext"))
+
+
+# ---- the registry (spec/lib/registry.sh in a shell that lives as long as its stdin) ----
+
+class Registry:
+    def __init__(self):
+        script = '. "$1"; trap registry_stop_all EXIT; registry_start r || exit 1; ' \
+                 'echo "$REG_r_ADDR"; read -r _'
+        self.p = subprocess.Popen(["bash", "-c", script, "registry", REGISTRY_SH],
+                                  stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+        self.addr = self.p.stdout.readline().strip()
+        if not self.addr:
+            raise RuntimeError("the registry did not start")
+
+    def stop(self):
+        if self.p.poll() is None:
+            self.p.stdin.close()
+            self.p.wait(timeout=30)
+
+    def request(self, method, url, body=None, headers=None):
+        c = http.client.HTTPConnection(self.addr, timeout=10)
+        c.request(method, url, body=body, headers=headers or {})
+        r = c.getresponse()
+        data = r.read()
+        c.close()
+        return r, data
+
+    def digest(self, repo, tag):
+        r, _ = self.request("HEAD", f"/v2/{repo}/manifests/{tag}", headers={
+            "Accept": "application/vnd.oci.image.manifest.v1+json, "
+                      "application/vnd.docker.distribution.manifest.v2+json"})
+        return r.getheader("Docker-Content-Digest")
+
+
+class Blackhole:
+    """A 'registry' that accepts connections and never answers."""
+
+    def __init__(self):
+        self.s = socket.socket()
+        self.s.bind(("127.0.0.1", 0))
+        self.s.listen(16)
+        self.addr = "127.0.0.1:%d" % self.s.getsockname()[1]
+        self.conns = []
+        threading.Thread(target=self.accept, daemon=True).start()
+
+    def accept(self):
+        while True:
+            try:
+                c, _ = self.s.accept()
+            except OSError:
+                return
+            self.conns.append(c)
+
+    def close(self):
+        self.s.close()
+        for c in self.conns:
+            c.close()
+
+
+# ---- the webhook ----
+
+class Webhook:
+    def __init__(self, *flags):
+        self.log = open(path("webhook.log"), "w+")
+        args = [GKM_DAEMON, "webhook", "--listen", "127.0.0.1:0", "--health-listen",
+                "127.0.0.1:0", "--log-format", "json", "--reload-interval-ms", "200",
+                "--deadline-ms", str(DEADLINE_MS), *flags]
+        env = dict(os.environ, ASAN_OPTIONS="detect_leaks=1:exitcode=99")
+        self.p = subprocess.Popen(args, stdout=self.log, stderr=subprocess.STDOUT, env=env)
+        procs.append(self.p)
+        self.port = self.health = None
+        line = self.wait_log(lambda j: j.get("msg") == "webhook serving", 30)
+        if not line:
+            raise RuntimeError("webhook did not start:\n" + self.read_log())
+        self.port, self.health = int(line["https_port"]), int(line["health_port"])
+
+    def read_log(self):
+        with open(path("webhook.log")) as f:
+            return f.read()
+
+    def log_lines(self):
+        out = []
+        for line in self.read_log().splitlines():
+            try:
+                out.append(json.loads(line))
+            except ValueError:
+                out.append({"msg": line})
+        return out
+
+    def mark(self):
+        """The log position; wait_log(after=mark) looks only at later lines."""
+        return len(self.log_lines())
+
+    def wait_log(self, pred, timeout, after=0):
+        end = time.time() + timeout
+        while time.time() < end:
+            for j in self.log_lines()[after:]:
+                if pred(j):
+                    return j
+            if self.p.poll() is not None:
+                return None
+            time.sleep(0.05)
+        return None
+
+    def metrics(self):
+        with urllib.request.urlopen(f"http://127.0.0.1:{self.health}/metrics", timeout=5) as r:
+            return r.read().decode()
+
+    def metric(self, name, **labels):
+        want = ",".join(f'{k}="{v}"' for k, v in labels.items())
+        pat = re.compile(re.escape(name) + (r"\{" + re.escape(want) + r"\}" if want else "")
+                         + r" ([0-9.e+-]+)$", re.M)
+        m = pat.search(self.metrics())
+        return float(m.group(1)) if m else 0.0
+
+    def stop(self):
+        self.p.send_signal(signal.SIGTERM)
+        return self.p.wait(timeout=30)
+
+
+def tls_context(ca):
+    ctx = ssl.create_default_context(cafile=path(ca + ".pem"))
+    ctx.check_hostname = True
+    return ctx
+
+
+def post(wh, urlpath, body, ca="ca", timeout=10):
+    """POST over a fresh verified TLS connection: (status, decoded JSON or text, peer cert sha256)."""
+    c = http.client.HTTPSConnection("127.0.0.1", wh.port, context=tls_context(ca), timeout=timeout)
+    data = body if isinstance(body, (bytes, str)) else json.dumps(body)
+    c.request("POST", urlpath, body=data, headers={"Content-Type": "application/json"})
+    peer = hashlib.sha256(c.sock.getpeercert(binary_form=True)).hexdigest()
+    r = c.getresponse()
+    raw = r.read().decode()
+    c.close()
+    try:
+        return r.status, json.loads(raw), peer
+    except ValueError:
+        return r.status, raw, peer
+
+
+def review(image, op="CREATE", kind="GKMCache", group="gkm.io", annotations=None, old=None,
+           uid="4b5f8a9e-0001", obj=None):
+    meta = {"name": "llama", "namespace": "team-a"}
+    if annotations is not None:
+        meta["annotations"] = annotations
+    if obj is None:
+        obj = {"apiVersion": "gkm.io/v1alpha1", "kind": kind, "metadata": meta,
+               "spec": {"image": image}}
+    req = {"uid": uid, "kind": {"group": group, "version": "v1alpha1", "kind": kind},
+           "resource": {"group": group, "version": "v1alpha1", "resource": "gkmcaches"},
+           "namespace": "team-a", "name": "llama", "operation": op, "object": obj,
+           "oldObject": old, "dryRun": False}
+    return {"apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview", "request": req}
+
+
+def decide(wh, image, endpoint="/mutate", **kw):
+    status, doc, _ = post(wh, endpoint, review(image, **kw))
+    if status != 200 or not isinstance(doc, dict):
+        raise RuntimeError(f"HTTP {status}: {doc}")
+    return doc["response"]
+
+
+def patch_of(resp):
+    if "patch" not in resp:
+        return None
+    return json.loads(base64.b64decode(resp["patch"]))
+
+
+def denial(resp):
+    st = resp.get("status", {})
+    return f"{st.get('reason')}: {st.get('message')}"
+
+
+# ---- the test ----
+
+def main():
+    if not os.path.exists(REGISTRY_SH) or not os.path.isdir(FIXTURE) \
+            or not os.access("/usr/bin/docker-registry", os.X_OK):
+        t.skip("webhook end to end",
+               "needs spec/lib/registry.sh, the Triton fixture cache and /usr/bin/docker-registry")
+        return
+    make_ca("ca")
+    make_ca("otherca")
+    make_cert("ca", "tls", "gkm-webhook")
+    os.makedirs(path("trust"))
+    os.makedirs(path("policies"))
+    run(GKM, "cache", "keygen", "--output-key-prefix", path("trusted"))
+    run(GKM, "cache", "keygen", "--output-key-prefix", path("stranger"))
+    run("openssl", "genpkey", "-algorithm", "RSA", "-pkeyopt", "rsa_keygen_bits:2048",
+        "-out", path("rsa.key"))
+    run("openssl", "pkey", "-in", path("rsa.key"), "-pubout", "-out", path("trust", "rsa.pub"))
+    shutil.copy(path("trusted.pub"), path("trust", "team.pub"))
+    default_policy = os.path.join(ROOT, "policies", "admission.lua")
+    shutil.copy(default_policy, path("policies", "admission.lua"))
+    write(path("config.yaml"), "# gkm-config\nverify-enabled: true\nallow-unsigned-images: false\n")
+
+    reg = Registry()
+    R = reg.addr
+
+    def build(name, label):
+        run(GKM, "cache", "build", FIXTURE, "-t", f"{R}/caches/{name}:v1", "--label",
+            f"test.variant={label}")
+        return reg.digest(f"caches/{name}", "v1")
+
+    def sign(name, key, *extra):
+        run(GKM, "cache", "sign", f"{R}/caches/{name}:v1", "--key", path(key), *extra)
+
+    digests = {n: build(n, n) for n in
+               ("signed", "bundle", "rsa", "unsigned", "stranger", "tampered", "copied")}
+    sign("signed", "trusted.key")
+    sign("bundle", "trusted.key", "--bundle")
+    sign("rsa", "rsa.key")
+    sign("stranger", "stranger.key")
+    sign("tampered", "trusted.key")
+    # tamper: flip a byte of the signature in the .sig manifest's annotation
+    sig_tag = "sha256-%s.sig" % digests["tampered"].split(":")[1]
+    mt = "application/vnd.oci.image.manifest.v1+json"
+    r, body = reg.request("GET", f"/v2/caches/tampered/manifests/{sig_tag}", headers={"Accept": mt})
+    m = json.loads(body)
+    ann = m["layers"][0]["annotations"]
+    raw = bytearray(base64.b64decode(ann["dev.cosignproject.cosign/signature"]))
+    raw[len(raw) // 2] ^= 0x01
+    ann["dev.cosignproject.cosign/signature"] = base64.b64encode(bytes(raw)).decode()
+    r, _ = reg.request("PUT", f"/v2/caches/tampered/manifests/{sig_tag}",
+                       body=json.dumps(m).encode(), headers={"Content-Type": m.get("mediaType", mt)})
+    t.eq(r.status, 201, "tampered signature manifest pushed to the registry")
+    # a valid signature of another image, copied under this image's .sig tag
+    src_tag = "sha256-%s.sig" % digests["signed"].split(":")[1]
+    r, body = reg.request("GET", f"/v2/caches/signed/manifests/{src_tag}", headers={"Accept": mt})
+    sm = json.loads(body)
+    for d in [sm["config"]] + sm["layers"]:
+        reg.request("POST", f"/v2/caches/copied/blobs/uploads/?mount={d['digest']}&from=caches/signed")
+    dst_tag = "sha256-%s.sig" % digests["copied"].split(":")[1]
+    r, _ = reg.request("PUT", f"/v2/caches/copied/manifests/{dst_tag}", body=body,
+                       headers={"Content-Type": sm.get("mediaType", mt)})
+    t.eq(r.status, 201, "another image's signature copied to this image's .sig tag")
+
+    wh = Webhook("--tls-cert", path("tls.crt"), "--tls-key", path("tls.key"),
+                 "--trust-dir", path("trust"), "--config", path("config.yaml"),
+                 "--policy-dir", path("policies"), "--registry-plain-http", R)
+    with urllib.request.urlopen(f"http://127.0.0.1:{wh.health}/readyz", timeout=5) as rz:
+        t.eq(rz.status, 200, "ready on the plain health port")
+
+    # TLS: the client verifies the server against the test CA
+    status, doc, first_peer = post(wh, "/mutate", review(f"{R}/caches/signed:v1"))
+    t.eq(status, 200, "HTTPS with a certificate the client verifies against the CA")
+    try:
+        post(wh, "/mutate", review(f"{R}/caches/signed:v1"), ca="otherca")
+        t.ok(False, "a client trusting another CA refuses the server")
+    except ssl.SSLError as e:
+        t.ok("CERTIFICATE_VERIFY_FAILED" in str(e), "a client trusting another CA refuses the server",
+             diag=str(e))
+
+    # signed with a trusted key: allowed with the registry's digest in the patch
+    resp = doc["response"]
+    t.eq(resp.get("uid"), "4b5f8a9e-0001", "the answer carries the request's uid")
+    t.ok(resp.get("allowed") is True and resp.get("patchType") == "JSONPatch",
+         "signed with a trusted key: allowed with a JSONPatch", diag=resp)
+    t.eq(patch_of(resp), [{"op": "add", "path": "/metadata/annotations",
+                           "value": {ANN: digests["signed"]}}],
+         "the patch sets gkm.io/resolvedDigest to the registry's digest")
+    t.ok("warnings" not in resp, "no warning for a verified image", diag=resp)
+    resp = decide(wh, f"{R}/caches/signed:v1", annotations={"team": "a"})
+    t.eq(patch_of(resp), [{"op": "add", "path": "/metadata/annotations/gkm.io~1resolvedDigest",
+                           "value": digests["signed"]}],
+         "with other annotations the patch adds one key")
+    resp = decide(wh, f"{R}/caches/signed@{digests['signed']}")
+    t.eq(patch_of(resp)[0]["value"], {ANN: digests["signed"]}, "a reference by digest is allowed as is")
+    resp = decide(wh, f"{R}/caches/bundle:v1")
+    t.ok(resp["allowed"] and patch_of(resp)[0]["value"] == {ANN: digests["bundle"]},
+         "signed with a sigstore bundle (OCI referrer): allowed", diag=resp)
+    resp = decide(wh, f"{R}/caches/rsa:v1")
+    t.ok(resp["allowed"], "signed with an RSA key made by openssl (second file of --trust-dir): allowed",
+         diag=resp)
+
+    # refusals, each with a reason the user can act on
+    resp = decide(wh, f"{R}/caches/unsigned:v1")
+    t.ok(not resp["allowed"] and resp["status"]["reason"] == "Unsigned"
+         and "has no signature and unsigned images are not allowed" in resp["status"]["message"],
+         "unsigned image: denied (Unsigned)", diag=resp)
+    t.ok("patch" not in resp, "a denial carries no patch")
+    resp = decide(wh, f"{R}/caches/stranger:v1")
+    t.ok(not resp["allowed"] and resp["status"]["reason"] == "SignatureNotTrusted"
+         and "no trusted key verifies" in resp["status"]["message"],
+         "signed with an untrusted key: denied (SignatureNotTrusted)", diag=denial(resp))
+    resp = decide(wh, f"{R}/caches/tampered:v1")
+    t.ok(not resp["allowed"] and resp["status"]["reason"] == "SignatureNotTrusted",
+         "tampered signature: denied", diag=denial(resp))
+    resp = decide(wh, f"{R}/caches/copied:v1")
+    t.ok(not resp["allowed"] and resp["status"]["reason"] == "SignatureNotTrusted"
+         and "payload is for image " + digests["signed"] in resp["status"]["message"],
+         "a signature of another image: denied", diag=denial(resp))
+    resp = decide(wh, f"{R}/caches/unsigned:v1",
+                  annotations={"kyverno.io/verify-images": json.dumps({R + "/caches/unsigned:v1": "pass"})})
+    t.ok(not resp["allowed"] and resp["status"]["reason"] == "Unsigned",
+         "a kyverno.io/verify-images annotation is no proof: still denied", diag=resp)
+    resp = decide(wh, f"{R}/caches/missing:v1")
+    t.ok(not resp["allowed"] and resp["status"]["reason"] == "ImageNotFound",
+         "an image that does not exist: denied (ImageNotFound)", diag=denial(resp))
+
+    for bad, why in (("Quay.io/Org/Cache:v1", "must be lowercase"),
+                     ("quay.io/org/cache:bad tag", "whitespace"),
+                     ("quay.io/org/cache@sha256:1234", "invalid digest"),
+                     ("https://quay.io/org/cache:v1", "URL scheme"),
+                     ("oci:/tmp/layout:v1", "layout directory")):
+        resp = decide(wh, bad)
+        t.ok(not resp["allowed"] and resp["status"]["reason"] == "InvalidImageReference"
+             and why in resp["status"]["message"],
+             f"malformed reference {bad!r}: denied with the reason", diag=resp)
+    resp = decide(wh, None, obj={"metadata": {"name": "x"}, "spec": {}})
+    t.ok(not resp["allowed"] and "spec.image is required" in resp["status"]["message"],
+         "no spec.image: denied (InvalidObject)", diag=resp)
+    resp = decide(wh, "anything", kind="Pod", group="")
+    t.ok(resp["allowed"] and "patch" not in resp, "a review of another kind is allowed unchanged")
+    resp = decide(wh, f"{R}/caches/unsigned:v1", op="DELETE")
+    t.ok(resp["allowed"], "DELETE is allowed unchanged")
+    status, text, _ = post(wh, "/mutate", b'{"kind":"AdmissionReview","apiVersion":"v1"}')
+    t.ok(status == 400 and "want admission.k8s.io/v1" in text, "a malformed review: HTTP 400 with the reason",
+         diag=(status, text))
+    status, text, _ = post(wh, "/elsewhere", review("x"))
+    t.eq(status, 404, "unknown path: 404")
+
+    # /validate: the annotation must be what the webhook resolved
+    good = {ANN: digests["signed"]}
+    resp = decide(wh, f"{R}/caches/signed:v1", "/validate", annotations=good)
+    t.ok(resp["allowed"] and "patch" not in resp, "/validate: the resolved digest is accepted", diag=resp)
+    forged = {ANN: digests["stranger"]}
+    resp = decide(wh, f"{R}/caches/signed:v1", "/validate", annotations=forged)
+    t.ok(not resp["allowed"] and resp["status"]["reason"] == "ResolvedDigestMismatch"
+         and digests["signed"] in resp["status"]["message"],
+         "/validate: a hand-set resolvedDigest is denied", diag=denial(resp))
+    resp = decide(wh, f"{R}/caches/signed:v1", "/validate")
+    t.ok(not resp["allowed"] and resp["status"]["reason"] == "ResolvedDigestMissing",
+         "/validate: a missing resolvedDigest is denied", diag=denial(resp))
+    resp = decide(wh, f"{R}/caches/unsigned:v1", "/validate", annotations={ANN: digests["unsigned"]})
+    t.ok(not resp["allowed"] and resp["status"]["reason"] == "Unsigned",
+         "/validate: refuses what policy forbids", diag=denial(resp))
+    resp = decide(wh, "quay.io/Bad", "/validate", annotations=good)
+    t.eq(resp["status"]["reason"], "InvalidImageReference", "/validate: refuses malformed references")
+    # UPDATE with an unchanged image: the recorded digest stays
+    old_obj = {"metadata": {"name": "llama", "annotations": dict(good)},
+               "spec": {"image": f"{R}/caches/signed:v1"}}
+    resp = decide(wh, f"{R}/caches/signed:v1", "/validate", op="UPDATE", annotations=forged, old=old_obj)
+    t.ok(not resp["allowed"] and "unchanged" in resp["status"]["message"],
+         "/validate: UPDATE may not change the annotation while spec.image is unchanged",
+         diag=denial(resp))
+    resp = decide(wh, f"{R}/caches/signed:v1", op="UPDATE", annotations=forged, old=old_obj)
+    t.eq(patch_of(resp), [{"op": "add", "path": "/metadata/annotations/gkm.io~1resolvedDigest",
+                           "value": digests["signed"]}],
+         "/mutate: UPDATE puts the recorded digest back")
+
+    # settings from the config file, reloaded live
+    m = wh.mark()
+    write(path("config.yaml"), "verify-enabled: true\nallow-unsigned-images: true\n")
+    ok = wh.wait_log(lambda j: j.get("msg") == "trust configuration reloaded"
+                     and j.get("allow_unsigned") == "true", 10, after=m)
+    resp = decide(wh, f"{R}/caches/unsigned:v1")
+    t.ok(ok and resp["allowed"] and patch_of(resp)[0]["value"] == {ANN: digests["unsigned"]}
+         and "unsigned images are allowed" in resp.get("warnings", [""])[0],
+         "allow-unsigned-images: true in the config: unsigned allowed, with a warning", diag=resp)
+    resp = decide(wh, f"{R}/caches/stranger:v1")
+    t.ok(not resp["allowed"] and resp["status"]["reason"] == "SignatureNotTrusted",
+         "allow-unsigned does not admit an image whose signatures do not verify", diag=resp)
+    m = wh.mark()
+    write(path("config.yaml"), "verify-enabled: maybe\n")
+    ok = wh.wait_log(lambda j: j.get("msg", "").startswith("trust configuration refused")
+                     and "want true or false, got 'maybe'" in j.get("error", ""), 10, after=m)
+    resp = decide(wh, f"{R}/caches/unsigned:v1")
+    t.ok(ok and resp["allowed"], "a config with a bad value is refused; the last good one stays",
+         diag=resp)
+    m = wh.mark()
+    write(path("config.yaml"), "verify-enabled: true\nallow-unsigned-images: false\n")
+    wh.wait_log(lambda j: j.get("msg") == "trust configuration reloaded"
+                and j.get("allow_unsigned") == "false", 10, after=m)
+    resp = decide(wh, f"{R}/caches/unsigned:v1")
+    t.ok(not resp["allowed"], "allow-unsigned-images back to false: denied again")
+
+    # trusted keys reloaded: the stranger's key becomes trusted
+    m = wh.mark()
+    shutil.copy(path("stranger.pub"), path("trust", "stranger.pub"))
+    ok = wh.wait_log(lambda j: j.get("msg") == "trust configuration reloaded" and j.get("keys") == "3", 10, after=m)
+    resp = decide(wh, f"{R}/caches/stranger:v1")
+    t.ok(ok and resp["allowed"], "a key added to --trust-dir is trusted without a restart", diag=resp)
+    m = wh.mark()
+    write(path("trust", "broken.pub"), "-----BEGIN PUBLIC KEY-----\nAAAA\n-----END PUBLIC KEY-----\n")
+    ok = wh.wait_log(lambda j: j.get("msg", "").startswith("trust configuration refused")
+                     and "broken.pub" in j.get("error", ""), 10, after=m)
+    resp = decide(wh, f"{R}/caches/stranger:v1")
+    t.ok(ok and resp["allowed"], "an unreadable key file is refused, naming the file; the last good keys stay",
+         diag=resp)
+    m = wh.mark()
+    os.remove(path("trust", "broken.pub"))
+    os.remove(path("trust", "stranger.pub"))
+    wh.wait_log(lambda j: j.get("msg") == "trust configuration reloaded" and j.get("keys") == "2", 10, after=m)
+    resp = decide(wh, f"{R}/caches/stranger:v1")
+    t.ok(not resp["allowed"], "the key removed again: denied again", diag=resp)
+
+    # policies: a valid change flips a verdict, a broken one is refused
+    m = wh.mark()
+    write(path("policies", "admission.lua"),
+          open(default_policy).read().replace(
+              "M.allowed_registries = {}", 'M.allowed_registries = { "registry.example.com" }'))
+    ok = wh.wait_log(lambda j: j.get("msg") == "policy bundle applied" and j.get("generation") == "2", 10, after=m)
+    resp = decide(wh, f"{R}/caches/signed:v1")
+    t.ok(ok and not resp["allowed"] and resp["status"]["reason"] == "RegistryNotAllowed",
+         "a policy change takes effect without a restart (registry not allowed)", diag=resp)
+    m = wh.mark()
+    write(path("policies", "admission.lua"), "local M = {}\nfunction M.evaluate(input)\n  return {\nend\nreturn M\n")
+    ok = wh.wait_log(lambda j: j.get("msg", "").startswith("policy bundle refused")
+                     and "admission.lua:4:" in j.get("error", ""), 10, after=m)
+    resp = decide(wh, f"{R}/caches/signed:v1")
+    t.ok(ok and not resp["allowed"] and resp["status"]["reason"] == "RegistryNotAllowed",
+         "a broken policy is refused (file and line logged); the last good one keeps answering",
+         diag=resp)
+    t.eq(wh.metric("gkm_webhook_reload_refused", what="policy"), 1.0,
+         "the refused policy shows in gkm_webhook_reload_refused")
+    m = wh.mark()
+    shutil.copy(default_policy, path("policies", "admission.lua"))
+    ok = wh.wait_log(lambda j: j.get("msg") == "policy bundle applied" and j.get("generation") == "3", 10, after=m)
+    resp = decide(wh, f"{R}/caches/signed:v1")
+    t.ok(ok and resp["allowed"], "back to the default policy: allowed", diag=resp)
+
+    # the certificate replaced while serving
+    make_cert("ca", "tls2", "gkm-webhook-renewed")
+    m = wh.mark()
+    shutil.copy(path("tls2.key"), path("tls.key"))
+    shutil.copy(path("tls2.crt"), path("tls.crt"))
+    ok = wh.wait_log(lambda j: j.get("msg") == "TLS certificate reloaded", 10, after=m)
+    _, _, peer = post(wh, "/mutate", review(f"{R}/caches/signed:v1"))
+    with open(path("tls2.crt")) as f:
+        want = hashlib.sha256(ssl.PEM_cert_to_DER_cert(f.read())).hexdigest()
+    t.ok(ok and peer == want and peer != first_peer, "a replaced certificate is served to new connections",
+         diag=(peer, want))
+    m = wh.mark()
+    write(path("tls.crt"), "not a certificate\n")
+    ok = wh.wait_log(lambda j: j.get("msg", "").startswith("new TLS certificate refused"), 10, after=m)
+    status, _, peer = post(wh, "/mutate", review(f"{R}/caches/signed:v1"))
+    t.ok(ok and status == 200 and peer == want, "a broken certificate file is refused; the last good one serves")
+    shutil.copy(path("tls2.crt"), path("tls.crt"))
+
+    # registry trouble: denied within the deadline, with the reason
+    reg.stop()
+    resp = decide(wh, f"{R}/caches/signed:v1")
+    t.ok(resp["allowed"], "registry down: a digest resolved and verified before is answered from the cache",
+         diag=resp)
+    resp = decide(wh, f"{R}/caches/signed:v2")
+    t.ok(not resp["allowed"] and resp["status"]["reason"] == "RegistryUnavailable",
+         "registry down: an unchecked image is denied (RegistryUnavailable)", diag=denial(resp))
+    hole = Blackhole()
+    status, doc, _ = post(wh, "/mutate", review(f"{hole.addr}/caches/slow:v1"),
+                          timeout=DEADLINE_MS / 1000 * 4)
+    resp = doc["response"] if isinstance(doc, dict) else {}
+    t.ok(status == 200 and not resp.get("allowed") and resp["status"]["reason"] == "RegistryTimeout",
+         "a registry that never answers: denied (RegistryTimeout) before the client gives up",
+         diag=doc)
+    hole.close()
+
+    # metrics
+    m = wh.metrics()
+    t.ok('gkm_webhook_review_seconds_bucket{endpoint="mutate",le="0.005"}' in m,
+         "review latency histogram by endpoint")
+    t.ok(wh.metric("gkm_webhook_decisions_total", endpoint="mutate", result="denied",
+                   reason="SignatureNotTrusted") >= 2, "decisions counted by result and reason")
+    t.ok(wh.metric("gkm_webhook_cache_total", cache="verdict", result="hit") >= 1
+         and wh.metric("gkm_webhook_cache_total", cache="resolve", result="hit") >= 1,
+         "cache hits counted")
+
+    # let the black hole's registry check run out first: a job still running at
+    # SIGTERM finishes after the loop stopped, and its completion is dropped
+    end = time.time() + 15
+    while wh.metric("gkm_webhook_registry_checks_running") > 0 and time.time() < end:
+        time.sleep(0.1)
+    rc = wh.stop()
+    t.eq(rc, 0, "SIGTERM: clean exit (sanitizers quiet)")
+    if rc != 0:
+        print("#" + wh.read_log()[-3000:].replace("\n", "\n#"))
+
+
+try:
+    t.run("webhook end to end", main)
+finally:
+    for p in procs:
+        if p.poll() is None:
+            p.kill()
+            p.wait()
+    shutil.rmtree(tmp, ignore_errors=True)
+sys.exit(t.finish())

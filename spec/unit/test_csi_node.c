@@ -1,0 +1,429 @@
+/* csi_node without gRPC: requests packed with protobuf-c go through
+ * csi_node_call(); everything that is refused before mounting, state
+ * recovery, and the per-volume state files. Mounting itself is covered by
+ * spec/e2e/csi.py. */
+#include <errno.h>
+#include <limits.h>
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <cmocka.h>
+
+#include "cache_view.h"
+#include "csi.pb-c.h"
+#include "csi_node.h"
+#include "csi_volume.h"
+#include "metrics.h"
+
+#define HEX "0123456789abcdef0123456789abcdef0123456789abcdef0123456789abcdef"
+#define DIGEST "sha256:" HEX
+
+static char dir[256], root[300], run[300];
+static struct csi_node *node;
+
+static void sh(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+static void sh(const char *fmt, ...)
+{
+	char cmd[2048];
+	va_list ap;
+	va_start(ap, fmt);
+	vsnprintf(cmd, sizeof(cmd), fmt, ap);
+	va_end(ap);
+	assert_int_equal(system(cmd), 0);
+}
+
+static int new_node(void)
+{
+	struct csi_node_config cfg = {
+	    .node_id = "node-1", .root = root, .run_dir = run, .version = "1.2.3"};
+	return csi_node_new(&cfg, &node);
+}
+
+static int setup(void **state)
+{
+	(void)state;
+	snprintf(dir, sizeof(dir), "%s/gkm-node.XXXXXX",
+	         getenv("TMPDIR") ? getenv("TMPDIR") : "/tmp");
+	if (!mkdtemp(dir))
+		return -1;
+	snprintf(root, sizeof(root), "%s/root", dir);
+	snprintf(run, sizeof(run), "%s/run", dir);
+	return 0;
+}
+
+static int teardown(void **state)
+{
+	(void)state;
+	csi_node_free(node);
+	node = NULL;
+	char cmd[512];
+	snprintf(cmd, sizeof(cmd), "rm -rf '%s'", dir);
+	return system(cmd) == 0 ? 0 : -1;
+}
+
+static int start(void **state)
+{
+	if (setup(state))
+		return -1;
+	sh("mkdir -p '%s/store/sha256/" HEX "' && echo hi > '%s/store/sha256/" HEX "/f'", root,
+	   root);
+	struct cache_view_ready r = {.digest = DIGEST, .state = "Ready", .compatible = true};
+	if (cache_view_publish(root, "team-a", "llama", &r) != 0)
+		return -1;
+	struct cache_view_ready p = {
+	    .digest = DIGEST, .state = "Extracting", .compatible = true, .message = "layer 1 of 1"};
+	if (cache_view_publish(root, "team-a", "pulling", &p) != 0)
+		return -1;
+	return new_node();
+}
+
+/* Pack m, call method, return the reply (caller frees body). */
+static struct csi_reply call(const char *method, const ProtobufCMessage *m)
+{
+	struct csi_reply r;
+	size_t len = m ? protobuf_c_message_get_packed_size(m) : 0;
+	uint8_t *buf = malloc(len + 1);
+	assert_non_null(buf);
+	if (m)
+		protobuf_c_message_pack(m, buf);
+	csi_node_call(node, method, buf, len, &r);
+	free(buf);
+	return r;
+}
+
+static void expect(struct csi_reply r, int code, const char *needle)
+{
+	if (r.code != code || (needle && !strstr(r.message, needle)))
+		fail_msg("got %s '%s', want %s containing '%s'", csi_code_name(r.code), r.message,
+		         csi_code_name(code), needle ? needle : "");
+	free(r.body);
+}
+
+static void test_identity(void **state)
+{
+	(void)state;
+	Csi__V1__GetPluginInfoRequest req = CSI__V1__GET_PLUGIN_INFO_REQUEST__INIT;
+	struct csi_reply r = call("/csi.v1.Identity/GetPluginInfo", &req.base);
+	assert_int_equal(r.code, CSI_OK);
+	Csi__V1__GetPluginInfoResponse *info =
+	    csi__v1__get_plugin_info_response__unpack(NULL, r.body_len, r.body);
+	assert_non_null(info);
+	assert_string_equal(info->name, "csi.gkm.io");
+	assert_string_equal(info->vendor_version, "1.2.3");
+	csi__v1__get_plugin_info_response__free_unpacked(info, NULL);
+	free(r.body);
+
+	Csi__V1__ProbeRequest preq = CSI__V1__PROBE_REQUEST__INIT;
+	r = call("/csi.v1.Identity/Probe", &preq.base);
+	assert_int_equal(r.code, CSI_OK);
+	Csi__V1__ProbeResponse *probe = csi__v1__probe_response__unpack(NULL, r.body_len, r.body);
+	assert_non_null(probe);
+	assert_non_null(probe->ready);
+	assert_true(probe->ready->value);
+	csi__v1__probe_response__free_unpacked(probe, NULL);
+	free(r.body);
+
+	Csi__V1__NodeGetInfoRequest nreq = CSI__V1__NODE_GET_INFO_REQUEST__INIT;
+	r = call("/csi.v1.Node/NodeGetInfo", &nreq.base);
+	Csi__V1__NodeGetInfoResponse *ni =
+	    csi__v1__node_get_info_response__unpack(NULL, r.body_len, r.body);
+	assert_non_null(ni);
+	assert_string_equal(ni->node_id, "node-1");
+	csi__v1__node_get_info_response__free_unpacked(ni, NULL);
+	free(r.body);
+
+	Csi__V1__NodeGetCapabilitiesRequest creq = CSI__V1__NODE_GET_CAPABILITIES_REQUEST__INIT;
+	r = call("/csi.v1.Node/NodeGetCapabilities", &creq.base);
+	Csi__V1__NodeGetCapabilitiesResponse *caps =
+	    csi__v1__node_get_capabilities_response__unpack(NULL, r.body_len, r.body);
+	assert_non_null(caps);
+	assert_int_equal(caps->n_capabilities, 1);
+	assert_int_equal(caps->capabilities[0]->rpc->type,
+	                 CSI__V1__NODE_SERVICE_CAPABILITY__RPC__TYPE__GET_VOLUME_STATS);
+	csi__v1__node_get_capabilities_response__free_unpacked(caps, NULL);
+	free(r.body);
+}
+
+static void test_unimplemented(void **state)
+{
+	(void)state;
+	expect(call("/csi.v1.Node/NodeStageVolume", NULL), CSI_UNIMPLEMENTED, "NodeStageVolume");
+	expect(call("/csi.v1.Node/NodeExpandVolume", NULL), CSI_UNIMPLEMENTED, "NodeExpandVolume");
+	expect(call("/csi.v1.Controller/CreateVolume", NULL), CSI_UNIMPLEMENTED, "node-only");
+	expect(call("/csi.v1.GroupController/GroupControllerGetCapabilities", NULL),
+	       CSI_UNIMPLEMENTED, "node-only");
+	expect(call("/some.Other/Method\n", NULL), CSI_UNIMPLEMENTED,
+	       "unknown method /some.Other/Method?");
+	struct csi_reply r;
+	csi_node_call(node, NULL, NULL, 0, &r);
+	expect(r, CSI_UNIMPLEMENTED, "unknown method");
+}
+
+static void test_malformed_messages(void **state)
+{
+	(void)state;
+	const uint8_t junk[] = {0x0a, 0xff, 0xff, 0xff, 0xff, 0x0f, 0x01};
+	struct csi_reply r;
+	csi_node_call(node, "/csi.v1.Node/NodePublishVolume", junk, sizeof(junk), &r);
+	expect(r, CSI_INVALID_ARGUMENT, "malformed");
+	csi_node_call(node, "/csi.v1.Node/NodeUnpublishVolume", junk, sizeof(junk), &r);
+	expect(r, CSI_INVALID_ARGUMENT, "malformed");
+	csi_node_call(node, "/csi.v1.Node/NodeGetVolumeStats", junk, sizeof(junk), &r);
+	expect(r, CSI_INVALID_ARGUMENT, "malformed");
+}
+
+struct kv {
+	const char *k, *v;
+};
+
+static struct csi_reply publish(const char *vid, const char *target, const struct kv *ctx,
+                                bool with_cap)
+{
+	Csi__V1__NodePublishVolumeRequest req = CSI__V1__NODE_PUBLISH_VOLUME_REQUEST__INIT;
+	Csi__V1__VolumeCapability cap = CSI__V1__VOLUME_CAPABILITY__INIT;
+	Csi__V1__VolumeCapability__MountVolume mnt = CSI__V1__VOLUME_CAPABILITY__MOUNT_VOLUME__INIT;
+	Csi__V1__VolumeCapability__AccessMode mode = CSI__V1__VOLUME_CAPABILITY__ACCESS_MODE__INIT;
+	Csi__V1__NodePublishVolumeRequest__VolumeContextEntry e[16], *ep[16];
+	mode.mode = CSI__V1__VOLUME_CAPABILITY__ACCESS_MODE__MODE__SINGLE_NODE_WRITER;
+	cap.access_type_case = CSI__V1__VOLUME_CAPABILITY__ACCESS_TYPE_MOUNT;
+	cap.mount = &mnt;
+	cap.access_mode = &mode;
+	req.volume_id = (char *)vid;
+	req.target_path = (char *)target;
+	req.volume_capability = with_cap ? &cap : NULL;
+	size_t n = 0;
+	for (; ctx && ctx[n].k; n++) {
+		Csi__V1__NodePublishVolumeRequest__VolumeContextEntry init =
+		    CSI__V1__NODE_PUBLISH_VOLUME_REQUEST__VOLUME_CONTEXT_ENTRY__INIT;
+		e[n] = init;
+		e[n].key = (char *)ctx[n].k;
+		e[n].value = (char *)ctx[n].v;
+		ep[n] = &e[n];
+	}
+	req.n_volume_context = n;
+	req.volume_context = ep;
+	return call("/csi.v1.Node/NodePublishVolume", &req.base);
+}
+
+#define POD_A                                                                                      \
+	{"csi.storage.k8s.io/pod.namespace", "team-a"},                                            \
+	{                                                                                          \
+		"csi.storage.k8s.io/pod.name", "p"                                                 \
+	}
+
+static void test_publish_refusals(void **state)
+{
+	(void)state;
+	char target[400];
+	snprintf(target, sizeof(target), "%s/pod/mount", dir);
+	const struct kv ok[] = {
+	    {"cacheName", "llama"}, {"cacheNamespace", "team-a"}, POD_A, {0, 0}};
+
+	expect(publish("", target, ok, true), CSI_INVALID_ARGUMENT, "volume_id is required");
+	expect(publish("../v", target, ok, true), CSI_INVALID_ARGUMENT, "not usable");
+	expect(publish("v1", "", ok, true), CSI_INVALID_ARGUMENT, "target_path is required");
+	expect(publish("v1", "relative/path", ok, true), CSI_INVALID_ARGUMENT, "absolute");
+	expect(publish("v1", "/a/../b", ok, true), CSI_INVALID_ARGUMENT, "normalised");
+	expect(publish("v1", "/a//b", ok, true), CSI_INVALID_ARGUMENT, "normalised");
+	expect(publish("v1", "/a/./b", ok, true), CSI_INVALID_ARGUMENT, "normalised");
+	expect(publish("v1", "/a/b/", ok, true), CSI_INVALID_ARGUMENT, "normalised");
+	expect(publish("v1", target, ok, false), CSI_INVALID_ARGUMENT, "volume_capability");
+
+	const struct kv noname[] = {{"cacheNamespace", "team-a"}, POD_A, {0, 0}};
+	expect(publish("v1", target, noname, true), CSI_INVALID_ARGUMENT, "cacheName is required");
+	const struct kv trav[] = {
+	    {"cacheName", "../../../etc"}, {"cacheNamespace", "team-a"}, POD_A, {0, 0}};
+	expect(publish("v1", target, trav, true), CSI_INVALID_ARGUMENT, "not a valid object name");
+	const struct kv travns[] = {
+	    {"cacheName", "llama"}, {"cacheNamespace", "../x"}, POD_A, {0, 0}};
+	expect(publish("v1", target, travns, true), CSI_INVALID_ARGUMENT, "not a valid namespace");
+	const struct kv unknown[] = {{"cacheName", "llama"}, {"cachenamespace", "team-a"}, {0, 0}};
+	expect(publish("v1", target, unknown, true), CSI_INVALID_ARGUMENT,
+	       "unknown volume attribute");
+	const struct kv both[] = {{"cacheName", "llama"}, {"csi.gkm.io/GKMCache", "other"}, {0, 0}};
+	expect(publish("v1", target, both, true), CSI_INVALID_ARGUMENT, "contradicts");
+	const struct kv ro[] = {{"cacheName", "llama"}, {"readOnly", "False"}, {0, 0}};
+	expect(publish("v1", target, ro, true), CSI_INVALID_ARGUMENT, "readOnly");
+	const struct kv baduid[] = {
+	    {"cacheName", "llama"}, {"csi.storage.k8s.io/pod.uid", "x/../y"}, {0, 0}};
+	expect(publish("v1", target, baduid, true), CSI_INVALID_ARGUMENT, "uid");
+
+	const struct kv other_ns[] = {{"cacheName", "llama"},
+	                              {"csi.gkm.io/namespace", "team-a"},
+	                              {"csi.storage.k8s.io/pod.namespace", "team-b"},
+	                              {0, 0}};
+	expect(publish("v1", target, other_ns, true), CSI_PERMISSION_DENIED, "namespace team-b");
+	const struct kv no_pod_ns[] = {
+	    {"cacheName", "llama"}, {"cacheNamespace", "team-a"}, {0, 0}};
+	expect(publish("v1", target, no_pod_ns, true), CSI_PERMISSION_DENIED, "podInfoOnMount");
+
+	const struct kv missing[] = {
+	    {"cacheName", "nosuch"}, {"cacheNamespace", "team-a"}, POD_A, {0, 0}};
+	expect(publish("v1", target, missing, true), CSI_FAILED_PRECONDITION, "not on this node");
+	const struct kv cluster_missing[] = {{"cacheName", "llama"}, POD_A, {0, 0}};
+	expect(publish("v1", target, cluster_missing, true), CSI_FAILED_PRECONDITION,
+	       "ClusterGKMCache llama is not on this node");
+	const struct kv pulling[] = {
+	    {"cacheName", "pulling"}, {"cacheNamespace", "team-a"}, POD_A, {0, 0}};
+	expect(publish("v1", target, pulling, true), CSI_FAILED_PRECONDITION,
+	       "not ready on this node yet (state Extracting: layer 1 of 1)");
+
+	/* Nothing was created or recorded by any of these. */
+	struct stat st;
+	assert_int_equal(stat(target, &st), -1);
+	assert_int_equal(csi_node_volume_count(node), 0);
+}
+
+static void test_unpublish_and_stats_unknown(void **state)
+{
+	(void)state;
+	Csi__V1__NodeUnpublishVolumeRequest u = CSI__V1__NODE_UNPUBLISH_VOLUME_REQUEST__INIT;
+	u.volume_id = "v-none";
+	u.target_path = "/nonexistent/gkm/target";
+	expect(call("/csi.v1.Node/NodeUnpublishVolume", &u.base), CSI_OK, NULL);
+	u.target_path = "";
+	expect(call("/csi.v1.Node/NodeUnpublishVolume", &u.base), CSI_INVALID_ARGUMENT,
+	       "target_path");
+
+	Csi__V1__NodeGetVolumeStatsRequest s = CSI__V1__NODE_GET_VOLUME_STATS_REQUEST__INIT;
+	s.volume_id = "v-none";
+	s.volume_path = "/nonexistent/gkm/target";
+	expect(call("/csi.v1.Node/NodeGetVolumeStats", &s.base), CSI_NOT_FOUND, "not published");
+}
+
+static void test_metrics(void **state)
+{
+	(void)state;
+	struct metric *m = metrics_counter("gkm_csi_calls_total", "", "method,code");
+	double before = metrics_value(m, METRICS_L("NodeGetInfo", "OK"));
+	Csi__V1__NodeGetInfoRequest nreq = CSI__V1__NODE_GET_INFO_REQUEST__INIT;
+	expect(call("/csi.v1.Node/NodeGetInfo", &nreq.base), CSI_OK, NULL);
+	expect(call("/csi.v1.Node/NodeGetInfo", &nreq.base), CSI_OK, NULL);
+	assert_true(metrics_value(m, METRICS_L("NodeGetInfo", "OK")) == before + 2);
+	double unimpl = metrics_value(m, METRICS_L("NodeStageVolume", "UNIMPLEMENTED"));
+	expect(call("/csi.v1.Node/NodeStageVolume", NULL), CSI_UNIMPLEMENTED, NULL);
+	assert_true(metrics_value(m, METRICS_L("NodeStageVolume", "UNIMPLEMENTED")) == unimpl + 1);
+}
+
+static struct csi_volume volume(const char *id)
+{
+	struct csi_volume v = {
+	    .volume_id = (char *)id,
+	    .target_path = "/var/lib/kubelet/pods/u/volumes/kubernetes.io~csi/x/mount",
+	    .cache_namespace = "team-a",
+	    .cache_name = "llama",
+	    .digest = DIGEST,
+	    .pod_name = "p",
+	    .pod_namespace = "team-a",
+	    .pod_uid = "u",
+	    .writable = true,
+	    .started = 1714564800,
+	};
+	return v;
+}
+
+static void test_recovery(void **state)
+{
+	(void)state;
+	char vdir[400];
+	snprintf(vdir, sizeof(vdir), "%s/volumes", run);
+	struct csi_volume v = volume("v-rec");
+	assert_int_equal(csi_volume_save(vdir, &v), 0);
+	/* Malformed, mismatching and stray files are ignored, never fatal. */
+	sh("echo '{not json' > '%s/v-bad.json'", vdir);
+	sh("sed 's/v-rec/v-other/' '%s/v-rec.json' > '%s/v-mismatch.json'", vdir, vdir);
+	sh("echo x > '%s/README'", vdir);
+	/* Overlay directories of volumes nobody knows are removed at start. */
+	sh("mkdir -p '%s/csi/volumes/v-orphan/upper' '%s/csi/volumes/v-rec/upper'", root, root);
+	assert_int_equal(new_node(), 0);
+	assert_int_equal(csi_node_volume_count(node), 1);
+	size_t pods = 0;
+	assert_int_equal(cache_view_in_use(run, "team-a", "llama", &pods), 0);
+	assert_int_equal(pods, 1);
+	struct stat st;
+	char p[512];
+	snprintf(p, sizeof(p), "%s/csi/volumes/v-orphan", root);
+	assert_int_equal(stat(p, &st), -1);
+	snprintf(p, sizeof(p), "%s/csi/volumes/v-rec/upper", root);
+	assert_int_equal(stat(p, &st), 0);
+	snprintf(p, sizeof(p), "%s/v-bad.json", vdir);
+	assert_int_equal(stat(p, &st), 0); /* left for a human */
+
+	/* Stats of a recovered volume that is not mounted: NOT_FOUND. */
+	Csi__V1__NodeGetVolumeStatsRequest s = CSI__V1__NODE_GET_VOLUME_STATS_REQUEST__INIT;
+	s.volume_id = "v-rec";
+	s.volume_path = v.target_path;
+	expect(call("/csi.v1.Node/NodeGetVolumeStats", &s.base), CSI_NOT_FOUND, "not mounted");
+}
+
+static void test_volume_files(void **state)
+{
+	(void)state;
+	char vdir[400];
+	snprintf(vdir, sizeof(vdir), "%s/volumes", run);
+	assert_true(csi_volume_valid_id("csi-0123abcd"));
+	assert_false(csi_volume_valid_id(".hidden"));
+	assert_false(csi_volume_valid_id("a/b"));
+	assert_false(csi_volume_valid_id(""));
+	struct csi_volume bad = volume("../escape");
+	assert_int_equal(csi_volume_save(vdir, &bad), -EINVAL);
+
+	struct csi_volume a = volume("v-a"), b = volume("v-a");
+	assert_true(csi_volume_same(&a, &b));
+	b.digest = "sha256:" HEX; /* digest and start time do not matter */
+	b.started = 1;
+	assert_true(csi_volume_same(&a, &b));
+	b.writable = false;
+	assert_false(csi_volume_same(&a, &b));
+
+	assert_int_equal(csi_volume_save(vdir, &a), 0);
+	struct csi_volume *list = NULL;
+	size_t n = 0;
+	assert_int_equal(csi_volume_load_all(vdir, &list, &n), 0);
+	assert_int_equal(n, 1);
+	assert_true(csi_volume_same(&list[0], &a));
+	assert_string_equal(list[0].digest, DIGEST);
+	assert_int_equal(list[0].started, 1714564800);
+	csi_volume_free_all(list, n);
+	assert_int_equal(csi_volume_remove(vdir, "v-a"), 0);
+	assert_int_equal(csi_volume_remove(vdir, "v-a"), 0);
+	assert_int_equal(csi_volume_load_all(vdir, &list, &n), 0);
+	assert_int_equal(n, 0);
+	free(list);
+}
+
+static void test_bad_config(void **state)
+{
+	(void)state;
+	struct csi_node_config cfg = {.node_id = "n",
+	                              .root = root,
+	                              .run_dir = run,
+	                              .state_dir = "/var/lib/gkm,upperdir=/etc"};
+	assert_int_equal(csi_node_new(&cfg, &node), -EINVAL);
+	assert_null(node);
+	cfg.state_dir = NULL;
+	cfg.node_id = "";
+	assert_int_equal(csi_node_new(&cfg, &node), -EINVAL);
+}
+
+int main(void)
+{
+	const struct CMUnitTest tests[] = {
+	    cmocka_unit_test_setup_teardown(test_identity, start, teardown),
+	    cmocka_unit_test_setup_teardown(test_unimplemented, start, teardown),
+	    cmocka_unit_test_setup_teardown(test_malformed_messages, start, teardown),
+	    cmocka_unit_test_setup_teardown(test_publish_refusals, start, teardown),
+	    cmocka_unit_test_setup_teardown(test_unpublish_and_stats_unknown, start, teardown),
+	    cmocka_unit_test_setup_teardown(test_metrics, start, teardown),
+	    cmocka_unit_test_setup_teardown(test_recovery, setup, teardown),
+	    cmocka_unit_test_setup_teardown(test_volume_files, setup, teardown),
+	    cmocka_unit_test_setup_teardown(test_bad_config, setup, teardown),
+	};
+	return cmocka_run_group_tests(tests, NULL, NULL);
+}

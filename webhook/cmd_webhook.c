@@ -1,0 +1,543 @@
+/* gkm webhook: the admission webhook daemon. HTTPS (certificate and key
+ * from files, swapped when they change), AdmissionReview v1 on /mutate and
+ * /validate (webhook/reviewer.h), health and metrics on a separate plain
+ * port, policies, trusted keys and settings reloaded when their files
+ * change (a refused reload keeps the last good state). */
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "admission_review.h"
+#include "bundle.h"
+#include "cli.h"
+#include "cmd.h"
+#include "engine.h"
+#include "fsutil.h"
+#include "health.h"
+#include "https_server.h"
+#include "log.h"
+#include "loop.h"
+#include "metrics.h"
+#include "reviewer.h"
+#include "trust.h"
+#include "watched.h"
+#include "workers.h"
+
+#define CMD "gkm webhook"
+
+static const char usage[] =
+    "Usage: gkm webhook --tls-cert FILE --tls-key FILE [flags]\n"
+    "\n"
+    "Serve the admission webhook for GKMCache and ClusterGKMCache: AdmissionReview v1\n"
+    "on POST /mutate (resolve the tag, verify signatures, run the admission policy,\n"
+    "set annotation gkm.io/resolvedDigest) and POST /validate (refuse what policy\n"
+    "forbids, malformed references, and a resolvedDigest set or changed by hand).\n"
+    "Certificate, trusted keys, settings and policies are reloaded when their files\n"
+    "change (and on SIGHUP); a change that does not load keeps the last good one.\n"
+    "\n"
+    "  --listen ADDR              HTTPS address (default :8443)\n"
+    "  --health-listen ADDR       /healthz, /readyz, /metrics over HTTP (default :8081)\n"
+    "  --tls-cert FILE            certificate chain, PEM\n"
+    "  --tls-key FILE             its private key, PEM\n"
+    "  --trust-dir DIR            trusted public keys: every PEM public key in every\n"
+    "                             file of DIR (a mounted Secret or ConfigMap)\n"
+    "  --config PATH              settings: a YAML/JSON mapping, or a directory with one\n"
+    "                             file per key (a mounted ConfigMap); keys verify-enabled\n"
+    "                             and allow-unsigned-images override the flags below\n"
+    "  --verify-enabled BOOL      verify signatures (default true)\n"
+    "  --allow-unsigned-images BOOL  admit images without signatures (default false)\n"
+    "  --policy-dir DIR           policy files overriding the built-in ones (a mounted\n"
+    "                             gkm-policies ConfigMap)\n"
+    "  --deadline-ms MS           answer every review within MS (default 8000; keep it\n"
+    "                             below the webhook configuration's timeoutSeconds)\n"
+    "  --resolve-ttl S            how long a tag's digest is reused (default 30)\n"
+    "  --verified-ttl S           how long a verified verdict is reused (default 600)\n"
+    "  --rejected-ttl S           how long an unsigned/unverified verdict is reused\n"
+    "                             (default 30)\n"
+    "  --cache-entries N          entries per cache (default 4096)\n"
+    "  --workers N                threads for registry checks (default 4)\n"
+    "  --https-threads N          HTTPS threads (default 2)\n"
+    "  --max-checks N             registry checks in flight (default 64)\n"
+    "  --reload-interval-ms MS    how often files are checked for changes (default 2000)\n"
+    "\n"
+    "Registry flags:\n"
+    "  --registry-authfile FILE   dockerconfigjson credentials (a mounted pull secret)\n"
+    "  --registry-plain-http HOSTS  speak HTTP to these hosts (host[:port],... or *)\n"
+    "  --registry-ca-file FILE    extra CA certificates for registries\n"
+    "  --registry-insecure-skip-tls-verify  do not verify registry certificates\n"
+    "  --registry-timeout S       connect timeout (default 3)\n"
+    "  --registry-retries N       retries on 5xx, resets and timeouts (default 1)\n";
+
+enum {
+	OPT_LISTEN = CLI_OPT_FIRST_FREE,
+	OPT_HEALTH,
+	OPT_CERT,
+	OPT_KEY,
+	OPT_TRUST,
+	OPT_CONFIG,
+	OPT_VERIFY,
+	OPT_UNSIGNED,
+	OPT_POLICY,
+	OPT_DEADLINE,
+	OPT_RESOLVE_TTL,
+	OPT_VERIFIED_TTL,
+	OPT_REJECTED_TTL,
+	OPT_CACHE,
+	OPT_WORKERS,
+	OPT_HTTPS_THREADS,
+	OPT_MAX_CHECKS,
+	OPT_RELOAD,
+	OPT_REG_AUTH,
+	OPT_REG_PLAIN,
+	OPT_REG_CA,
+	OPT_REG_INSECURE,
+	OPT_REG_TIMEOUT,
+	OPT_REG_RETRIES,
+};
+
+struct webhook {
+	const char *listen, *health_listen, *cert_file, *key_file, *policy_dir;
+	struct trust_source trust_src;
+	uint64_t reload_ms;
+	struct loop *loop;
+	struct workers *workers;
+	struct engine_slot policy;
+	struct trust *trust;
+	struct reviewer *reviewer;
+	struct https_server *https;
+	struct health_server *health;
+	/* what was last tried, so a refused change is reported once */
+	char cert_digest[132], trust_digest[132], policy_digest[65];
+	struct metric *m_reloads, *m_cert_expiry, *m_refused;
+};
+
+static void reload_metric(struct webhook *w, const char *what, const char *result)
+{
+	metrics_add(w->m_reloads, METRICS_L(what, result), 1);
+	metrics_set(w->m_refused, METRICS_L(what), strcmp(result, "refused") == 0 ? 1 : 0);
+}
+
+static int read_pair(const struct webhook *w, char **cert, size_t *cl, char **key, size_t *kl,
+                     char *err, size_t errlen)
+{
+	int rc = fsutil_read_file(w->cert_file, WATCHED_MAX_FILE, cert, cl);
+	if (rc != 0) {
+		snprintf(err, errlen, "%s: %s", w->cert_file, strerror(-rc));
+		return rc;
+	}
+	if ((rc = fsutil_read_file(w->key_file, WATCHED_MAX_FILE, key, kl)) != 0) {
+		snprintf(err, errlen, "%s: %s", w->key_file, strerror(-rc));
+		free(*cert);
+	}
+	return rc;
+}
+
+static int pair_digest(const struct webhook *w, char out[132], char *err, size_t errlen)
+{
+	char c[65], k[65];
+	int rc;
+	if ((rc = watched_digest(w->cert_file, c, err, errlen)) != 0 ||
+	    (rc = watched_digest(w->key_file, k, err, errlen)) != 0)
+		return rc;
+	snprintf(out, 132, "%s:%s", c, k);
+	return 0;
+}
+
+static void note_expiry(struct webhook *w, const char *cert, size_t cl, const char *key, size_t kl)
+{
+	int64_t not_after = 0;
+	char err[256];
+	if (https_check_pair(cert, cl, key, kl, &not_after, err, sizeof(err)) == 0)
+		metrics_set(w->m_cert_expiry, NULL, (double)not_after);
+}
+
+static void reload_cert(struct webhook *w)
+{
+	char digest[132], err[512];
+	char *cert = NULL, *key = NULL;
+	size_t cl = 0, kl = 0;
+	if (pair_digest(w, digest, err, sizeof(err)) != 0 || strcmp(digest, w->cert_digest) == 0)
+		return;
+	memcpy(w->cert_digest, digest, sizeof(digest));
+	if (read_pair(w, &cert, &cl, &key, &kl, err, sizeof(err)) != 0 ||
+	    https_set_cert(w->https, cert, cl, key, kl, err, sizeof(err)) != 0) {
+		/* a certificate written before its key mismatches for one turn */
+		log_warn("new TLS certificate refused; still serving the previous one", "error",
+		         err);
+		reload_metric(w, "certificate", "refused");
+	} else {
+		note_expiry(w, cert, cl, key, kl);
+		log_info("TLS certificate reloaded", "cert", w->cert_file);
+		reload_metric(w, "certificate", "applied");
+	}
+	free(cert);
+	free(key);
+}
+
+static void reload_trust(struct webhook *w)
+{
+	char digest[132], err[512];
+	struct trust *t = NULL;
+	if (trust_source_digest(&w->trust_src, digest, err, sizeof(err)) != 0) {
+		if (strcmp(w->trust_digest, "unreadable") != 0) {
+			log_warn("trust configuration unreadable; keeping the previous one",
+			         "error", err);
+			reload_metric(w, "trust", "refused");
+			snprintf(w->trust_digest, sizeof(w->trust_digest), "unreadable");
+		}
+		return;
+	}
+	if (strcmp(digest, w->trust_digest) == 0)
+		return;
+	memcpy(w->trust_digest, digest, sizeof(digest));
+	if (strcmp(digest, w->trust->digest) == 0) {
+		reload_metric(w, "trust", "unchanged");
+		return;
+	}
+	if (trust_load(&w->trust_src, &t, err, sizeof(err)) != 0) {
+		log_error("trust configuration refused; keeping the previous one", "error", err);
+		reload_metric(w, "trust", "refused");
+		return;
+	}
+	char nkeys[24];
+	snprintf(nkeys, sizeof(nkeys), "%zu", t->nkeys);
+	log_info("trust configuration reloaded", "keys", nkeys, "keyset", t->keys_fp,
+	         "verify_enabled", t->s.verify_enabled ? "true" : "false", "allow_unsigned",
+	         t->s.allow_unsigned ? "true" : "false");
+	reviewer_set_trust(w->reviewer, t);
+	trust_unref(w->trust);
+	w->trust = t;
+	reload_metric(w, "trust", "applied");
+}
+
+static int load_policy(struct webhook *w, char *err, size_t errlen)
+{
+	struct bundle *b = NULL;
+	struct engine_error eerr;
+	int rc =
+	    w->policy_dir ? bundle_from_dir(w->policy_dir, &b, err, errlen) : bundle_builtin(&b);
+	if (rc != 0) {
+		if (!w->policy_dir)
+			snprintf(err, errlen, "cannot load the built-in policies");
+		return rc;
+	}
+	if (engine_slot_load(&w->policy, b, &eerr) != 0) {
+		snprintf(err, errlen, "%s: refused (%s): %s",
+		         w->policy_dir ? w->policy_dir : "built-in",
+		         engine_status_name(eerr.status), eerr.message);
+		rc = -EINVAL;
+	}
+	bundle_free(b);
+	return rc;
+}
+
+static void reload_policy(struct webhook *w)
+{
+	char digest[65], err[1200];
+	if (!w->policy_dir || watched_digest(w->policy_dir, digest, err, sizeof(err)) != 0 ||
+	    strcmp(digest, w->policy_digest) == 0)
+		return;
+	memcpy(w->policy_digest, digest, sizeof(digest));
+	uint64_t gen = w->policy.generation;
+	if (load_policy(w, err, sizeof(err)) != 0) {
+		/* engine_slot_load logged the file, line and reason */
+		reload_metric(w, "policy", "refused");
+		return;
+	}
+	reload_metric(w, "policy", w->policy.generation != gen ? "applied" : "unchanged");
+}
+
+static void tick(struct loop *l, void *ud)
+{
+	struct webhook *w = ud;
+	health_beat(w->health, w->reload_ms * 5 > 10000 ? w->reload_ms * 5 : 10000);
+	reload_cert(w);
+	reload_trust(w);
+	reload_policy(w);
+	https_reap(w->https);
+	if (!loop_add_timer(l, w->reload_ms, tick, w))
+		log_error("cannot schedule the reload timer", "error", "out of memory");
+}
+
+static void on_hup(struct loop *l, void *ud)
+{
+	struct webhook *w = ud;
+	log_info("SIGHUP: checking certificate, trust and policies");
+	reload_cert(w);
+	reload_trust(w);
+	reload_policy(w);
+}
+
+static int parse_bool_flag(const char *flag, const char *arg, bool *out)
+{
+	if (trust_parse_bool(arg, out) != 0)
+		return cli_usage_error(CMD, "%s wants true or false, got '%s'", flag, arg);
+	return 0;
+}
+
+static int parse_num(const char *flag, const char *arg, unsigned long long min,
+                     unsigned long long max, unsigned long long *out)
+{
+	if (cli_parse_u64(arg, max, out) != 0 || *out < min)
+		return cli_usage_error(CMD, "%s wants a number from %llu to %llu, got '%s'", flag,
+		                       min, max, arg);
+	return 0;
+}
+
+int cmd_webhook(int argc, char **argv)
+{
+	static const struct option opts[] = {
+	    CLI_COMMON_OPTIONS,
+	    {"listen", required_argument, 0, OPT_LISTEN},
+	    {"health-listen", required_argument, 0, OPT_HEALTH},
+	    {"tls-cert", required_argument, 0, OPT_CERT},
+	    {"tls-key", required_argument, 0, OPT_KEY},
+	    {"trust-dir", required_argument, 0, OPT_TRUST},
+	    {"config", required_argument, 0, OPT_CONFIG},
+	    {"verify-enabled", required_argument, 0, OPT_VERIFY},
+	    {"allow-unsigned-images", required_argument, 0, OPT_UNSIGNED},
+	    {"policy-dir", required_argument, 0, OPT_POLICY},
+	    {"deadline-ms", required_argument, 0, OPT_DEADLINE},
+	    {"resolve-ttl", required_argument, 0, OPT_RESOLVE_TTL},
+	    {"verified-ttl", required_argument, 0, OPT_VERIFIED_TTL},
+	    {"rejected-ttl", required_argument, 0, OPT_REJECTED_TTL},
+	    {"cache-entries", required_argument, 0, OPT_CACHE},
+	    {"workers", required_argument, 0, OPT_WORKERS},
+	    {"https-threads", required_argument, 0, OPT_HTTPS_THREADS},
+	    {"max-checks", required_argument, 0, OPT_MAX_CHECKS},
+	    {"reload-interval-ms", required_argument, 0, OPT_RELOAD},
+	    {"registry-authfile", required_argument, 0, OPT_REG_AUTH},
+	    {"registry-plain-http", required_argument, 0, OPT_REG_PLAIN},
+	    {"registry-ca-file", required_argument, 0, OPT_REG_CA},
+	    {"registry-insecure-skip-tls-verify", no_argument, 0, OPT_REG_INSECURE},
+	    {"registry-timeout", required_argument, 0, OPT_REG_TIMEOUT},
+	    {"registry-retries", required_argument, 0, OPT_REG_RETRIES},
+	    {0, 0, 0, 0},
+	};
+	struct webhook w = {.listen = ":8443", .health_listen = ":8081", .reload_ms = 2000};
+	struct reviewer_opts ro = {
+	    .deadline_ms = 8000,
+	    .resolve_ttl_ms = 30000,
+	    .verified_ttl_ms = 600000,
+	    .rejected_ttl_ms = 30000,
+	    .cache_entries = 4096,
+	    .max_jobs = 64,
+	};
+	struct https_opts ho = {.threads = 2, .max_body = ADMISSION_MAX_BYTES};
+	unsigned long long v, nworkers = 4;
+	int c, rc, exit_code = EXIT_FAIL;
+	char err[1200];
+	char *cert = NULL, *key = NULL;
+	size_t cl = 0, kl = 0;
+	w.trust_src.defaults.verify_enabled = true;
+	oci_registry_opts_init(&ro.registry);
+	ro.registry.no_default_auth_files = true;
+	ro.registry.connect_timeout_s = 3;
+	ro.registry.retries = 1;
+	ro.registry.backoff_ms = 200;
+	cli_reset();
+	while ((c = getopt_long(argc, argv, "+h", opts, NULL)) != -1) {
+		rc = 0;
+		switch (c) {
+		case OPT_LISTEN:
+			w.listen = optarg;
+			break;
+		case OPT_HEALTH:
+			w.health_listen = optarg;
+			break;
+		case OPT_CERT:
+			w.cert_file = optarg;
+			break;
+		case OPT_KEY:
+			w.key_file = optarg;
+			break;
+		case OPT_TRUST:
+			w.trust_src.trust_dir = optarg;
+			break;
+		case OPT_CONFIG:
+			w.trust_src.config_path = optarg;
+			break;
+		case OPT_VERIFY:
+			rc = parse_bool_flag("--verify-enabled", optarg,
+			                     &w.trust_src.defaults.verify_enabled);
+			break;
+		case OPT_UNSIGNED:
+			rc = parse_bool_flag("--allow-unsigned-images", optarg,
+			                     &w.trust_src.defaults.allow_unsigned);
+			break;
+		case OPT_POLICY:
+			w.policy_dir = optarg;
+			break;
+		case OPT_DEADLINE:
+			if (!(rc = parse_num("--deadline-ms", optarg, 100, 60000, &v)))
+				ro.deadline_ms = v;
+			break;
+		case OPT_RESOLVE_TTL:
+			if (!(rc = parse_num("--resolve-ttl", optarg, 0, 86400, &v)))
+				ro.resolve_ttl_ms = v * 1000;
+			break;
+		case OPT_VERIFIED_TTL:
+			if (!(rc = parse_num("--verified-ttl", optarg, 0, 86400 * 7, &v)))
+				ro.verified_ttl_ms = v * 1000;
+			break;
+		case OPT_REJECTED_TTL:
+			if (!(rc = parse_num("--rejected-ttl", optarg, 0, 86400, &v)))
+				ro.rejected_ttl_ms = v * 1000;
+			break;
+		case OPT_CACHE:
+			if (!(rc = parse_num("--cache-entries", optarg, 16, 1u << 20, &v)))
+				ro.cache_entries = v;
+			break;
+		case OPT_WORKERS:
+			rc = parse_num("--workers", optarg, 1, 64, &nworkers);
+			break;
+		case OPT_HTTPS_THREADS:
+			if (!(rc = parse_num("--https-threads", optarg, 1, 64, &v)))
+				ho.threads = (unsigned)v;
+			break;
+		case OPT_MAX_CHECKS:
+			if (!(rc = parse_num("--max-checks", optarg, 1, 4096, &v)))
+				ro.max_jobs = (unsigned)v;
+			break;
+		case OPT_RELOAD:
+			if (!(rc = parse_num("--reload-interval-ms", optarg, 50, 3600000, &v)))
+				w.reload_ms = v;
+			break;
+		case OPT_REG_AUTH:
+			ro.registry.auth_file = optarg;
+			break;
+		case OPT_REG_PLAIN:
+			ro.registry.plain_http = optarg;
+			break;
+		case OPT_REG_CA:
+			ro.registry.ca_file = optarg;
+			break;
+		case OPT_REG_INSECURE:
+			ro.registry.tls_no_verify = true;
+			break;
+		case OPT_REG_TIMEOUT:
+			if (!(rc = parse_num("--registry-timeout", optarg, 1, 300, &v)))
+				ro.registry.connect_timeout_s = (unsigned)v;
+			break;
+		case OPT_REG_RETRIES:
+			if (!(rc = parse_num("--registry-retries", optarg, 0, 10, &v)))
+				ro.registry.retries = (unsigned)v;
+			break;
+		default:
+			switch (cli_common(c, optarg, CMD, usage)) {
+			case CLI_EXIT_OK:
+				return EXIT_OK;
+			case CLI_EXIT_USAGE:
+				return EXIT_USAGE;
+			case CLI_CONTINUE:
+				break;
+			}
+		}
+		if (rc)
+			return rc;
+	}
+	if (optind < argc)
+		return cli_usage_error(CMD, "unexpected argument '%s'", argv[optind]);
+	if (!w.cert_file || !w.key_file)
+		return cli_usage_error(CMD, "--tls-cert and --tls-key are required");
+	/* registry calls must end before the review's deadline */
+	unsigned secs = (unsigned)(ro.deadline_ms / 1000);
+	ro.registry.request_timeout_s = secs > 1 ? secs : 1;
+	ro.registry.stall_timeout_s = ro.registry.request_timeout_s;
+	if (ro.registry.connect_timeout_s > ro.registry.request_timeout_s)
+		ro.registry.connect_timeout_s = ro.registry.request_timeout_s;
+
+	engine_slot_init(&w.policy, NULL);
+	w.m_reloads = metrics_counter("gkm_webhook_reloads_total",
+	                              "Reloads of certificate, trust configuration and policies, "
+	                              "by result (applied, unchanged, refused)",
+	                              "what,result");
+	w.m_refused = metrics_gauge("gkm_webhook_reload_refused",
+	                            "1 while the newest version of a watched source is refused "
+	                            "and the previous one is in use",
+	                            "what");
+	w.m_cert_expiry = metrics_gauge("gkm_webhook_certificate_expiry_timestamp_seconds",
+	                                "notAfter of the serving certificate (Unix time)", NULL);
+	if ((rc = loop_new(&w.loop)) != 0) {
+		fprintf(stderr, CMD ": cannot create the event loop: %s\n", strerror(-rc));
+		return EXIT_FAIL;
+	}
+	/* start-up problems are fatal: nothing is served on a half configuration */
+	if (load_policy(&w, err, sizeof(err)) != 0) {
+		fprintf(stderr, CMD ": policies: %s\n", err);
+		goto out;
+	}
+	if (w.policy_dir && watched_digest(w.policy_dir, w.policy_digest, err, sizeof(err)) != 0)
+		w.policy_digest[0] = '\0';
+	if (trust_load(&w.trust_src, &w.trust, err, sizeof(err)) != 0) {
+		fprintf(stderr, CMD ": trust: %s\n", err);
+		goto out;
+	}
+	memcpy(w.trust_digest, w.trust->digest, sizeof(w.trust_digest));
+	if (w.trust->s.verify_enabled && w.trust->nkeys == 0)
+		log_warn("signature verification is on but no trusted keys are configured: "
+		         "signed images will be refused",
+		         "trust_dir", w.trust_src.trust_dir ? w.trust_src.trust_dir : "(none)");
+	if (read_pair(&w, &cert, &cl, &key, &kl, err, sizeof(err)) != 0 ||
+	    pair_digest(&w, w.cert_digest, err, sizeof(err)) != 0) {
+		fprintf(stderr, CMD ": TLS: %s\n", err);
+		goto out;
+	}
+	if ((rc = workers_new(w.loop, (unsigned)nworkers, &w.workers)) != 0) {
+		fprintf(stderr, CMD ": cannot start workers: %s\n", strerror(-rc));
+		goto out;
+	}
+	ro.loop = w.loop;
+	ro.workers = w.workers;
+	ro.policy = &w.policy;
+	if ((rc = reviewer_new(&ro, w.trust, &w.reviewer)) != 0) {
+		fprintf(stderr, CMD ": %s\n", strerror(-rc));
+		goto out;
+	}
+	if ((rc = health_start(w.health_listen, &w.health)) != 0) {
+		fprintf(stderr, CMD ": cannot serve health on '%s': %s\n", w.health_listen,
+		        strerror(-rc));
+		goto out;
+	}
+	ho.listen = w.listen;
+	ho.handler = reviewer_handle;
+	ho.ud = w.reviewer;
+	if (https_start(&ho, cert, cl, key, kl, &w.https, err, sizeof(err)) != 0) {
+		fprintf(stderr, CMD ": %s\n", err);
+		goto out;
+	}
+	note_expiry(&w, cert, cl, key, kl);
+	loop_on_reload(w.loop, on_hup, &w);
+	if (!loop_add_timer(w.loop, w.reload_ms, tick, &w)) {
+		fprintf(stderr, CMD ": out of memory\n");
+		goto out;
+	}
+	health_beat(w.health, w.reload_ms * 5 > 10000 ? w.reload_ms * 5 : 10000);
+	health_set_ready(w.health, true, NULL);
+	char port[8], hport[8], nkeys[24];
+	snprintf(port, sizeof(port), "%u", https_port(w.https));
+	snprintf(hport, sizeof(hport), "%u", health_port(w.health));
+	snprintf(nkeys, sizeof(nkeys), "%zu", w.trust->nkeys);
+	log_info("webhook serving", "https_port", port, "health_port", hport, "policy",
+	         engine_digest(w.policy.current), "keys", nkeys, "verify_enabled",
+	         w.trust->s.verify_enabled ? "true" : "false", "allow_unsigned",
+	         w.trust->s.allow_unsigned ? "true" : "false");
+	rc = loop_run(w.loop);
+	health_set_ready(w.health, false, "shutting down");
+	exit_code = rc == 0 ? EXIT_OK : EXIT_FAIL;
+out:
+	/* finish running registry checks, then answer whatever still waits */
+	workers_free(w.workers);
+	if (w.reviewer)
+		reviewer_close(w.reviewer);
+	https_stop(w.https);
+	health_stop(w.health);
+	reviewer_free(w.reviewer);
+	trust_unref(w.trust);
+	engine_slot_clear(&w.policy);
+	loop_free(w.loop);
+	free(cert);
+	free(key);
+	return exit_code;
+}

@@ -1,0 +1,665 @@
+#include "reviewer.h"
+
+#include <errno.h>
+#include <pthread.h>
+#include <stdarg.h>
+#include <stdbool.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "admission_review.h"
+#include "image_check.h"
+#include "log.h"
+#include "metrics.h"
+#include "oci_ref.h"
+#include "ttl_cache.h"
+
+#define KYVERNO_ANNOTATION "kyverno.io/verify-images"
+
+enum endpoint { EP_MUTATE = 0, EP_VALIDATE };
+static const char *const ep_names[] = {"mutate", "validate"};
+
+struct job;
+
+/* One review between the HTTPS thread that parsed it and its answer. */
+struct review {
+	struct reviewer *r;
+	struct https_request *rq;
+	enum endpoint ep;
+	struct admission_request req;
+	struct oci_ref ref;
+	char *ref_text;                       /* canonical reference (cache key) */
+	char pinned[OCI_DIGEST_MAX];          /* digest recorded before, kept on UPDATE */
+	struct trust *trust;                  /* snapshot the review started with */
+	struct job *job;                      /* waiting for it, or NULL */
+	uint64_t timer;                       /* deadline timer while waiting */
+	struct review *next_waiter;           /* in job->waiters */
+	struct review *live_prev, *live_next; /* reviewer's list of unanswered reviews */
+};
+
+/* One registry check (resolve and/or verify), shared by the reviews that
+ * wait for the same image, digest and key set. */
+struct job {
+	struct reviewer *r;
+	struct job *next;
+	char *key;
+	char *ref_text; /* the resolution's cache key */
+	struct oci_ref ref;
+	char digest[OCI_DIGEST_MAX]; /* known digest, or "" to resolve the tag */
+	struct trust *trust;
+	bool verify;
+	int rc;
+	struct image_check_result res;
+	struct review *waiters;
+};
+
+struct reviewer {
+	struct reviewer_opts o;
+	/* loop thread only */
+	struct trust *trust;
+	struct ttl_cache *resolved, *verdicts;
+	struct job *jobs;
+	unsigned njobs;
+	/* shared with the HTTPS threads */
+	pthread_mutex_t lock;
+	struct review *live;
+	unsigned nlive;
+	bool closing;
+	struct metric *m_latency, *m_decisions, *m_cache, *m_checks, *m_jobs;
+};
+
+static uint64_t mono_ns(void)
+{
+	struct timespec ts;
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
+}
+
+/* ---- answering ---- */
+
+static void send_text(struct https_request *rq, unsigned status, const char *text)
+{
+	char *body = strdup(text);
+	https_reply(rq, status, "text/plain; charset=utf-8", body, body ? strlen(body) : 0);
+}
+
+/* Answer with an AdmissionReview; any thread. */
+static void send_review(struct reviewer *r, struct https_request *rq, enum endpoint ep,
+                        const struct admission_response *resp)
+{
+	char *body = NULL;
+	size_t len = 0;
+	const char *reason = resp->allowed ? "Allowed" : resp->reason ? resp->reason : "Forbidden";
+	if (admission_response_build(resp, &body, &len) != 0) {
+		send_text(rq, 500, "out of memory\n");
+		metrics_add(r->m_decisions, METRICS_L(ep_names[ep], "error", "OutOfMemory"), 1);
+		return;
+	}
+	double secs = (double)(mono_ns() - https_request_started_ns(rq)) / 1e9;
+	https_reply(rq, 200, "application/json", body, len);
+	metrics_observe(r->m_latency, METRICS_L(ep_names[ep]), secs);
+	metrics_add(r->m_decisions,
+	            METRICS_L(ep_names[ep], resp->allowed ? "allowed" : "denied", reason), 1);
+}
+
+static void live_remove(struct review *rv)
+{
+	struct reviewer *r = rv->r;
+	pthread_mutex_lock(&r->lock);
+	if (rv->live_prev)
+		rv->live_prev->live_next = rv->live_next;
+	else
+		r->live = rv->live_next;
+	if (rv->live_next)
+		rv->live_next->live_prev = rv->live_prev;
+	r->nlive--;
+	pthread_mutex_unlock(&r->lock);
+}
+
+static void review_free(struct review *rv)
+{
+	admission_request_clear(&rv->req);
+	oci_ref_clear(&rv->ref);
+	free(rv->ref_text);
+	trust_unref(rv->trust);
+	free(rv);
+}
+
+/* Loop thread: the final answer of a review that went through the loop. */
+static void finish(struct review *rv, const struct admission_response *resp)
+{
+	live_remove(rv);
+	send_review(rv->r, rv->rq, rv->ep, resp);
+	if (!resp->allowed)
+		log_info("review denied", "endpoint", ep_names[rv->ep], "kind", rv->req.kind,
+		         "namespace", rv->req.namespace_, "name", rv->req.name, "image",
+		         rv->req.image, "reason", resp->reason, "message", resp->message);
+	else if (log_enabled(LOG_DEBUG))
+		log_debug("review allowed", "endpoint", ep_names[rv->ep], "kind", rv->req.kind,
+		          "namespace", rv->req.namespace_, "name", rv->req.name, "image",
+		          rv->req.image);
+	review_free(rv);
+}
+
+static void deny(struct review *rv, const char *reason, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+static void deny(struct review *rv, const char *reason, const char *fmt, ...)
+{
+	char msg[1024];
+	va_list ap;
+	va_start(ap, fmt);
+	vsnprintf(msg, sizeof(msg), fmt, ap);
+	va_end(ap);
+	struct admission_response resp = {
+	    .uid = rv->req.uid, .allowed = false, .reason = reason, .message = msg};
+	finish(rv, &resp);
+}
+
+/* ---- the policy ---- */
+
+static cJSON *policy_input(const struct review *rv, const char *digest,
+                           const struct image_verdict *v, bool verify)
+{
+	cJSON *in = cJSON_CreateObject(), *img, *sigs, *cfg, *obj, *an;
+	if (!in || !(img = cJSON_AddObjectToObject(in, "image")) ||
+	    !cJSON_AddStringToObject(img, "ref", rv->req.image) ||
+	    !cJSON_AddStringToObject(img, "registry", rv->ref.registry) ||
+	    !cJSON_AddStringToObject(img, "repository", rv->ref.repository) ||
+	    (rv->ref.tag && !cJSON_AddStringToObject(img, "tag", rv->ref.tag)) ||
+	    !cJSON_AddStringToObject(img, "digest", digest) ||
+	    !(sigs = cJSON_AddArrayToObject(in, "signatures")) ||
+	    !(cfg = cJSON_AddObjectToObject(in, "config")) ||
+	    !cJSON_AddBoolToObject(cfg, "verifyEnabled", verify) ||
+	    !cJSON_AddBoolToObject(cfg, "allowUnsigned", rv->trust->s.allow_unsigned) ||
+	    !(obj = cJSON_AddObjectToObject(in, "object")) ||
+	    !cJSON_AddStringToObject(obj, "kind", rv->req.kind) ||
+	    !cJSON_AddStringToObject(obj, "namespace", rv->req.namespace_) ||
+	    !cJSON_AddStringToObject(obj, "name", rv->req.name) ||
+	    !cJSON_AddStringToObject(obj, "operation", admission_op_name(rv->req.op)) ||
+	    !(an = cJSON_AddObjectToObject(obj, "annotations")))
+		goto fail;
+	for (size_t i = 0; verify && i < v->n; i++) {
+		const struct image_sig *s = &v->sig[i];
+		cJSON *e = cJSON_CreateObject();
+		if (!e || !cJSON_AddItemToArray(sigs, e) ||
+		    !cJSON_AddStringToObject(e, "kind", image_sig_kind_name(s->kind)) ||
+		    !cJSON_AddBoolToObject(e, "verified", s->verified) ||
+		    (s->verified && !cJSON_AddStringToObject(e, "key", s->key)) ||
+		    (!s->verified && !cJSON_AddStringToObject(e, "reason", s->reason)))
+			goto fail;
+	}
+	const cJSON *a;
+	cJSON_ArrayForEach(a, rv->req.annotations)
+	{
+		/* a hint anyone can write, never proof of anything */
+		if (!cJSON_IsString(a) || strcmp(a->string, KYVERNO_ANNOTATION) == 0)
+			continue;
+		if (!cJSON_AddStringToObject(an, a->string, a->valuestring))
+			goto fail;
+	}
+	return in;
+fail:
+	cJSON_Delete(in);
+	return NULL;
+}
+
+static const char *json_str(const cJSON *o, const char *k)
+{
+	const cJSON *v = cJSON_GetObjectItemCaseSensitive(o, k);
+	return cJSON_IsString(v) ? v->valuestring : "";
+}
+
+/* Loop thread: digest and verdict are known; ask the policy and answer. */
+static void decide(struct review *rv, const char *digest, const struct image_verdict *v,
+                   bool verify)
+{
+	struct reviewer *r = rv->r;
+	struct engine_error eerr;
+	cJSON *out = NULL, *in = policy_input(rv, digest, v, verify);
+	if (!in) {
+		deny(rv, "WebhookError", "out of memory building the policy input");
+		return;
+	}
+	enum engine_status st =
+	    r->o.policy->current ? engine_call(r->o.policy->current, "admission", in, &out, &eerr)
+	                         : ENGINE_NO_HOOK;
+	cJSON_Delete(in);
+	if (st != ENGINE_OK) {
+		deny(rv, "PolicyError", "the admission policy failed (%s): %.800s",
+		     engine_status_name(st),
+		     r->o.policy->current ? eerr.message : "no policy loaded");
+		return;
+	}
+	if (!cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(out, "allowed"))) {
+		deny(rv, json_str(out, "reason"), "%s", json_str(out, "message"));
+		cJSON_Delete(out);
+		return;
+	}
+	cJSON_Delete(out);
+	if (rv->ep == EP_VALIDATE) {
+		const char *have = rv->req.digest_annotation;
+		if (!have) {
+			deny(rv, "ResolvedDigestMissing",
+			     "annotation " ADMISSION_ANNOTATION_DIGEST " is missing; the mutating "
+			     "webhook sets it (to %s for image %s)",
+			     digest, rv->req.image);
+			return;
+		}
+		if (strcmp(have, digest) != 0) {
+			deny(rv, "ResolvedDigestMismatch",
+			     "annotation " ADMISSION_ANNOTATION_DIGEST
+			     " is written by the admission "
+			     "webhook and may not be set by hand: for image %s it must be %s, not "
+			     "%.100s%s",
+			     rv->req.image, digest, have,
+			     rv->pinned[0] ? " (the digest stays as recorded while spec.image is "
+			                     "unchanged; change spec.image to move it)"
+			                   : "");
+			return;
+		}
+		struct admission_response ok = {.uid = rv->req.uid, .allowed = true};
+		finish(rv, &ok);
+		return;
+	}
+	char *patch = NULL;
+	char warning[600] = "";
+	if (admission_patch_digest(&rv->req, digest, &patch) != 0) {
+		deny(rv, "WebhookError", "out of memory building the patch");
+		return;
+	}
+	if (!verify)
+		snprintf(warning, sizeof(warning),
+		         "signature verification is off (verify-enabled: false); image %s was "
+		         "admitted unchecked",
+		         rv->req.image);
+	else if (!image_verdict_accepted(v))
+		snprintf(warning, sizeof(warning),
+		         "image %s has %s; admitted because unsigned images are allowed",
+		         rv->req.image, v->found ? "no signature that verifies" : "no signature");
+	struct admission_response ok = {
+	    .uid = rv->req.uid, .allowed = true, .patch = patch, .warning = warning};
+	finish(rv, &ok);
+	free(patch);
+}
+
+/* ---- caches and registry jobs (loop thread) ---- */
+
+static void verdict_key(char *key, size_t cap, const char *digest, const struct trust *t)
+{
+	snprintf(key, cap, "%s|%s", digest, t->s.verify_enabled ? t->keys_fp : "-");
+}
+
+static bool cache_lookup(struct reviewer *r, struct ttl_cache *c, const char *name, const char *key,
+                         void *val, size_t cap)
+{
+	bool hit = ttl_cache_get(c, key, loop_now_ms(), val, cap) >= 0;
+	metrics_add(r->m_cache, METRICS_L(name, hit ? "hit" : "miss"), 1);
+	return hit;
+}
+
+static void job_unlink_waiter(struct job *j, struct review *rv)
+{
+	for (struct review **p = &j->waiters; *p; p = &(*p)->next_waiter) {
+		if (*p == rv) {
+			*p = rv->next_waiter;
+			break;
+		}
+	}
+	rv->next_waiter = NULL;
+	rv->job = NULL;
+}
+
+static void review_timeout(struct loop *l, void *ud)
+{
+	struct review *rv = ud;
+	rv->timer = 0;
+	if (rv->job)
+		job_unlink_waiter(rv->job, rv);
+	deny(rv, "RegistryTimeout",
+	     "could not resolve and verify image %s within %llu ms (the registry is slow or "
+	     "unreachable); try again",
+	     rv->req.image, (unsigned long long)rv->r->o.deadline_ms);
+}
+
+static void job_free(struct job *j)
+{
+	free(j->key);
+	free(j->ref_text);
+	oci_ref_clear(&j->ref);
+	trust_unref(j->trust);
+	free(j);
+}
+
+static void job_work(void *ud)
+{
+	struct job *j = ud;
+	j->rc = image_check_run(&j->ref, j->digest[0] ? j->digest : NULL,
+	                        j->verify ? j->trust->keys : NULL, &j->r->o.registry, &j->res);
+}
+
+static void job_done(struct loop *l, void *ud)
+{
+	struct job *j = ud;
+	struct reviewer *r = j->r;
+	for (struct job **p = &r->jobs; *p; p = &(*p)->next) {
+		if (*p == j) {
+			*p = j->next;
+			break;
+		}
+	}
+	r->njobs--;
+	metrics_set(r->m_jobs, NULL, r->njobs);
+	uint64_t now = loop_now_ms();
+	const char *result = j->rc == 0                              ? "ok"
+	                     : j->res.error == IMAGE_CHECK_NOT_FOUND ? "not_found"
+	                                                             : "unavailable";
+	metrics_add(r->m_checks, METRICS_L(result), 1);
+	if (j->rc == 0) {
+		char key[256];
+		if (j->res.resolved &&
+		    ttl_cache_put(r->resolved, j->ref_text, j->res.digest,
+		                  strlen(j->res.digest) + 1, now + r->o.resolve_ttl_ms) != 0)
+			log_warn("cannot cache a tag resolution", "error", "out of memory");
+		verdict_key(key, sizeof(key), j->res.digest, j->trust);
+		uint64_t ttl = !j->verify || image_verdict_accepted(&j->res.verdict)
+		                   ? r->o.verified_ttl_ms
+		                   : r->o.rejected_ttl_ms;
+		if (ttl_cache_put(r->verdicts, key, &j->res.verdict, sizeof(j->res.verdict),
+		                  now + ttl) != 0)
+			log_warn("cannot cache a verdict", "error", "out of memory");
+	} else {
+		log_warn("registry check failed", "image", j->ref_text, "error", j->res.message);
+	}
+	while (j->waiters) {
+		struct review *rv = j->waiters;
+		j->waiters = rv->next_waiter;
+		rv->next_waiter = NULL;
+		rv->job = NULL;
+		loop_cancel_timer(l, rv->timer);
+		rv->timer = 0;
+		if (j->rc == 0)
+			decide(rv, j->res.digest, &j->res.verdict, j->verify);
+		else if (j->res.error == IMAGE_CHECK_NOT_FOUND)
+			deny(rv, "ImageNotFound", "image %s: %s", rv->req.image, j->res.message);
+		else
+			deny(rv, "RegistryUnavailable", "image %s could not be checked: %s",
+			     rv->req.image, j->res.message);
+	}
+	job_free(j);
+}
+
+/* Wait for the job that checks rv's image (digest may be NULL: resolve). */
+static void wait_for_job(struct review *rv, const char *digest)
+{
+	struct reviewer *r = rv->r;
+	bool verify = rv->trust->s.verify_enabled;
+	char *key = NULL;
+	struct job *j;
+	if (asprintf(&key, "%s|%s|%s", rv->ref_text, digest ? digest : "",
+	             verify ? rv->trust->keys_fp : "-") < 0) {
+		deny(rv, "WebhookError", "out of memory");
+		return;
+	}
+	for (j = r->jobs; j && strcmp(j->key, key) != 0; j = j->next)
+		;
+	if (!j) {
+		if (r->njobs >= r->o.max_jobs) {
+			free(key);
+			deny(rv, "WebhookBusy",
+			     "%u registry checks are already running; try again shortly", r->njobs);
+			return;
+		}
+		if (!(j = calloc(1, sizeof(*j))) || !(j->ref_text = strdup(rv->ref_text)) ||
+		    oci_ref_copy(&rv->ref, &j->ref) != 0) {
+			if (j)
+				free(j->ref_text);
+			free(j);
+			free(key);
+			deny(rv, "WebhookError", "out of memory");
+			return;
+		}
+		j->r = r;
+		j->key = key;
+		key = NULL;
+		j->trust = trust_ref(rv->trust);
+		j->verify = verify;
+		snprintf(j->digest, sizeof(j->digest), "%s", digest ? digest : "");
+		if (workers_submit(r->o.workers, job_work, job_done, j) != 0) {
+			job_free(j);
+			deny(rv, "WebhookError", "cannot start a registry check");
+			return;
+		}
+		j->next = r->jobs;
+		r->jobs = j;
+		r->njobs++;
+		metrics_set(r->m_jobs, NULL, r->njobs);
+	}
+	free(key);
+	uint64_t elapsed = (mono_ns() - https_request_started_ns(rv->rq)) / 1000000u;
+	uint64_t left = elapsed < r->o.deadline_ms ? r->o.deadline_ms - elapsed : 0;
+	rv->job = j;
+	rv->next_waiter = j->waiters;
+	j->waiters = rv;
+	rv->timer = loop_add_timer(r->o.loop, left, review_timeout, rv);
+	if (!rv->timer) {
+		job_unlink_waiter(j, rv);
+		deny(rv, "WebhookError", "out of memory");
+	}
+}
+
+/* Loop thread: a parsed review arrives. */
+static void review_start(struct loop *l, void *ud)
+{
+	struct review *rv = ud;
+	struct reviewer *r = rv->r;
+	char resolved[OCI_DIGEST_MAX];
+	struct image_verdict v;
+	char key[256];
+	rv->trust = trust_ref(r->trust);
+	const char *digest = rv->ref.digest ? rv->ref.digest : rv->pinned[0] ? rv->pinned : NULL;
+	if (!digest &&
+	    cache_lookup(r, r->resolved, "resolve", rv->ref_text, resolved, sizeof(resolved))) {
+		resolved[sizeof(resolved) - 1] = '\0';
+		digest = resolved;
+	}
+	if (digest) {
+		verdict_key(key, sizeof(key), digest, rv->trust);
+		if (cache_lookup(r, r->verdicts, "verdict", key, &v, sizeof(v))) {
+			decide(rv, digest, &v, rv->trust->s.verify_enabled);
+			return;
+		}
+	}
+	wait_for_job(rv, digest);
+}
+
+/* ---- the HTTPS side ---- */
+
+static void answer_now(struct reviewer *r, struct https_request *rq, enum endpoint ep,
+                       const char *uid, const char *reason, const char *message)
+{
+	struct admission_response resp = {
+	    .uid = uid, .allowed = reason == NULL, .reason = reason, .message = message};
+	send_review(r, rq, ep, &resp);
+	if (reason)
+		log_info("review denied", "endpoint", ep_names[ep], "uid", uid, "reason", reason,
+		         "message", message);
+}
+
+void reviewer_handle(struct https_request *rq, const char *path, const char *body, size_t len,
+                     void *ud)
+{
+	struct reviewer *r = ud;
+	struct review *rv = NULL;
+	char err[600];
+	struct oci_err oerr = {{0}};
+	enum endpoint ep;
+	if (strcmp(path, "/mutate") == 0)
+		ep = EP_MUTATE;
+	else if (strcmp(path, "/validate") == 0)
+		ep = EP_VALIDATE;
+	else {
+		send_text(rq, 404, "not found: POST AdmissionReviews to /mutate or /validate\n");
+		return;
+	}
+	if (!(rv = calloc(1, sizeof(*rv)))) {
+		send_text(rq, 500, "out of memory\n");
+		return;
+	}
+	rv->r = r;
+	rv->rq = rq;
+	rv->ep = ep;
+	if (admission_review_parse(body, len, &rv->req, err, sizeof(err)) != 0) {
+		metrics_add(r->m_decisions, METRICS_L(ep_names[ep], "error", "BadRequest"), 1);
+		log_info("bad AdmissionReview", "endpoint", ep_names[ep], "error", err);
+		char msg[700];
+		snprintf(msg, sizeof(msg), "bad AdmissionReview: %s\n", err);
+		send_text(rq, 400, msg);
+		free(rv);
+		return;
+	}
+	if (!rv->req.ours) {
+		answer_now(r, rq, ep, rv->req.uid, NULL, NULL);
+		goto done;
+	}
+	if (admission_request_check(&rv->req, err, sizeof(err)) != 0) {
+		answer_now(r, rq, ep, rv->req.uid, "InvalidObject", err);
+		goto done;
+	}
+	if (oci_ref_parse(rv->req.image, &rv->ref, &oerr) != 0) {
+		snprintf(err, sizeof(err), "spec.image: %s", oci_err_str(&oerr, -EINVAL));
+		answer_now(r, rq, ep, rv->req.uid, "InvalidImageReference", err);
+		goto done;
+	}
+	if (rv->ref.kind != OCI_REF_REGISTRY) {
+		snprintf(err, sizeof(err),
+		         "spec.image '%.200s' names a layout directory on one machine; a cluster "
+		         "pulls from a registry (host/repository:tag or @sha256:...)",
+		         rv->req.image);
+		answer_now(r, rq, ep, rv->req.uid, "InvalidImageReference", err);
+		goto done;
+	}
+	if (!(rv->ref_text = oci_ref_format(&rv->ref))) {
+		answer_now(r, rq, ep, rv->req.uid, "WebhookError", "out of memory");
+		goto done;
+	}
+	/* On UPDATE with the same image, the digest recorded at creation stays. */
+	const char *old = rv->req.old_digest_annotation;
+	if (rv->req.op == ADMISSION_UPDATE && rv->req.old_image && !rv->ref.digest &&
+	    strcmp(rv->req.old_image, rv->req.image) == 0 && old && oci_digest_valid(old))
+		snprintf(rv->pinned, sizeof(rv->pinned), "%s", old);
+	pthread_mutex_lock(&r->lock);
+	bool closing = r->closing;
+	if (!closing) {
+		rv->live_next = r->live;
+		if (r->live)
+			r->live->live_prev = rv;
+		r->live = rv;
+		r->nlive++;
+	}
+	pthread_mutex_unlock(&r->lock);
+	if (closing) {
+		answer_now(r, rq, ep, rv->req.uid, "ShuttingDown",
+		           "the admission webhook is shutting down; try again");
+		goto done;
+	}
+	if (loop_post(r->o.loop, review_start, rv) != 0) {
+		live_remove(rv);
+		answer_now(r, rq, ep, rv->req.uid, "WebhookError", "out of memory");
+		goto done;
+	}
+	return;
+done:
+	admission_request_clear(&rv->req);
+	oci_ref_clear(&rv->ref);
+	free(rv->ref_text);
+	free(rv);
+}
+
+/* ---- life cycle ---- */
+
+int reviewer_new(const struct reviewer_opts *o, struct trust *trust, struct reviewer **out)
+{
+	static const double buckets[] = {0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05,
+	                                 0.1,    0.25,  0.5,    1,     2.5,  5,     10};
+	struct reviewer *r = calloc(1, sizeof(*r));
+	int rc;
+	if (!r)
+		return -ENOMEM;
+	r->o = *o;
+	if ((rc = ttl_cache_new(o->cache_entries, &r->resolved)) != 0 ||
+	    (rc = ttl_cache_new(o->cache_entries, &r->verdicts)) != 0) {
+		ttl_cache_free(r->resolved);
+		free(r);
+		return rc;
+	}
+	pthread_mutex_init(&r->lock, NULL);
+	r->trust = trust_ref(trust);
+	r->m_latency = metrics_histogram("gkm_webhook_review_seconds",
+	                                 "Time from request headers to answer, by endpoint",
+	                                 "endpoint", buckets, sizeof(buckets) / sizeof(buckets[0]));
+	r->m_decisions = metrics_counter("gkm_webhook_decisions_total",
+	                                 "Admission answers by endpoint, result and reason",
+	                                 "endpoint,result,reason");
+	r->m_cache = metrics_counter("gkm_webhook_cache_total",
+	                             "Cache lookups (resolve: tag to digest; verdict: signatures "
+	                             "by digest and key set), by result",
+	                             "cache,result");
+	r->m_checks = metrics_counter("gkm_webhook_registry_checks_total",
+	                              "Registry checks (resolve, find and verify signatures), by "
+	                              "result",
+	                              "result");
+	r->m_jobs =
+	    metrics_gauge("gkm_webhook_registry_checks_running", "Registry checks in flight", NULL);
+	*out = r;
+	return 0;
+}
+
+void reviewer_set_trust(struct reviewer *r, struct trust *t)
+{
+	struct trust *old = r->trust;
+	r->trust = trust_ref(t);
+	trust_unref(old);
+}
+
+unsigned reviewer_waiting(struct reviewer *r)
+{
+	pthread_mutex_lock(&r->lock);
+	unsigned n = r->nlive;
+	pthread_mutex_unlock(&r->lock);
+	return n;
+}
+
+void reviewer_close(struct reviewer *r)
+{
+	pthread_mutex_lock(&r->lock);
+	r->closing = true;
+	pthread_mutex_unlock(&r->lock);
+	/* the loop is gone: nothing else touches the jobs or the live reviews */
+	while (r->jobs) {
+		struct job *j = r->jobs;
+		r->jobs = j->next;
+		job_free(j);
+	}
+	r->njobs = 0;
+	for (;;) {
+		pthread_mutex_lock(&r->lock);
+		struct review *rv = r->live;
+		pthread_mutex_unlock(&r->lock);
+		if (!rv)
+			break;
+		deny(rv, "ShuttingDown", "the admission webhook is shutting down; try again");
+	}
+}
+
+void reviewer_free(struct reviewer *r)
+{
+	if (!r)
+		return;
+	ttl_cache_free(r->resolved);
+	ttl_cache_free(r->verdicts);
+	trust_unref(r->trust);
+	pthread_mutex_destroy(&r->lock);
+	free(r);
+}

@@ -1,0 +1,57 @@
+/* What the webhook trusts: the public keys found in --trust-dir (a mounted
+ * Secret or ConfigMap, every PEM public key of every file), and the
+ * switches verify-enabled and allow-unsigned-images (flags, overridden by
+ * the keys a --config file or directory sets).
+ *
+ * A snapshot is immutable and reference-counted: a review and its registry
+ * job keep the snapshot they started with while a reload builds the next
+ * one, which replaces it whole or not at all. */
+#ifndef GKM_TRUST_H
+#define GKM_TRUST_H
+
+#include <stdatomic.h>
+#include <stdbool.h>
+#include <stddef.h>
+
+#include "signature.h"
+
+struct trust_settings {
+	bool verify_enabled;
+	bool allow_unsigned;
+};
+
+struct trust_source {
+	const char *trust_dir;   /* NULL: no keys */
+	const char *config_path; /* NULL: the flags alone */
+	struct trust_settings defaults;
+};
+
+struct trust {
+	atomic_int refs;
+	struct trust_settings s;
+	struct sig_keyset *keys; /* never NULL, may be empty */
+	size_t nkeys;
+	/* sig_keyset_fingerprint(), or "none": verdicts are cached under it */
+	char keys_fp[SIGNATURE_FP_MAX];
+	char digest[132]; /* of the sources' contents, to notice changes */
+};
+
+/* Build a snapshot. 0, or -errno with err naming the file and what is wrong
+ * with it ("keys/team.pub: key 1: unsupported curve", "config.yaml:
+ * verify-enabled: want true or false, got 'maybe'"). Caller releases with
+ * trust_unref(). */
+__attribute__((warn_unused_result)) int trust_load(const struct trust_source *src,
+                                                   struct trust **out, char *err, size_t errlen);
+
+/* The digest trust_load() would record, without building anything. */
+__attribute__((warn_unused_result)) int
+trust_source_digest(const struct trust_source *src, char out[132], char *err, size_t errlen);
+
+struct trust *trust_ref(struct trust *t);
+void trust_unref(struct trust *t);
+
+/* Parse a boolean setting: true/false, yes/no, on/off, 1/0 (any case,
+ * surrounding blanks ignored). 0 or -EINVAL. */
+__attribute__((warn_unused_result)) int trust_parse_bool(const char *s, bool *out);
+
+#endif
