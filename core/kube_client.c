@@ -12,6 +12,7 @@
 #include <time.h>
 
 #include "log.h"
+#include "metrics.h"
 
 #ifndef GKM_VERSION
 #define GKM_VERSION "dev"
@@ -805,6 +806,27 @@ static int transport_errno(CURLcode cc)
 	}
 }
 
+/* Requests by verb and outcome ("200", "409", "transport"), and their latency. */
+static void observe(const char *method, long code, CURLcode cc, unsigned long long t0)
+{
+	static const double buckets[] = {0.005, 0.01, 0.025, 0.05, 0.1, 0.25,
+	                                 0.5,   1,    2.5,   5,    10,  30};
+	struct metric *total =
+	    metrics_counter("gkm_kube_requests_total",
+	                    "Requests to the Kubernetes API by verb and result", "verb,code");
+	struct metric *secs = metrics_histogram("gkm_kube_request_seconds",
+	                                        "Latency of requests to the Kubernetes API", "verb",
+	                                        buckets, sizeof(buckets) / sizeof(buckets[0]));
+	char cs[16];
+	if (code)
+		snprintf(cs, sizeof(cs), "%ld", code);
+	else
+		snprintf(cs, sizeof(cs), "%s",
+		         cc == CURLE_OPERATION_TIMEDOUT ? "timeout" : "transport");
+	metrics_add(total, METRICS_L(method, cs), 1);
+	metrics_observe(secs, METRICS_L(method), (double)(mono_ms() - t0) / 1000.0);
+}
+
 int kube_client_do(struct kube_client *c, const struct kube_request *rq, cJSON **out,
                    struct kube_error *err)
 {
@@ -836,9 +858,11 @@ int kube_client_do(struct kube_client *c, const struct kube_request *rq, cJSON *
 	curl_easy_setopt(h->curl, CURLOPT_HEADERFUNCTION, on_header);
 	curl_easy_setopt(h->curl, CURLOPT_HEADERDATA, &x);
 	curl_easy_setopt(h->curl, CURLOPT_ERRORBUFFER, errbuf);
+	unsigned long long t0 = mono_ms();
 	CURLcode cc = curl_easy_perform(h->curl);
 	long code = 0;
 	curl_easy_getinfo(h->curl, CURLINFO_RESPONSE_CODE, &code);
+	observe(rq->method, code, cc, t0);
 	if (x.too_large) {
 		kube_error_set(err, KUBE_TOO_LARGE, "%s %s: response larger than %zu bytes",
 		               rq->method, rq->path, x.max);
@@ -920,6 +944,14 @@ int kube_client_stream(struct kube_client *c, const struct kube_stream *s, struc
 	CURLcode cc = curl_easy_perform(h->curl);
 	long code = 0;
 	curl_easy_getinfo(h->curl, CURLINFO_RESPONSE_CODE, &code);
+	metrics_add(metrics_counter("gkm_kube_watch_streams_total",
+	                            "Watch streams opened, by HTTP status (0: no response)",
+	                            "code"),
+	            METRICS_L(code == 200   ? "200"
+	                      : code == 0   ? "0"
+	                      : code == 410 ? "410"
+	                                    : "other"),
+	            1);
 	if (s->stop && atomic_load(s->stop)) {
 		kube_error_set(err, KUBE_TRANSPORT, "GET %s: stopped", s->path);
 		rc = -ECANCELED;

@@ -11,6 +11,7 @@
 #include <errno.h>
 
 #include "kube_client.h"
+#include "metrics.h"
 #include "kube_replay.h"
 
 struct env {
@@ -127,6 +128,8 @@ static void test_get(void **state)
 	assert_string_equal(e->srv->req[0].method, "GET");
 	assert_same_path(&e->srv->req[0], fx);
 	assert_string_equal(e->srv->req[0].authorization, "Bearer s3cret");
+	struct metric *m = metrics_counter("gkm_kube_requests_total", "", "verb,code");
+	assert_true(metrics_value(m, METRICS_L("GET", "200")) >= 1);
 	cJSON_Delete(obj);
 	cJSON_Delete(fx);
 }
