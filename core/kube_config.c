@@ -17,10 +17,11 @@
 
 #define CONFIG_MAX_BYTES (1u << 20) /* kubeconfig, token, CA and key files */
 #define YAML_MAX_DEPTH 64
-#define TOKEN_RECHECK_MS 1000ull   /* stat() the token file at most this often */
-#define TOKEN_REREAD_MS 60000ull   /* and read it at least this often */
+#define TOKEN_RECHECK_MS 1000ull /* stat() the token file at most this often */
+#define TOKEN_REREAD_MS 60000ull /* and read it at least this often */
 
-static void seterr(char *err, size_t errlen, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
+static void seterr(char *err, size_t errlen, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
 static void seterr(char *err, size_t errlen, const char *fmt, ...)
 {
 	if (!err || errlen == 0)
@@ -35,7 +36,8 @@ static unsigned long long mono_ms(void)
 {
 	struct timespec ts;
 	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return (unsigned long long)ts.tv_sec * 1000ull + (unsigned long long)ts.tv_nsec / 1000000ull;
+	return (unsigned long long)ts.tv_sec * 1000ull +
+	       (unsigned long long)ts.tv_nsec / 1000000ull;
 }
 
 /* Read a whole small file. *out is NUL-terminated (the NUL is not counted). */
@@ -194,7 +196,8 @@ static cJSON *yaml_node_json(yaml_document_t *doc, yaml_node_t *n, int depth, ch
 		     p < n->data.mapping.pairs.top; p++) {
 			yaml_node_t *k = yaml_document_get_node(doc, p->key);
 			if (!k || k->type != YAML_SCALAR_NODE) {
-				seterr(err, errlen, "yaml: a mapping key is not a scalar (line %zu)",
+				seterr(err, errlen,
+				       "yaml: a mapping key is not a scalar (line %zu)",
 				       n->start_mark.line + 1);
 				cJSON_Delete(o);
 				return NULL;
@@ -436,11 +439,13 @@ int kube_config_token(struct kube_config *c, char *buf, size_t len)
 			           now - c->token_reread_ms >= TOKEN_REREAD_MS) {
 				rc = token_reload(c, &st);
 				if (rc == 0)
-					log_debug("kube: bearer token re-read", "file", c->token_file);
+					log_debug("kube: bearer token re-read", "file",
+					          c->token_file);
 			}
 			if (rc < 0)
-				log_warn("kube: cannot re-read the token file, keeping the last token",
-				         "file", c->token_file, "error", strerror(-rc));
+				log_warn(
+				    "kube: cannot re-read the token file, keeping the last token",
+				    "file", c->token_file, "error", strerror(-rc));
 		}
 	}
 	const char *t = c->token ? c->token : "";
@@ -647,8 +652,9 @@ int kube_config_load_file(const char *path, const char *context, struct kube_con
 		c->password = xstrdup(jstr(user, "password"));
 		if (cJSON_GetObjectItemCaseSensitive(user, "exec") ||
 		    cJSON_GetObjectItemCaseSensitive(user, "auth-provider"))
-			log_warn("kube: kubeconfig exec and auth-provider plugins are not supported",
-			         "user", username);
+			log_warn(
+			    "kube: kubeconfig exec and auth-provider plugins are not supported",
+			    "user", username);
 	}
 	*out = c;
 	c = NULL;
