@@ -291,7 +291,7 @@ static void test_yaml_to_json(void **state)
 	j = NULL;
 	const char *dup = "a: 1\na: 2\n";
 	assert_int_equal(kube_config_yaml_to_json(dup, strlen(dup), &j, err, sizeof(err)), -EINVAL);
-	assert_non_null(strstr(err, "duplicate key \"a\""));
+	assert_non_null(strstr(err, "duplicate key 'a'"));
 	char deep[400];
 	size_t n = 0;
 	for (int i = 0; i < 100; i++)
