@@ -69,6 +69,7 @@ for p in pathlib.Path('$W/big/io.triton.cache').glob('*/*.json'):
 BIG_PID=$!
 
 kubeserver_start || { ok 1 "test API server starts"; finish; exit; }
+trap cleanup EXIT # kubeserver_start installed its own; ours also stops it
 K=$KUBECONFIG
 $G cache build "$FX/cuda-sm75-vector-add" -t "$R/caches/cuda:v1" >/dev/null 2>&1 &&
 	$G cache build "$FX/hip-gfx90a-vector-add" -t "$R/caches/rocm:v1" >/dev/null 2>&1 &&
