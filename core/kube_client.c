@@ -12,6 +12,7 @@
 #include <time.h>
 
 #include "log.h"
+#include "metrics.h"
 
 #ifndef GKM_VERSION
 #define GKM_VERSION "dev"
@@ -551,6 +552,35 @@ static unsigned long long mono_ms(void)
 	return (unsigned long long)ts.tv_sec * 1000ull + (unsigned long long)ts.tv_nsec / 1000000ull;
 }
 
+/* ---- metrics ---- */
+
+static struct metric *m_requests, *m_seconds;
+
+static void metrics_init(void)
+{
+	static const double b[] = {0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30};
+	m_requests = metrics_counter("gkm_kube_requests_total",
+	                             "Kubernetes API requests, by method and HTTP code "
+	                             "(\"none\" when no response came; WATCH for watch streams)",
+	                             "method,code");
+	m_seconds = metrics_histogram("gkm_kube_request_duration_seconds",
+	                              "Kubernetes API request latency (watch streams excluded)",
+	                              "method", b, sizeof(b) / sizeof(b[0]));
+}
+
+/* Called from any thread once a request has ended; t0 0 skips the latency. */
+static void count_request(const char *method, long code, unsigned long long t0)
+{
+	static pthread_once_t once = PTHREAD_ONCE_INIT;
+	pthread_once(&once, metrics_init);
+	char c[24] = "none";
+	if (code > 0 && code < 1000)
+		snprintf(c, sizeof(c), "%ld", code);
+	metrics_add(m_requests, METRICS_L(method, c), 1);
+	if (t0)
+		metrics_observe(m_seconds, METRICS_L(method), (double)(mono_ms() - t0) / 1000.0);
+}
+
 static int buf_append(struct xfer *x, const char *data, size_t n)
 {
 	if (x->len + n > x->max) {
@@ -781,6 +811,7 @@ int kube_client_do(struct kube_client *c, const struct kube_request *rq, cJSON *
 	struct curl_slist *hdrs = NULL;
 	struct xfer x = {.c = c, .max = c->opts.max_response};
 	char errbuf[CURL_ERROR_SIZE] = "";
+	unsigned long long t0 = mono_ms();
 	long timeout = rq->timeout_ms > 0 ? rq->timeout_ms : c->opts.request_timeout_ms;
 	int rc = setup(c, h->curl, rq->path, timeout, rq->body ? rq->content_type : NULL, &hdrs,
 	               err);
@@ -801,6 +832,7 @@ int kube_client_do(struct kube_client *c, const struct kube_request *rq, cJSON *
 	CURLcode cc = curl_easy_perform(h->curl);
 	long code = 0;
 	curl_easy_getinfo(h->curl, CURLINFO_RESPONSE_CODE, &code);
+	count_request(rq->method, code, t0);
 	if (x.too_large) {
 		kube_error_set(err, KUBE_TOO_LARGE, "%s %s: response larger than %zu bytes",
 		               rq->method, rq->path, x.max);
@@ -880,6 +912,7 @@ int kube_client_stream(struct kube_client *c, const struct kube_stream *s, struc
 	CURLcode cc = curl_easy_perform(h->curl);
 	long code = 0;
 	curl_easy_getinfo(h->curl, CURLINFO_RESPONSE_CODE, &code);
+	count_request("WATCH", code, 0);
 	if (s->stop && atomic_load(s->stop)) {
 		kube_error_set(err, KUBE_TRANSPORT, "GET %s: stopped", s->path);
 		rc = -ECANCELED;
