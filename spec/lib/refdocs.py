@@ -95,15 +95,37 @@ LABEL_VALUES = """## Label values
 | `gkm_pulls_total` | `result` | `pulled` (extracted into the store), `present` (already there), `failed` |
 | `gkm_compat_verdicts_total` | `reason` | `Compatible` or the compat policy's reason (`BackendMismatch`, `ArchitectureMismatch`, `PtxTooNew`, ... see troubleshooting.md) |
 | `gkm_policy_reloads_total` | `result` | `applied`, `unchanged`, `refused` (the previous bundle stays in force) |
-| `gkm_lua_errors_total` | `kind` | `error`, `timeout`, `out_of_memory`, `blocked_function`, `bad_return_value`, `missing_hook` |
+| `gkm_lua_errors_total` | `kind` | `error` (a runtime error, or a bundle that fails to load), `timeout`, `out_of_memory`, `blocked_function`, `bad_return_value`, `missing_hook` |
 | `gkm_csi_calls_total` | `method`, `code` | CSI RPC names; gRPC codes (`OK`, `INVALID_ARGUMENT`, `PERMISSION_DENIED`, `FAILED_PRECONDITION`, `ABORTED`, `INTERNAL`, `UNIMPLEMENTED`, ...) |
-| `gkm_webhook_decisions_total` | `endpoint`, `result`, `reason` | `mutate`/`validate`; `allowed`, `denied`, `error`; the admission reason |
+| `gkm_webhook_decisions_total` | `endpoint`, `result`, `reason` | `mutate`/`validate`; `allowed`, `denied`, `error`; `Allowed` or the denial reason (troubleshooting.md), `BadRequest`/`OutOfMemory` for errors |
 | `gkm_webhook_cache_total` | `cache`, `result` | `resolve`/`verdict`; `hit`, `miss` |
-| `gkm_webhook_reloads_total`, `gkm_webhook_reload_refused` | `what`, `result` | `certificate`, `trust`, `policies`; `applied`, `unchanged`, `refused` |
+| `gkm_webhook_registry_checks_total` | `result` | `ok`, `not_found`, `unavailable` |
+| `gkm_webhook_reloads_total`, `gkm_webhook_reload_refused` | `what`, `result` | `certificate`, `trust`, `policy`; `applied`, `unchanged`, `refused` |
 | `gkm_kube_requests_total` | `method`, `code` | HTTP method or `WATCH`; HTTP status, or `none` when no response came |
 """
 
 # ---- CRDs ----
+
+# Meanings of the node-report fields whose schema has no description
+# (a description in the CRD wins; crds_md() fails on a field with neither).
+FIELD_NOTES = {
+    "spec": "Which node this report is about.",
+    "status": "Written by the gkm agent of the node (server-side apply, field manager gkm-agent/<node>).",
+    "status.gpus[].warpSize": "Threads per warp: 32 (NVIDIA), 64 (AMD CDNA).",
+    "status.gpus[].memoryBytes": "Memory of one GPU of the group, in bytes.",
+    "status.caches.<key>.message": "What the agent is doing, or why the cache failed or fits no GPU.",
+    "status.caches.<key>.compatibleGPUs[].ids": "GPU indexes (status.gpus[].ids) the cache runs on.",
+    "status.caches.<key>.incompatibleGPUs[].ids": "GPU indexes the cache does not run on.",
+    "status.caches.<key>.incompatibleGPUs[].reason": "Why (the compat policy's reason, e.g. ArchitectureMismatch).",
+    "status.caches.<key>.incompatibleGPUs[].message": "Why, for humans (targets and GPU compared).",
+    "status.caches.<key>.pods[].podName": "Name of a pod that mounts the cache.",
+    "status.caches.<key>.pods[].podNamespace": "Its namespace.",
+    "status.caches.<key>.pods[].podUID": "Its UID.",
+    "status.caches.<key>.lastUpdated": "When this entry last changed.",
+    "status.totalCaches": "Caches the node reports on.",
+    "status.readyCaches": "Caches Ready on the node.",
+    "status.failedCaches": "Caches Failed or Incompatible on the node.",
+}
 
 
 def _constraints(s, required):
@@ -140,7 +162,9 @@ def _fields(s, path, required, rows):
         p = path + "." + name if path else name
         if not path and name in ("apiVersion", "kind", "metadata"):
             continue
-        desc = " ".join((sub.get("description") or "").split())
+        desc = " ".join((sub.get("description") or FIELD_NOTES.get(p, "")).split())
+        if not desc:
+            raise SystemExit("refdocs: %s has no description (add one to the CRD or FIELD_NOTES)" % p)
         rows.append((p, _type(sub), _constraints(sub, name in required), desc))
         _descend(sub, p, rows)
 
