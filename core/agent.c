@@ -363,36 +363,49 @@ static struct cache *job_cache(struct job *j)
 	return find_cache(j->a, j->key);
 }
 
+/* The facts of an image are the same for every cache naming its digest: one
+ * fetch serves them all. */
 static void fetch_image_done(struct loop *l, void *ud)
 {
 	struct job *j = ud;
-	struct cache *c = job_cache(j);
 	(void)l;
-	if (c && !strcmp(c->digest, j->digest)) {
+	j->a->jobs--;
+	for (struct cache *c = j->a->stopping ? NULL : j->a->caches; c; c = c->next) {
+		if (strcmp(c->digest, j->digest) != 0)
+			continue;
 		snprintf(c->image_digest, sizeof(c->image_digest), "%s", j->digest);
 		if (j->rc) {
 			count_error("image");
 			c->image = IMG_FAILED;
 			snprintf(c->image_reason, sizeof(c->image_reason), "%s", j->reason);
 			snprintf(c->image_message, sizeof(c->image_message), "%s", j->message);
-			enqueue(j->a, c->key, 0);
 			kube_workqueue_add_rate_limited(j->a->queue, c->key, loop_now_ms());
-		} else if (j->want_targets_from_tree) {
+			continue;
+		}
+		if (j->want_targets_from_tree) {
 			/* targets come from the tree: pull first, then check */
 			c->targets_need_pull = true;
 			c->image = IMG_FETCHING;
 			c->pull = PULL_WAITING;
-			enqueue(j->a, c->key, 0);
 		} else {
 			c->image = IMG_READY;
 			cJSON_Delete(c->targets);
-			c->targets = j->targets;
-			j->targets = NULL;
-			enqueue(j->a, c->key, 0);
+			c->targets = cJSON_Duplicate(j->targets, 1);
 		}
+		enqueue(j->a, c->key, 0);
 	}
 	cJSON_Delete(j->targets);
 	free(j);
+}
+
+/* Is a fetch or a pull of this digest under way for another cache? */
+static bool digest_busy(const struct agent *a, const struct cache *self, bool pull)
+{
+	for (const struct cache *c = a->caches; c; c = c->next)
+		if (c != self && !strcmp(c->digest, self->digest) &&
+		    (pull ? c->pull == PULL_RUNNING : c->image == IMG_FETCHING))
+			return true;
+	return false;
 }
 
 static void start_waiting_pulls(struct agent *a);
@@ -411,33 +424,37 @@ static void pull_done(struct loop *l, void *ud)
 	}
 	if (j->rc)
 		count_error("pull");
-	if (c && !strcmp(c->digest, j->digest)) {
+	(void)c;
+	/* one pull serves every cache of the digest */
+	for (struct cache *o = a->stopping ? NULL : a->caches; o; o = o->next) {
+		if (strcmp(o->digest, j->digest) != 0)
+			continue;
 		/* a digest the store already held counts as a hit when it is linked */
-		c->extracted = !j->rc && !j->present;
+		o->extracted = !j->rc && !j->present;
 		if (j->rc) {
-			c->pull = PULL_FAILED;
-			c->pull_failures++;
-			unsigned shift = c->pull_failures > 8 ? 8 : c->pull_failures;
-			c->pull_not_before = loop_now_ms() + (1000ull << shift);
-			snprintf(c->pull_reason, sizeof(c->pull_reason), "%s", j->reason);
-			snprintf(c->pull_message, sizeof(c->pull_message), "%s", j->message);
-			log_warn("pull failed", "cache", c->key, "digest", j->digest, "reason",
-			         j->reason, "error", j->message);
-			enqueue(a, c->key, (1000ull << shift));
-		} else {
-			c->pull = PULL_IDLE;
-			c->pull_failures = 0;
-			snprintf(c->store_digest, sizeof(c->store_digest), "%s", j->store_digest);
-			if (c->targets_need_pull) {
-				c->targets_need_pull = false;
-				c->image = IMG_READY;
-				cJSON_Delete(c->targets);
-				c->targets = j->targets ? j->targets : cJSON_CreateArray();
-				j->targets = NULL;
-			}
-			enqueue(a, c->key, 0);
+			o->pull = PULL_FAILED;
+			o->pull_failures++;
+			unsigned shift = o->pull_failures > 8 ? 8 : o->pull_failures;
+			o->pull_not_before = loop_now_ms() + (1000ull << shift);
+			snprintf(o->pull_reason, sizeof(o->pull_reason), "%s", j->reason);
+			snprintf(o->pull_message, sizeof(o->pull_message), "%s", j->message);
+			enqueue(a, o->key, (1000ull << shift));
+			continue;
 		}
+		o->pull = PULL_IDLE;
+		o->pull_failures = 0;
+		snprintf(o->store_digest, sizeof(o->store_digest), "%s", j->store_digest);
+		if (o->targets_need_pull) {
+			o->targets_need_pull = false;
+			o->image = IMG_READY;
+			cJSON_Delete(o->targets);
+			o->targets = j->targets ? cJSON_Duplicate(j->targets, 1) : cJSON_CreateArray();
+		}
+		enqueue(a, o->key, 0);
 	}
+	if (j->rc)
+		log_warn("pull failed", "cache", j->key, "digest", j->digest, "reason", j->reason,
+		         "error", j->message);
 	cJSON_Delete(j->targets);
 	free(j);
 	if (!a->stopping)
@@ -465,7 +482,7 @@ static void start_waiting_pulls(struct agent *a)
 {
 	uint64_t now = loop_now_ms();
 	for (struct cache *c = a->caches; c && a->pulls_running < a->o.max_pulls; c = c->next)
-		if (c->pull == PULL_WAITING && c->pull_not_before <= now)
+		if (c->pull == PULL_WAITING && c->pull_not_before <= now && !digest_busy(a, c, true))
 			start_pull(a, c);
 }
 
@@ -797,7 +814,11 @@ static void reconcile(struct agent *a, const char *key)
 	cJSON_ArrayForEach(act, cJSON_GetObjectItemCaseSensitive(out, "actions"))
 	{
 		const char *t = obj_str(act, "type");
-		if (!strcmp(t, "fetch_image") && c->image != IMG_FETCHING && *c->digest) {
+		if (!strcmp(t, "fetch_image") && c->image != IMG_FETCHING && *c->digest &&
+		    digest_busy(a, c, false)) {
+			c->image = IMG_FETCHING; /* the other fetch will fill this cache in */
+			snprintf(c->image_digest, sizeof(c->image_digest), "%s", c->digest);
+		} else if (!strcmp(t, "fetch_image") && c->image != IMG_FETCHING && *c->digest) {
 			struct job *j = new_job(a, c);
 			if (j) {
 				c->image = IMG_FETCHING;
@@ -813,6 +834,8 @@ static void reconcile(struct agent *a, const char *key)
 		           (c->pull == PULL_IDLE || c->pull == PULL_FAILED)) {
 			c->pull = PULL_WAITING;
 		} else if (!strcmp(t, "link") && entry) {
+			if (c->pull == PULL_WAITING)
+				c->pull = PULL_IDLE; /* another cache's pull brought the digest */
 			if (do_link(a, c, entry) == 0)
 				enqueue(a, key, 0);
 		} else if (!strcmp(t, "unlink")) {

@@ -59,6 +59,7 @@ struct daemon {
 	struct kube_lease *lease;
 	bool lost_leadership;
 	char run_dir[600];
+	cJSON *policy_cm; /* the policies ConfigMap as last seen (NULL: none) */
 };
 
 /* ---- flags ---- */
@@ -404,6 +405,8 @@ static int load_keys(struct daemon *d)
 static void on_policy_cm(void *ud, enum objstore_event_type t, const cJSON *obj)
 {
 	struct daemon *d = ud;
+	cJSON_Delete(d->policy_cm);
+	d->policy_cm = t == OBJSTORE_DELETED ? NULL : cJSON_Duplicate(obj, 1);
 	if (t == OBJSTORE_DELETED) {
 		cJSON *none = cJSON_CreateObject();
 		policy_watch_load_map(d->pw, none); /* back to the built-in policies */
@@ -416,17 +419,82 @@ static void on_policy_cm(void *ud, enum objstore_event_type t, const cJSON *obj)
 	cJSON_Delete(empty);
 }
 
+/* What became of a policy change, where users look: an Event on the
+ * ConfigMap and annotations on it (written by the operator only, so a
+ * thousand agents do not say it a thousand times; they log and count). */
+struct policy_report {
+	struct objstore *os;
+	cJSON *cm;
+	bool applied;
+	char error[1024], digest[80], generation[24];
+};
+
+static void policy_report_work(void *ud)
+{
+	struct policy_report *r = ud;
+	char err[256];
+	cJSON *obj = cJSON_CreateObject();
+	cJSON_AddStringToObject(obj, "apiVersion", "v1");
+	cJSON_AddStringToObject(obj, "kind", "ConfigMap");
+	cJSON *meta = cJSON_AddObjectToObject(obj, "metadata");
+	cJSON_AddStringToObject(meta, "name", obj_str(r->cm, "metadata.name"));
+	cJSON_AddStringToObject(meta, "namespace", obj_str(r->cm, "metadata.namespace"));
+	cJSON *ann = cJSON_AddObjectToObject(meta, "annotations");
+	cJSON_AddStringToObject(ann, "gkm.io/policy-status", r->applied ? "Applied" : "Refused");
+	cJSON_AddStringToObject(ann, "gkm.io/policy-error", r->applied ? "" : r->error);
+	cJSON_AddStringToObject(ann, "gkm.io/policy-digest", r->digest);
+	cJSON_AddStringToObject(ann, "gkm.io/policy-generation", r->generation);
+	if (r->os->ops->apply(r->os, obj, "gkm-operator", false, NULL, err, sizeof(err)) != 0)
+		log_warn("cannot annotate the policies ConfigMap", "error", err);
+	r->os->ops->event(r->os, r->cm, r->applied ? "Normal" : "Warning",
+	                  r->applied ? "PoliciesApplied" : "PoliciesRefused",
+	                  r->applied ? "the policies are in force" : r->error, "gkm-operator");
+	cJSON_Delete(obj);
+}
+
+static void policy_report_done(struct loop *l, void *ud)
+{
+	struct policy_report *r = ud;
+	(void)l;
+	cJSON_Delete(r->cm);
+	free(r);
+}
+
 static void on_policies(void *ud, bool applied, const char *error)
 {
 	struct daemon *d = ud;
-	if (!applied) {
+	if (!applied)
 		log_error("policy change refused; the previous policies stay in force", "error", error);
-		return;
-	}
-	if (d->agent)
+	if (applied && d->agent)
 		agent_policies_changed(d->agent);
-	if (d->op)
+	if (applied && d->op)
 		operator_policies_changed(d->op);
+	if (d->f->role != ROLE_OPERATOR || !d->policy_cm || !d->op)
+		return;
+	struct policy_report *r = calloc(1, sizeof(*r));
+	if (!r)
+		return;
+	r->os = d->os;
+	r->cm = cJSON_Duplicate(d->policy_cm, 1);
+	r->applied = applied;
+	snprintf(r->error, sizeof(r->error), "%s", error ? error : "");
+	snprintf(r->digest, sizeof(r->digest), "%s",
+	         d->slot.current ? engine_digest(d->slot.current) : "");
+	snprintf(r->generation, sizeof(r->generation), "%llu",
+	         (unsigned long long)d->slot.generation);
+	if (workers_submit(d->workers, policy_report_work, policy_report_done, r) != 0)
+		policy_report_done(d->loop, r);
+}
+
+/* SIGHUP: probe the GPUs again (a GPU was added or its driver upgraded). */
+static void on_sighup(struct loop *l, void *ud)
+{
+	struct daemon *d = ud;
+	(void)l;
+	if (d->agent) {
+		log_info("SIGHUP: probing the GPUs again");
+		agent_reprobe(d->agent);
+	}
 }
 
 /* ---- leadership ---- */
@@ -573,6 +641,7 @@ static int run(struct dflags *f)
 	}
 	if (d.health)
 		loop_add_timer(d.loop, 0, ready_tick, &d);
+	loop_on_reload(d.loop, on_sighup, &d);
 	log_info("running", "command", f->cmd, "node", f->node);
 	rc = loop_run(d.loop);
 	code = rc == 0 && !d.lost_leadership ? EXIT_OK : EXIT_FAIL;
@@ -593,6 +662,7 @@ out:
 		d.os->ops->free(d.os);
 	engine_slot_clear(&d.slot);
 	sig_keyset_free(d.keys);
+	cJSON_Delete(d.policy_cm);
 	cli_registry_clear(&f->reg);
 	loop_free(d.loop);
 	return code;

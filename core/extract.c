@@ -136,6 +136,7 @@ struct extract {
 	char ppath[PATH_BUF]; /* cached parent directory */
 	int pfd;
 	uint64_t last_end; /* stream offset where the last entry's data ends */
+	int umask;         /* the process umask, or -1 if unknown (then always fchmod) */
 };
 
 static int fail(struct extract *x, int rc, const char *fmt, ...)
@@ -179,6 +180,27 @@ static int refuse(struct extract *x, int rc, const char *entry, const char *fmt,
 	return fail(x, rc, "refused entry '%s': %s", shown(entry, name, sizeof(name)), rule);
 }
 
+/* The umask from /proc (reading it with umask(2) would change it for every
+ * thread for a moment). Knowing it saves an fchmod per file whose mode the
+ * create call already gets right. */
+static int read_umask(void)
+{
+	FILE *f = fopen("/proc/self/status", "re");
+	if (f == NULL)
+		return -1;
+	char line[256];
+	int m = -1;
+	while (fgets(line, sizeof(line), f)) {
+		unsigned v;
+		if (sscanf(line, "Umask: %o", &v) == 1) {
+			m = (int)(v & 0777);
+			break;
+		}
+	}
+	fclose(f);
+	return m;
+}
+
 void extract_limits_default(struct extract_limits *out)
 {
 	out->max_total_bytes = 64ull << 30;
@@ -201,6 +223,7 @@ int extract_new(int dirfd, const struct extract_limits *limits, struct extract *
 	else
 		extract_limits_default(&x->lim);
 	x->pfd = -1;
+	x->umask = read_umask();
 	*out = x;
 	return 0;
 }
@@ -807,12 +830,13 @@ static int do_file(struct extract *x, struct archive *a, struct source *s, struc
 	int pfd = parent_fd(x, path, parent);
 	if (pfd < 0)
 		return pfd;
-	int fd = openat(pfd, base, O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0600);
+	mode_t cmode = mode & 0777;
+	int fd = openat(pfd, base, O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, cmode);
 	if (fd < 0 && errno == EEXIST) {
 		int rc = make_room(x, pfd, path, base, false);
 		if (rc < 0)
 			return rc;
-		fd = openat(pfd, base, O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0600);
+		fd = openat(pfd, base, O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, cmode);
 	}
 	if (fd < 0)
 		return fail(x, -errno, "creating '%s': %s", path, strerror(errno));
@@ -844,7 +868,8 @@ static int do_file(struct extract *x, struct archive *a, struct source *s, struc
 		            (unsigned long long)written, (long long)size);
 		goto out;
 	}
-	if (fchmod(fd, mode & 01777) < 0) {
+	bool exact = x->umask >= 0 && (mode & 01777) == (cmode & ~(mode_t)x->umask);
+	if (!exact && fchmod(fd, mode & 01777) < 0) {
 		rc = fail(x, -errno, "setting the mode of '%s': %s", path, strerror(errno));
 		goto out;
 	}

@@ -7,6 +7,7 @@
 # every run gets a fresh destination by renaming the last one away, and all
 # trees are deleted only at the end (see BENCHMARKING.md). Prints median,
 # min and max wall time, MB/s of tree bytes, peak RSS, and ratios to gkm;
+# CPU s is user+sys (median), steadier than wall time on a shared machine;
 # then gkm's peak RSS on a layer a quarter the size (streaming: it must not grow
 # with the layer). Generated data lives under $BUILD/bench/extract.
 #   N=5 GKM_BENCH_SCALE=0.25 spec/bench/extract.sh
@@ -48,7 +49,7 @@ timed() { # name, command... (run in a fresh $run/dest)
 	shift
 	[ -e "$run/dest" ] && mv "$run/dest" "$run/trash/$name.$RANDOM$RANDOM"
 	mkdir "$run/dest"
-	/usr/bin/time -f '%e %M' -o "$run/time" "$@" >"$run/out" 2>"$run/err" || {
+	/usr/bin/time -f '%e %M %U %S' -o "$run/time" "$@" >"$run/out" 2>"$run/err" || {
 		echo "$name failed:" >&2
 		cat "$run/err" >&2
 		return 1
@@ -76,18 +77,19 @@ done
 import statistics, sys
 rows = {}
 for line in open(sys.argv[1]):
-    name, wall, rss = line.split()
-    rows.setdefault(name, []).append((float(wall), int(rss)))
+    name, wall, rss, user, sys_ = line.split()
+    rows.setdefault(name, []).append((float(wall), int(rss), float(user) + float(sys_)))
 tree = int(sys.argv[2])
-base = statistics.median(w for w, _ in rows["gkm"])
+base = statistics.median(w for w, _, _ in rows["gkm"])
 print(f"tree: {tree / 1e6:.0f} MB uncompressed")
-print(f"{'tool':<13}{'median s':>9}{'min':>7}{'max':>7}{'MB/s':>8}{'peak RSS MiB':>14}{'x gkm':>7}")
+print(f"{'tool':<13}{'median s':>9}{'min':>7}{'max':>7}{'MB/s':>8}{'peak RSS MiB':>14}{'x gkm':>7}{'CPU s':>7}")
 for name, v in rows.items():
-    walls = [w for w, _ in v]
+    walls = [w for w, _, _ in v]
     med = statistics.median(walls)
-    rss = max(r for _, r in v) / 1024
+    cpu = statistics.median(c for _, _, c in v)
+    rss = max(r for _, r, _ in v) / 1024
     mbs = tree / 1e6 / med if name != "gkm-quarter" else float("nan")
     ratio = med / base if name != "gkm-quarter" else float("nan")
-    print(f"{name:<13}{med:>9.2f}{min(walls):>7.2f}{max(walls):>7.2f}{mbs:>8.0f}{rss:>14.1f}{ratio:>7.2f}")
+    print(f"{name:<13}{med:>9.2f}{min(walls):>7.2f}{max(walls):>7.2f}{mbs:>8.0f}{rss:>14.1f}{ratio:>7.2f}{cpu:>7.2f}")
 PY
 echo "deleting the extracted trees (untimed)..."

@@ -336,8 +336,8 @@ same "get gkmcn: node, GPU, caches ready/total/failed" kubectl get gkmcn -n $NS 
 NAME NODE GPU CACHES-READY CACHES-TOTAL CACHES-FAILED AGE
 node-1 node-1 AMD Instinct MI210 1 1 0 <age>
 EOF
-same "get gkmcn --field-selector spec.nodeName (selectable field)" \
-	kubectl get gkmcn -n $NS --field-selector spec.nodeName=node-1 -o name <<'EOF'
+same "get gkmcn -l gkm.io/node=node-1 (the node label)" \
+	kubectl get gkmcn -n $NS -l gkm.io/node=node-1 -o name <<'EOF'
 gkmcachenode.gkm.io/node-1
 EOF
 same "get gkmcn -l gkm.io/node=node-2 finds nothing" kubectl get gkmcn -n $NS -l gkm.io/node=node-2 <<'EOF'

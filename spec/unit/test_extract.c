@@ -234,7 +234,7 @@ static void test_umoci_layer_without_end_blocks(void **state)
 		skip();
 	snprintf(
 	    cmd, sizeof(cmd),
-	    "cd '%s' && mkdir -p src/io.triton.cache/abc && printf '{\"a\":1}' > "
+	    "cd '%s' && umask 022 && mkdir -p src/io.triton.cache/abc && printf '{\"a\":1}' > "
 	    "src/io.triton.cache/abc/k.json && "
 	    "head -c 1000 /dev/zero | tr '\\0' x > src/io.triton.cache/abc/k.cubin && "
 	    "umoci init --layout L && umoci new --image L:t && umoci insert --image L:t src / && "

@@ -442,7 +442,7 @@ static void test_gc_with_guard(void **state)
 		_exit(0);
 	}
 	/* wait until the child holds it */
-	for (int i = 0; i < 500 && flock(lfd, LOCK_EX | LOCK_NB) == 0; i++) {
+	for (int i = 0; i < 3000 && flock(lfd, LOCK_EX | LOCK_NB) == 0; i++) {
 		flock(lfd, LOCK_UN);
 		usleep(10000);
 	}
