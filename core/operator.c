@@ -61,9 +61,9 @@ static void init_metrics(void)
 	m_writes = metrics_counter("gkm_operator_status_writes_total",
 	                           "Cache status writes, by result (written, unchanged, failed)",
 	                           "result");
-	m_errors = metrics_counter("gkm_operator_errors_total",
-	                           "Operator failures, by kind (policy, status_write, resolve, cleanup)",
-	                           "kind");
+	m_errors = metrics_counter(
+	    "gkm_operator_errors_total",
+	    "Operator failures, by kind (policy, status_write, resolve, cleanup)", "kind");
 }
 
 static struct ocache *find_cache(struct operator_ *op, const char *key, bool create)

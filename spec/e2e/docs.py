@@ -20,7 +20,7 @@ BUILD = os.environ.get("GKM_BUILD") or os.path.join(ROOT, "build")
 RENDER = os.path.join(BUILD, "spec", "gkm-chart-render")
 DOCS = os.path.join(ROOT, "charts", "gkm", "docs")
 HANDWRITTEN = [os.path.join(ROOT, "README.md")] + [
-    os.path.join(DOCS, f) for f in ("architecture.md", "config.md", "troubleshooting.md")]
+    os.path.join(DOCS, f) for f in ("architecture.md", "config.md", "troubleshooting.md", "testing.md")]
 
 t = Tap()
 
@@ -79,7 +79,9 @@ def test_config():
         return
     import yaml
     keys = {}
-    for args in ([], ["--set", "gpu.source=file", "--set-string", 'gpu.file.json={"gpus": []}']):
+    with open(os.path.join(BUILD, "docs-test-values.yaml"), "w") as f:
+        f.write('gpu:\n  source: file\n  file:\n    json: \'{"gpus": []}\'\n')
+    for args in ([], ["-f", f.name]):
         p = subprocess.run([RENDER, "--release", "gkm", "--namespace", "gkm", *args, os.path.join(ROOT, "charts", "gkm")],
                            capture_output=True, text=True, timeout=120)
         if p.returncode != 0:
@@ -99,7 +101,7 @@ def test_config():
 NOT_REASONS = {"True", "False", "Unknown", "GKMCache", "ClusterGKMCache", "GKMCacheNode",
                "ClusterGKMCacheNode", "Node", "Labels", "Normal", "Warning", "CREATE", "UPDATE",
                "CamelCaseReason", "Allowed", "Verified", "Ready", "Progressing", "Error", "Pending",
-               "Pulling", "Failed", "Incompatible"}
+               "Pulling", "Failed", "Incompatible", "ConfigMap"}
 
 
 def source_reasons():
@@ -107,7 +109,8 @@ def source_reasons():
     out = {}
     lit = re.compile(r'"([A-Z][a-z]+(?:[A-Z][a-z0-9]*)*)"')
     for rel in ("policies/compat.lua", "policies/aggregate.lua", "policies/admission.lua",
-                "lua/gkm/agent.lua", "core/agent.c", "core/operator.c", "webhook/reviewer.c"):
+                "lua/gkm/agent.lua", "core/agent.c", "core/operator.c", "core/cmd_daemons.c",
+                "webhook/reviewer.c"):
         for word in lit.findall(read(os.path.join(ROOT, rel))):
             if word not in NOT_REASONS:
                 out.setdefault(word, rel)
@@ -134,7 +137,8 @@ def help_of(cmd):
 
 
 def code_blocks(text):
-    return re.findall(r"^```[a-z]*\n(.*?)^```", text, re.M | re.S)
+    """Fenced shell blocks (sh, bash), continuation lines (ending in a backslash) joined."""
+    return [b.replace("\\\n", " ") for b in re.findall(r"^ *```(?:sh|bash)\n(.*?)^ *```", text, re.M | re.S)]
 
 
 def test_command_lines():
@@ -156,7 +160,7 @@ def test_command_lines():
                 if rc != 0:
                     problems.append("%s: `gkm %s --help` fails" % (os.path.basename(doc), key))
                     continue
-                for w in words:
+                for w in (x.strip("[]") for x in words):
                     flag = w.split("=")[0]
                     if flag.startswith("--") and flag != "--" and not re.search(re.escape(flag) + r"\b", text):
                         problems.append("%s: %s: no flag %s in `gkm %s --help`" % (os.path.basename(doc), line, flag, key))
@@ -180,6 +184,36 @@ def test_make_targets():
                     if name not in targets:
                         problems.append("%s: make %s" % (os.path.basename(doc), name))
     t.ok(not problems, "every make target in the docs exists", diag=problems)
+
+
+def values_paths(text):
+    """Chart values a text names: --set/--set-file KEY=..., and `a.b.c` in prose."""
+    import yaml
+    top = yaml.safe_load(read(os.path.join(ROOT, "charts", "gkm", "values.yaml")))
+    names = re.findall(r"--set(?:-file|-string)? ([A-Za-z0-9_.\\]+)=", text)
+    names += [m for m in re.findall(r"`([a-z][A-Za-z]*(?:\.[A-Za-z0-9_]+)+)(?:=[^`]*)?`", text)
+              if m.split(".")[0] in top]
+    return top, names
+
+
+def test_chart_values():
+    problems, seen = [], 0
+    for doc in HANDWRITTEN:
+        top, names = values_paths(read(doc))
+        for name in names:
+            seen += 1
+            node = top
+            for part in re.split(r"(?<!\\)\.", name):
+                part = part.replace("\\.", ".")
+                if isinstance(node, dict) and part in node:
+                    node = node[part]
+                elif isinstance(node, dict) and not node:
+                    break  # a free-form map (trustedKeys, overrides): any key
+                else:
+                    problems.append("%s: %s" % (os.path.basename(doc), name))
+                    break
+    t.ok(seen > 10 and not problems, "every chart value the docs name (%d) is in values.yaml" % seen,
+         diag=problems)
 
 
 def test_links_and_first_screen():
@@ -213,7 +247,7 @@ def test_pod_example():
 
 for name, fn in (("generated pages", test_generated), ("metrics", test_metrics), ("config", test_config),
                  ("troubleshooting", test_troubleshooting), ("command lines", test_command_lines),
-                 ("make targets", test_make_targets), ("links", test_links_and_first_screen),
+                 ("make targets", test_make_targets), ("chart values", test_chart_values), ("links", test_links_and_first_screen),
                  ("pod example", test_pod_example)):
     t.run(name, fn)
 sys.exit(t.finish())

@@ -96,12 +96,15 @@ LABEL_VALUES = """## Label values
 | `gkm_compat_verdicts_total` | `reason` | `Compatible` or the compat policy's reason (`BackendMismatch`, `ArchitectureMismatch`, `PtxTooNew`, ... see troubleshooting.md) |
 | `gkm_policy_reloads_total` | `result` | `applied`, `unchanged`, `refused` (the previous bundle stays in force) |
 | `gkm_lua_errors_total` | `kind` | `error` (a runtime error, or a bundle that fails to load), `timeout`, `out_of_memory`, `blocked_function`, `bad_return_value`, `missing_hook` |
+| `gkm_csi_call_duration_seconds` | `method` | the CSI RPC names, as below |
 | `gkm_csi_calls_total` | `method`, `code` | CSI RPC names; gRPC codes (`OK`, `INVALID_ARGUMENT`, `PERMISSION_DENIED`, `FAILED_PRECONDITION`, `ABORTED`, `INTERNAL`, `UNIMPLEMENTED`, ...) |
+| `gkm_webhook_review_seconds` | `endpoint` | `mutate`, `validate` |
 | `gkm_webhook_decisions_total` | `endpoint`, `result`, `reason` | `mutate`/`validate`; `allowed`, `denied`, `error`; `Allowed` or the denial reason (troubleshooting.md), `BadRequest`/`OutOfMemory` for errors |
 | `gkm_webhook_cache_total` | `cache`, `result` | `resolve`/`verdict`; `hit`, `miss` |
 | `gkm_webhook_registry_checks_total` | `result` | `ok`, `not_found`, `unavailable` |
 | `gkm_webhook_reloads_total`, `gkm_webhook_reload_refused` | `what`, `result` | `certificate`, `trust`, `policy`; `applied`, `unchanged`, `refused` |
 | `gkm_kube_requests_total` | `method`, `code` | HTTP method or `WATCH`; HTTP status, or `none` when no response came |
+| `gkm_kube_request_duration_seconds` | `method` | HTTP method |
 """
 
 # ---- CRDs ----
