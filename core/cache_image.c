@@ -992,7 +992,6 @@ static la_ssize_t layer_read(struct archive *a, void *ud, const void **buf)
 
 static int read_entry_data(struct archive *a, size_t max, char **out, size_t *len)
 {
-	int64_t sz = 0;
 	size_t cap = 4096, n = 0;
 	char *buf = malloc(cap);
 	if (!buf)
@@ -1015,7 +1014,6 @@ static int read_entry_data(struct archive *a, size_t max, char **out, size_t *le
 		if (k == 0)
 			break;
 		n += (size_t)k;
-		sz += k;
 		if (n > max) {
 			free(buf);
 			return -EFBIG;

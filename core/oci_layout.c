@@ -351,8 +351,13 @@ out:
 int oci_layout_put_blob_reader(struct oci_layout *l, struct oci_blob_reader *r,
                                const char *digest, struct oci_err *err)
 {
-	if (oci_layout_has_blob(l, digest))
-		return oci_blob_drain(r) < 0 ? (oci_errf(err, "%s", oci_blob_error(r)), -EIO) : 0;
+	if (oci_layout_has_blob(l, digest)) {
+		/* already stored: still read the source to its verified end */
+		int drc = oci_blob_drain(r);
+		if (drc < 0)
+			oci_errf(err, "%s", oci_blob_error(r));
+		return drc;
+	}
 	int fd = -1;
 	char *tmp = NULL;
 	char buf[1 << 16];

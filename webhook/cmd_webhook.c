@@ -9,8 +9,8 @@
 #include <string.h>
 
 #include "admission_review.h"
-#include "bundle.h"
 #include "cli.h"
+#include "cli_registry.h"
 #include "cmd.h"
 #include "engine.h"
 #include "fsutil.h"
@@ -19,6 +19,7 @@
 #include "log.h"
 #include "loop.h"
 #include "metrics.h"
+#include "policy_watch.h"
 #include "reviewer.h"
 #include "trust.h"
 #include "watched.h"
@@ -34,17 +35,20 @@ static const char usage[] =
     "set annotation gkm.io/resolvedDigest) and POST /validate (refuse what policy\n"
     "forbids, malformed references, and a resolvedDigest set or changed by hand).\n"
     "Certificate, trusted keys, settings and policies are reloaded when their files\n"
-    "change (and on SIGHUP); a change that does not load keeps the last good one.\n"
+    "change (the first three also on SIGHUP); a change that does not load keeps the\n"
+    "last good one.\n"
     "\n"
     "  --listen ADDR              HTTPS address (default :8443)\n"
     "  --health-listen ADDR       /healthz, /readyz, /metrics over HTTP (default :8081)\n"
-    "  --tls-cert FILE            certificate chain, PEM\n"
-    "  --tls-key FILE             its private key, PEM\n"
+    "  --tls-cert FILE            certificate chain, PEM (also --tls-cert-file)\n"
+    "  --tls-key FILE             its private key, PEM (also --tls-key-file)\n"
     "  --trust-dir DIR            trusted public keys: every PEM public key in every\n"
     "                             file of DIR (a mounted Secret or ConfigMap)\n"
     "  --config PATH              settings: a YAML/JSON mapping, or a directory with one\n"
-    "                             file per key (a mounted ConfigMap); keys verify-enabled\n"
-    "                             and allow-unsigned-images override the flags below\n"
+    "                             file per key (a mounted ConfigMap, also --config-dir);\n"
+    "                             keys verify-enabled and allow-unsigned-images override\n"
+    "                             the flags below; trust-keys-dir stands for --trust-dir\n"
+    "                             when that is not given (read at start-up)\n"
     "  --verify-enabled BOOL      verify signatures (default true)\n"
     "  --allow-unsigned-images BOOL  admit images without signatures (default false)\n"
     "  --policy-dir DIR           policy files overriding the built-in ones (a mounted\n"
@@ -60,14 +64,10 @@ static const char usage[] =
     "  --https-threads N          HTTPS threads (default 2)\n"
     "  --max-checks N             registry checks in flight (default 64)\n"
     "  --reload-interval-ms MS    how often files are checked for changes (default 2000)\n"
-    "\n"
-    "Registry flags:\n"
-    "  --registry-authfile FILE   dockerconfigjson credentials (a mounted pull secret)\n"
-    "  --registry-plain-http HOSTS  speak HTTP to these hosts (host[:port],... or *)\n"
-    "  --registry-ca-file FILE    extra CA certificates for registries\n"
-    "  --registry-insecure-skip-tls-verify  do not verify registry certificates\n"
-    "  --registry-timeout S       connect timeout (default 3)\n"
-    "  --registry-retries N       retries on 5xx, resets and timeouts (default 1)\n";
+    "\n" CLI_REGISTRY_HELP
+    "  In the webhook --timeout defaults to 3, --retries to 1, and no registry call\n"
+    "  outlasts --deadline-ms. --key files are trusted besides --trust-dir's keys and\n"
+    "  are reloaded the same way.\n";
 
 enum {
 	OPT_LISTEN = CLI_OPT_FIRST_FREE,
@@ -88,12 +88,6 @@ enum {
 	OPT_HTTPS_THREADS,
 	OPT_MAX_CHECKS,
 	OPT_RELOAD,
-	OPT_REG_AUTH,
-	OPT_REG_PLAIN,
-	OPT_REG_CA,
-	OPT_REG_INSECURE,
-	OPT_REG_TIMEOUT,
-	OPT_REG_RETRIES,
 };
 
 struct webhook {
@@ -103,12 +97,13 @@ struct webhook {
 	struct loop *loop;
 	struct workers *workers;
 	struct engine_slot policy;
+	struct policy_watch *policies;
 	struct trust *trust;
 	struct reviewer *reviewer;
 	struct https_server *https;
 	struct health_server *health;
 	/* what was last tried, so a refused change is reported once */
-	char cert_digest[132], trust_digest[132], policy_digest[65];
+	char cert_digest[132], trust_digest[65];
 	struct metric *m_reloads, *m_cert_expiry, *m_refused;
 };
 
@@ -157,7 +152,18 @@ static void reload_cert(struct webhook *w)
 	char digest[132], err[512];
 	char *cert = NULL, *key = NULL;
 	size_t cl = 0, kl = 0;
-	if (pair_digest(w, digest, err, sizeof(err)) != 0 || strcmp(digest, w->cert_digest) == 0)
+	if (pair_digest(w, digest, err, sizeof(err)) != 0) {
+		/* reported once, until the files are readable again */
+		if (strcmp(w->cert_digest, "unreadable") != 0) {
+			log_warn("TLS certificate or key unreadable; still serving the previous "
+			         "pair",
+			         "error", err);
+			reload_metric(w, "certificate", "refused");
+			snprintf(w->cert_digest, sizeof(w->cert_digest), "unreadable");
+		}
+		return;
+	}
+	if (strcmp(digest, w->cert_digest) == 0)
 		return;
 	memcpy(w->cert_digest, digest, sizeof(digest));
 	if (read_pair(w, &cert, &cl, &key, &kl, err, sizeof(err)) != 0 ||
@@ -177,7 +183,7 @@ static void reload_cert(struct webhook *w)
 
 static void reload_trust(struct webhook *w)
 {
-	char digest[132], err[512];
+	char digest[65], err[512];
 	struct trust *t = NULL;
 	if (trust_source_digest(&w->trust_src, digest, err, sizeof(err)) != 0) {
 		if (strcmp(w->trust_digest, "unreadable") != 0) {
@@ -211,41 +217,10 @@ static void reload_trust(struct webhook *w)
 	reload_metric(w, "trust", "applied");
 }
 
-static int load_policy(struct webhook *w, char *err, size_t errlen)
+/* Called by the policy watch after a reload was applied or refused. */
+static void on_policies(void *ud, bool applied, const char *error)
 {
-	struct bundle *b = NULL;
-	struct engine_error eerr;
-	int rc =
-	    w->policy_dir ? bundle_from_dir(w->policy_dir, &b, err, errlen) : bundle_builtin(&b);
-	if (rc != 0) {
-		if (!w->policy_dir)
-			snprintf(err, errlen, "cannot load the built-in policies");
-		return rc;
-	}
-	if (engine_slot_load(&w->policy, b, &eerr) != 0) {
-		snprintf(err, errlen, "%s: refused (%s): %s",
-		         w->policy_dir ? w->policy_dir : "built-in",
-		         engine_status_name(eerr.status), eerr.message);
-		rc = -EINVAL;
-	}
-	bundle_free(b);
-	return rc;
-}
-
-static void reload_policy(struct webhook *w)
-{
-	char digest[65], err[1200];
-	if (!w->policy_dir || watched_digest(w->policy_dir, digest, err, sizeof(err)) != 0 ||
-	    strcmp(digest, w->policy_digest) == 0)
-		return;
-	memcpy(w->policy_digest, digest, sizeof(digest));
-	uint64_t gen = w->policy.generation;
-	if (load_policy(w, err, sizeof(err)) != 0) {
-		/* engine_slot_load logged the file, line and reason */
-		reload_metric(w, "policy", "refused");
-		return;
-	}
-	reload_metric(w, "policy", w->policy.generation != gen ? "applied" : "unchanged");
+	reload_metric(ud, "policy", applied ? "applied" : "refused");
 }
 
 static void tick(struct loop *l, void *ud)
@@ -254,7 +229,6 @@ static void tick(struct loop *l, void *ud)
 	health_beat(w->health, w->reload_ms * 5 > 10000 ? w->reload_ms * 5 : 10000);
 	reload_cert(w);
 	reload_trust(w);
-	reload_policy(w);
 	https_reap(w->https);
 	if (!loop_add_timer(l, w->reload_ms, tick, w))
 		log_error("cannot schedule the reload timer", "error", "out of memory");
@@ -263,10 +237,27 @@ static void tick(struct loop *l, void *ud)
 static void on_hup(struct loop *l, void *ud)
 {
 	struct webhook *w = ud;
-	log_info("SIGHUP: checking certificate, trust and policies");
+	log_info("SIGHUP: checking certificate and trust");
 	reload_cert(w);
 	reload_trust(w);
-	reload_policy(w);
+}
+
+/* The trusted keys' directory a configuration directory names (the chart's
+ * gkm-config ConfigMap has a key trust-keys-dir). 0 when there is one. */
+static int config_trust_dir(const char *config, char *out, size_t cap)
+{
+	char path[4096], *val = NULL;
+	size_t len = 0;
+	if ((size_t)snprintf(path, sizeof(path), "%s/trust-keys-dir", config) >= sizeof(path) ||
+	    fsutil_read_file(path, 4096, &val, &len) != 0)
+		return -ENOENT;
+	while (len && (val[len - 1] == '\n' || val[len - 1] == ' '))
+		val[--len] = '\0';
+	int rc = len && len < cap ? 0 : -EINVAL;
+	if (rc == 0)
+		memcpy(out, val, len + 1);
+	free(val);
+	return rc;
 }
 
 static int parse_bool_flag(const char *flag, const char *arg, bool *out)
@@ -292,9 +283,12 @@ int cmd_webhook(int argc, char **argv)
 	    {"listen", required_argument, 0, OPT_LISTEN},
 	    {"health-listen", required_argument, 0, OPT_HEALTH},
 	    {"tls-cert", required_argument, 0, OPT_CERT},
+	    {"tls-cert-file", required_argument, 0, OPT_CERT},
 	    {"tls-key", required_argument, 0, OPT_KEY},
+	    {"tls-key-file", required_argument, 0, OPT_KEY},
 	    {"trust-dir", required_argument, 0, OPT_TRUST},
 	    {"config", required_argument, 0, OPT_CONFIG},
+	    {"config-dir", required_argument, 0, OPT_CONFIG},
 	    {"verify-enabled", required_argument, 0, OPT_VERIFY},
 	    {"allow-unsigned-images", required_argument, 0, OPT_UNSIGNED},
 	    {"policy-dir", required_argument, 0, OPT_POLICY},
@@ -307,12 +301,7 @@ int cmd_webhook(int argc, char **argv)
 	    {"https-threads", required_argument, 0, OPT_HTTPS_THREADS},
 	    {"max-checks", required_argument, 0, OPT_MAX_CHECKS},
 	    {"reload-interval-ms", required_argument, 0, OPT_RELOAD},
-	    {"registry-authfile", required_argument, 0, OPT_REG_AUTH},
-	    {"registry-plain-http", required_argument, 0, OPT_REG_PLAIN},
-	    {"registry-ca-file", required_argument, 0, OPT_REG_CA},
-	    {"registry-insecure-skip-tls-verify", no_argument, 0, OPT_REG_INSECURE},
-	    {"registry-timeout", required_argument, 0, OPT_REG_TIMEOUT},
-	    {"registry-retries", required_argument, 0, OPT_REG_RETRIES},
+	    CLI_REGISTRY_OPTIONS,
 	    {0, 0, 0, 0},
 	};
 	struct webhook w = {.listen = ":8443", .health_listen = ":8081", .reload_ms = 2000};
@@ -328,14 +317,14 @@ int cmd_webhook(int argc, char **argv)
 	unsigned long long v, nworkers = 4;
 	int c, rc, exit_code = EXIT_FAIL;
 	char err[1200];
-	char *cert = NULL, *key = NULL;
+	char *cert = NULL, *key = NULL, trust_dir[4096];
 	size_t cl = 0, kl = 0;
 	w.trust_src.defaults.verify_enabled = true;
-	oci_registry_opts_init(&ro.registry);
-	ro.registry.no_default_auth_files = true;
-	ro.registry.connect_timeout_s = 3;
-	ro.registry.retries = 1;
-	ro.registry.backoff_ms = 200;
+	struct cli_registry creg;
+	cli_registry_init(&creg, false);
+	creg.reg.connect_timeout_s = 3;
+	creg.reg.retries = 1;
+	creg.reg.backoff_ms = 200;
 	cli_reset();
 	while ((c = getopt_long(argc, argv, "+h", opts, NULL)) != -1) {
 		rc = 0;
@@ -404,27 +393,11 @@ int cmd_webhook(int argc, char **argv)
 			if (!(rc = parse_num("--reload-interval-ms", optarg, 50, 3600000, &v)))
 				w.reload_ms = v;
 			break;
-		case OPT_REG_AUTH:
-			ro.registry.auth_file = optarg;
-			break;
-		case OPT_REG_PLAIN:
-			ro.registry.plain_http = optarg;
-			break;
-		case OPT_REG_CA:
-			ro.registry.ca_file = optarg;
-			break;
-		case OPT_REG_INSECURE:
-			ro.registry.tls_no_verify = true;
-			break;
-		case OPT_REG_TIMEOUT:
-			if (!(rc = parse_num("--registry-timeout", optarg, 1, 300, &v)))
-				ro.registry.connect_timeout_s = (unsigned)v;
-			break;
-		case OPT_REG_RETRIES:
-			if (!(rc = parse_num("--registry-retries", optarg, 0, 10, &v)))
-				ro.registry.retries = (unsigned)v;
-			break;
 		default:
+			if ((rc = cli_registry_flag(&creg, c, optarg, CMD)) != 0) {
+				rc = rc < 0 ? EXIT_USAGE : 0;
+				break;
+			}
 			switch (cli_common(c, optarg, CMD, usage)) {
 			case CLI_EXIT_OK:
 				return EXIT_OK;
@@ -434,19 +407,32 @@ int cmd_webhook(int argc, char **argv)
 				break;
 			}
 		}
-		if (rc)
+		if (rc) {
+			cli_registry_clear(&creg);
 			return rc;
+		}
 	}
-	if (optind < argc)
-		return cli_usage_error(CMD, "unexpected argument '%s'", argv[optind]);
-	if (!w.cert_file || !w.key_file)
+	if (optind < argc || !w.cert_file || !w.key_file) {
+		cli_registry_clear(&creg);
+		if (optind < argc)
+			return cli_usage_error(CMD, "unexpected argument '%s'", argv[optind]);
 		return cli_usage_error(CMD, "--tls-cert and --tls-key are required");
+	}
+	ro.registry = creg.reg;
+	if (!w.trust_src.trust_dir && w.trust_src.config_path &&
+	    config_trust_dir(w.trust_src.config_path, trust_dir, sizeof(trust_dir)) == 0)
+		w.trust_src.trust_dir = trust_dir;
+	w.trust_src.key_files = creg.keys;
+	w.trust_src.nkey_files = creg.nkeys;
 	/* registry calls must end before the review's deadline */
-	unsigned secs = (unsigned)(ro.deadline_ms / 1000);
-	ro.registry.request_timeout_s = secs > 1 ? secs : 1;
-	ro.registry.stall_timeout_s = ro.registry.request_timeout_s;
-	if (ro.registry.connect_timeout_s > ro.registry.request_timeout_s)
-		ro.registry.connect_timeout_s = ro.registry.request_timeout_s;
+	unsigned secs = ro.deadline_ms >= 2000 ? (unsigned)(ro.deadline_ms / 1000) : 1;
+	struct oci_registry_opts *rg = &ro.registry;
+	if (rg->request_timeout_s > secs)
+		rg->request_timeout_s = secs;
+	if (rg->stall_timeout_s > rg->request_timeout_s)
+		rg->stall_timeout_s = rg->request_timeout_s;
+	if (rg->connect_timeout_s > rg->request_timeout_s)
+		rg->connect_timeout_s = rg->request_timeout_s;
 
 	engine_slot_init(&w.policy, NULL);
 	w.m_reloads = metrics_counter("gkm_webhook_reloads_total",
@@ -464,12 +450,11 @@ int cmd_webhook(int argc, char **argv)
 		return EXIT_FAIL;
 	}
 	/* start-up problems are fatal: nothing is served on a half configuration */
-	if (load_policy(&w, err, sizeof(err)) != 0) {
+	if (policy_watch_start(w.loop, &w.policy, w.policy_dir, (unsigned)w.reload_ms, NULL,
+	                       on_policies, &w, &w.policies, err, sizeof(err)) != 0) {
 		fprintf(stderr, CMD ": policies: %s\n", err);
 		goto out;
 	}
-	if (w.policy_dir && watched_digest(w.policy_dir, w.policy_digest, err, sizeof(err)) != 0)
-		w.policy_digest[0] = '\0';
 	if (trust_load(&w.trust_src, &w.trust, err, sizeof(err)) != 0) {
 		fprintf(stderr, CMD ": trust: %s\n", err);
 		goto out;
@@ -504,7 +489,7 @@ int cmd_webhook(int argc, char **argv)
 	ho.handler = reviewer_handle;
 	ho.ud = w.reviewer;
 	if (https_start(&ho, cert, cl, key, kl, &w.https, err, sizeof(err)) != 0) {
-		fprintf(stderr, CMD ": %s\n", err);
+		fprintf(stderr, CMD ": HTTPS: %s\n", err);
 		goto out;
 	}
 	note_expiry(&w, cert, cl, key, kl);
@@ -527,17 +512,24 @@ int cmd_webhook(int argc, char **argv)
 	health_set_ready(w.health, false, "shutting down");
 	exit_code = rc == 0 ? EXIT_OK : EXIT_FAIL;
 out:
-	/* finish running registry checks, then answer whatever still waits */
+	/* finish running registry checks and decide the reviews waiting for
+	 * them; answer whatever still waits */
+	if (w.reviewer)
+		reviewer_refuse_new(w.reviewer);
 	workers_free(w.workers);
+	if (w.loop)
+		loop_drain(w.loop);
 	if (w.reviewer)
 		reviewer_close(w.reviewer);
 	https_stop(w.https);
 	health_stop(w.health);
 	reviewer_free(w.reviewer);
 	trust_unref(w.trust);
+	policy_watch_stop(w.policies);
 	engine_slot_clear(&w.policy);
 	loop_free(w.loop);
 	free(cert);
 	free(key);
+	cli_registry_clear(&creg);
 	return exit_code;
 }

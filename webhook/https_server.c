@@ -44,6 +44,7 @@ struct https_server {
 	uint16_t port;
 	struct instance *current, *old;
 	atomic_uint pending;
+	atomic_uint unsent; /* answered, connection not finished with them yet */
 };
 
 enum rq_state { RQ_RECEIVING = 0, RQ_HANDED };
@@ -155,6 +156,12 @@ static int open_listener(const char *listen_on, int *fd_out, uint16_t *port_out,
 	int rc = -EINVAL, fd = -1;
 	if (!colon || !colon[1] || (size_t)(colon - listen_on) >= sizeof(host)) {
 		set_err(err, errlen, "listen address '%s': want HOST:PORT or :PORT", listen_on);
+		return -EINVAL;
+	}
+	char *pend = NULL;
+	unsigned long port_num = strtoul(colon + 1, &pend, 10);
+	if (*pend || port_num > 65535 || colon[1] == '-' || colon[1] == '+') {
+		set_err(err, errlen, "listen address '%s': port must be 0 to 65535", listen_on);
 		return -EINVAL;
 	}
 	size_t hl = (size_t)(colon - listen_on);
@@ -338,6 +345,8 @@ static void completed_cb(void *cls, struct MHD_Connection *c, void **con_cls,
 		return;
 	*con_cls = NULL;
 	pthread_mutex_lock(&rq->lock);
+	if (rq->answered && !rq->orphan)
+		atomic_fetch_sub(&rq->server->unsent, 1);
 	if (rq->state == RQ_HANDED && !rq->answered) {
 		/* the daemon was stopped under a request still being decided: the
 		 * answer frees it when it comes */
@@ -367,6 +376,7 @@ void https_reply(struct https_request *rq, unsigned status, const char *content_
 		return;
 	}
 	atomic_fetch_sub(&rq->inst->pending, 1);
+	atomic_fetch_add(&rq->server->unsent, 1);
 	if (rq->suspended)
 		MHD_resume_connection(rq->conn);
 	pthread_mutex_unlock(&rq->lock);
@@ -540,10 +550,16 @@ void https_stop(struct https_server *s)
 {
 	if (!s)
 		return;
-	if (s->current) {
+	if (s->current)
 		instance_quiesce(s->current);
-		instance_free(s->current);
+	/* let answers given just before (a review decided while shutting down)
+	 * reach their clients, for a short while */
+	for (int i = 0; i < 200 && atomic_load(&s->unsent) > 0; i++) {
+		struct timespec ts = {0, 10 * 1000 * 1000};
+		nanosleep(&ts, NULL);
 	}
+	if (s->current)
+		instance_free(s->current);
 	while (s->old) {
 		struct instance *in = s->old;
 		s->old = in->next;

@@ -65,7 +65,9 @@ __attribute__((warn_unused_result)) int https_check_pair(const char *cert, size_
  * gone (or idle past drain_s). Returns how many old daemons remain. */
 unsigned https_reap(struct https_server *s);
 
-/* Stop everything. Every handed-out request must have been answered. */
+/* Stop everything: stop accepting, give answers already given up to 2 s to
+ * reach their clients, then close. Every handed-out request must have been
+ * answered. */
 void https_stop(struct https_server *s);
 
 uint16_t https_port(const struct https_server *s);

@@ -238,27 +238,29 @@ static void decide(struct review *rv, const char *digest, const struct image_ver
 		return;
 	}
 	cJSON_Delete(out);
+	const char *have = rv->req.digest_annotation;
+	/* /validate: the annotation must be what the webhook resolved. /mutate
+	 * on UPDATE: a recorded digest changed by hand is refused at once (it
+	 * would otherwise be put back silently); on CREATE a hand-set value is
+	 * replaced, with a warning. */
+	if (rv->ep == EP_VALIDATE && !have) {
+		deny(rv, "ResolvedDigestMissing",
+		     "annotation " ADMISSION_ANNOTATION_DIGEST " is missing; the mutating "
+		     "webhook sets it (to %s for image %s)",
+		     digest, rv->req.image);
+		return;
+	}
+	if (have && strcmp(have, digest) != 0 && (rv->ep == EP_VALIDATE || rv->pinned[0])) {
+		deny(rv, "ResolvedDigestMismatch",
+		     "annotation " ADMISSION_ANNOTATION_DIGEST " is written by the admission "
+		     "webhook and may not be set by hand: for image %s it must be %s, not %.100s%s",
+		     rv->req.image, digest, have,
+		     rv->pinned[0] ? " (the digest stays as recorded while spec.image is "
+		                     "unchanged; change spec.image to move it)"
+		                   : "");
+		return;
+	}
 	if (rv->ep == EP_VALIDATE) {
-		const char *have = rv->req.digest_annotation;
-		if (!have) {
-			deny(rv, "ResolvedDigestMissing",
-			     "annotation " ADMISSION_ANNOTATION_DIGEST " is missing; the mutating "
-			     "webhook sets it (to %s for image %s)",
-			     digest, rv->req.image);
-			return;
-		}
-		if (strcmp(have, digest) != 0) {
-			deny(rv, "ResolvedDigestMismatch",
-			     "annotation " ADMISSION_ANNOTATION_DIGEST
-			     " is written by the admission "
-			     "webhook and may not be set by hand: for image %s it must be %s, not "
-			     "%.100s%s",
-			     rv->req.image, digest, have,
-			     rv->pinned[0] ? " (the digest stays as recorded while spec.image is "
-			                     "unchanged; change spec.image to move it)"
-			                   : "");
-			return;
-		}
 		struct admission_response ok = {.uid = rv->req.uid, .allowed = true};
 		finish(rv, &ok);
 		return;
@@ -278,6 +280,11 @@ static void decide(struct review *rv, const char *digest, const struct image_ver
 		snprintf(warning, sizeof(warning),
 		         "image %s has %s; admitted because unsigned images are allowed",
 		         rv->req.image, v->found ? "no signature that verifies" : "no signature");
+	else if (have && strcmp(have, digest) != 0)
+		snprintf(warning, sizeof(warning),
+		         "annotation " ADMISSION_ANNOTATION_DIGEST " is written by the admission "
+		         "webhook: %.100s was replaced by %s",
+		         have, digest);
 	struct admission_response ok = {
 	    .uid = rv->req.uid, .allowed = true, .patch = patch, .warning = warning};
 	finish(rv, &ok);
@@ -428,7 +435,9 @@ static void wait_for_job(struct review *rv, const char *digest)
 		snprintf(j->digest, sizeof(j->digest), "%s", digest ? digest : "");
 		if (workers_submit(r->o.workers, job_work, job_done, j) != 0) {
 			job_free(j);
-			deny(rv, "WebhookError", "cannot start a registry check");
+			/* the pool refuses work only while shutting down (or out of memory) */
+			deny(rv, "ShuttingDown",
+			     "the admission webhook is shutting down; try again");
 			return;
 		}
 		j->next = r->jobs;
@@ -631,11 +640,16 @@ unsigned reviewer_waiting(struct reviewer *r)
 	return n;
 }
 
-void reviewer_close(struct reviewer *r)
+void reviewer_refuse_new(struct reviewer *r)
 {
 	pthread_mutex_lock(&r->lock);
 	r->closing = true;
 	pthread_mutex_unlock(&r->lock);
+}
+
+void reviewer_close(struct reviewer *r)
+{
+	reviewer_refuse_new(r);
 	/* the loop is gone: nothing else touches the jobs or the live reviews */
 	while (r->jobs) {
 		struct job *j = r->jobs;

@@ -58,9 +58,13 @@ void reviewer_set_trust(struct reviewer *r, struct trust *t);
 void reviewer_handle(struct https_request *rq, const char *path, const char *body, size_t len,
                      void *ud);
 
-/* After the loop stopped, with the workers freed: answer every review that
- * is still waiting (denied, ShuttingDown) and release the jobs. New
- * requests are denied at once from then on. */
+/* Shutting down, in this order once loop_run() returned:
+ *   reviewer_refuse_new()  new requests are denied at once (ShuttingDown);
+ *   workers_free() then loop_drain()  running registry checks finish and
+ *                          the reviews waiting for them are decided;
+ *   reviewer_close()       whatever still waits is denied (ShuttingDown)
+ *                          and the jobs left are released. */
+void reviewer_refuse_new(struct reviewer *r);
 void reviewer_close(struct reviewer *r);
 void reviewer_free(struct reviewer *r);
 

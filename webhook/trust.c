@@ -8,6 +8,8 @@
 #include <strings.h>
 #include <sys/stat.h>
 
+#define MAX_KEY_FILES 64
+
 #include "log.h"
 #include "watched.h"
 #include "yamljson.h"
@@ -108,77 +110,129 @@ static int read_config(const char *path, const struct watched_files *w, bool is_
 	return rc;
 }
 
-static int load_keys(const char *dir, const struct watched_files *w, struct sig_keyset *ks,
-                     char *err, size_t errlen)
+/* Every PEM key of every file of w; path names the directory (is_dir) or
+ * the file in messages. */
+static int load_keys(const char *path, bool is_dir, const struct watched_files *w,
+                     struct sig_keyset *ks, char *err, size_t errlen)
 {
 	for (size_t i = 0; i < w->n; i++) {
 		char why[256];
 		if (sig_keyset_add_pem(ks, w->f[i].data, w->f[i].len, why, sizeof(why)) != 0) {
-			snprintf(err, errlen, "%s/%s: %s", dir, w->f[i].name, why);
+			if (is_dir)
+				snprintf(err, errlen, "%s/%s: %s", path, w->f[i].name, why);
+			else
+				snprintf(err, errlen, "%s: %s", path, why);
 			return -EINVAL;
 		}
 	}
 	return 0;
 }
 
-/* Read both sources; *keys_out and *config_out may be NULL when unused. */
-static int read_sources(const struct trust_source *src, struct watched_files *keys,
-                        struct watched_files *config, char digest[132], char *err, size_t errlen)
+/* Everything a trust snapshot is built from, read whole. */
+struct sources {
+	struct watched_files dir, config;
+	struct watched_files *files; /* one per key file */
+	unsigned nfiles;
+	char digest[65];
+};
+
+static void sources_clear(struct sources *s)
 {
-	int rc;
-	*keys = (struct watched_files){0};
-	*config = (struct watched_files){0};
-	if (src->trust_dir && (rc = watched_read(src->trust_dir, keys, err, errlen)) != 0)
-		return rc;
-	if (src->config_path && (rc = watched_read(src->config_path, config, err, errlen)) != 0) {
-		watched_files_clear(keys);
-		return rc;
-	}
-	snprintf(digest, 132, "%.64s:%.64s", src->trust_dir ? keys->digest : "-",
-	         src->config_path ? config->digest : "-");
-	return 0;
+	watched_files_clear(&s->dir);
+	watched_files_clear(&s->config);
+	for (unsigned i = 0; i < s->nfiles; i++)
+		watched_files_clear(&s->files[i]);
+	free(s->files);
+	memset(s, 0, sizeof(*s));
 }
 
-int trust_source_digest(const struct trust_source *src, char out[132], char *err, size_t errlen)
+static int read_sources(const struct trust_source *src, struct sources *out, char *err,
+                        size_t errlen)
 {
-	struct watched_files keys, config;
-	int rc = read_sources(src, &keys, &config, out, err, errlen);
+	struct sources s = {0};
+	char all[80 * (MAX_KEY_FILES + 2)];
+	int rc;
+	if (src->nkey_files > MAX_KEY_FILES)
+		return -E2BIG;
+	if (src->nkey_files && !(s.files = calloc(src->nkey_files, sizeof(*s.files))))
+		return -ENOMEM;
+	if (src->trust_dir && (rc = watched_read(src->trust_dir, &s.dir, err, errlen)) != 0)
+		goto fail;
+	for (; s.nfiles < src->nkey_files; s.nfiles++)
+		if ((rc = watched_read(src->key_files[s.nfiles], &s.files[s.nfiles], err,
+		                       errlen)) != 0)
+			goto fail;
+	if (src->config_path && (rc = watched_read(src->config_path, &s.config, err, errlen)) != 0)
+		goto fail;
+	/* one digest over the parts, each marked so that no two layouts collide */
+	size_t used =
+	    (size_t)snprintf(all, sizeof(all), "dir:%s\n", src->trust_dir ? s.dir.digest : "-");
+	for (unsigned i = 0; i < s.nfiles && used < sizeof(all); i++)
+		used +=
+		    (size_t)snprintf(all + used, sizeof(all) - used, "key:%s\n", s.files[i].digest);
+	if (used < sizeof(all))
+		used += (size_t)snprintf(all + used, sizeof(all) - used, "config:%s\n",
+		                         src->config_path ? s.config.digest : "-");
+	if (used >= sizeof(all)) {
+		rc = -E2BIG;
+		snprintf(err, errlen, "too many key files");
+		goto fail;
+	}
+	if ((rc = watched_hash(all, used, s.digest)) != 0)
+		goto fail;
+	*out = s;
+	return 0;
+fail:
+	sources_clear(&s);
+	return rc;
+}
+
+int trust_source_digest(const struct trust_source *src, char out[65], char *err, size_t errlen)
+{
+	struct sources s;
+	int rc = read_sources(src, &s, err, errlen);
 	if (rc == 0) {
-		watched_files_clear(&keys);
-		watched_files_clear(&config);
+		memcpy(out, s.digest, 65);
+		sources_clear(&s);
 	}
 	return rc;
 }
 
 int trust_load(const struct trust_source *src, struct trust **out, char *err, size_t errlen)
 {
-	struct watched_files keys, config;
+	struct sources in;
 	struct trust *t = calloc(1, sizeof(*t));
 	int rc;
 	if (!t)
 		return -ENOMEM;
 	atomic_init(&t->refs, 1);
 	t->s = src->defaults;
-	if ((rc = read_sources(src, &keys, &config, t->digest, err, errlen)) != 0) {
+	if ((rc = read_sources(src, &in, err, errlen)) != 0) {
 		free(t);
 		return rc;
 	}
+	memcpy(t->digest, in.digest, sizeof(t->digest));
 	if ((rc = sig_keyset_new(&t->keys)) != 0)
 		goto out;
-	if (src->trust_dir && (rc = load_keys(src->trust_dir, &keys, t->keys, err, errlen)) != 0)
+	if (src->trust_dir &&
+	    (rc = load_keys(src->trust_dir, true, &in.dir, t->keys, err, errlen)) != 0)
 		goto out;
+	for (unsigned i = 0; i < in.nfiles; i++)
+		if ((rc = load_keys(src->key_files[i], false, &in.files[i], t->keys, err,
+		                    errlen)) != 0)
+			goto out;
 	if (src->config_path) {
 		struct stat st;
 		bool is_dir = stat(src->config_path, &st) == 0 && S_ISDIR(st.st_mode);
-		if ((rc = read_config(src->config_path, &config, is_dir, &t->s, err, errlen)) != 0)
+		if ((rc = read_config(src->config_path, &in.config, is_dir, &t->s, err, errlen)) !=
+		    0)
 			goto out;
 	}
 	t->nkeys = sig_keyset_count(t->keys);
 	snprintf(t->keys_fp, sizeof(t->keys_fp), "%s",
 	         t->nkeys ? sig_keyset_fingerprint(t->keys) : "none");
 out:
-	watched_files_clear(&keys);
-	watched_files_clear(&config);
+	sources_clear(&in);
 	if (rc != 0) {
 		trust_unref(t);
 		return rc;

@@ -1,5 +1,6 @@
 /* What the webhook trusts: the public keys found in --trust-dir (a mounted
- * Secret or ConfigMap, every PEM public key of every file), and the
+ * Secret or ConfigMap, every PEM public key of every file) and in --key
+ * files, and the
  * switches verify-enabled and allow-unsigned-images (flags, overridden by
  * the keys a --config file or directory sets).
  *
@@ -21,7 +22,9 @@ struct trust_settings {
 };
 
 struct trust_source {
-	const char *trust_dir;   /* NULL: no keys */
+	const char *trust_dir;        /* NULL: no keys from a directory */
+	const char *const *key_files; /* more PEM key files (--key), may be NULL */
+	unsigned nkey_files;
 	const char *config_path; /* NULL: the flags alone */
 	struct trust_settings defaults;
 };
@@ -33,7 +36,7 @@ struct trust {
 	size_t nkeys;
 	/* sig_keyset_fingerprint(), or "none": verdicts are cached under it */
 	char keys_fp[SIGNATURE_FP_MAX];
-	char digest[132]; /* of the sources' contents, to notice changes */
+	char digest[65]; /* of the sources' contents, to notice changes */
 };
 
 /* Build a snapshot. 0, or -errno with err naming the file and what is wrong
@@ -44,8 +47,8 @@ __attribute__((warn_unused_result)) int trust_load(const struct trust_source *sr
                                                    struct trust **out, char *err, size_t errlen);
 
 /* The digest trust_load() would record, without building anything. */
-__attribute__((warn_unused_result)) int
-trust_source_digest(const struct trust_source *src, char out[132], char *err, size_t errlen);
+__attribute__((warn_unused_result)) int trust_source_digest(const struct trust_source *src,
+                                                            char out[65], char *err, size_t errlen);
 
 struct trust *trust_ref(struct trust *t);
 void trust_unref(struct trust *t);

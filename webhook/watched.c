@@ -41,7 +41,8 @@ static int add_file(struct watched_files *w, const char *path, const char *name,
 	return 0;
 }
 
-static int hash_files(struct watched_files *w)
+/* sha256 over parts, as hex into out. */
+static int hash_parts(const void *const *parts, const size_t *lens, size_t n, char out[65])
 {
 	EVP_MD_CTX *ctx = EVP_MD_CTX_new();
 	unsigned char md[32];
@@ -50,18 +51,43 @@ static int hash_files(struct watched_files *w)
 		EVP_MD_CTX_free(ctx);
 		return -ENOMEM;
 	}
-	for (size_t i = 0; i < w->n; i++) {
-		/* name and length delimit each file, so no two sets hash alike */
-		char head[300];
-		int hl = snprintf(head, sizeof(head), "%s\n%zu\n", w->f[i].name, w->f[i].len);
-		EVP_DigestUpdate(ctx, head, (size_t)hl);
-		EVP_DigestUpdate(ctx, w->f[i].data, w->f[i].len);
-	}
+	for (size_t i = 0; i < n; i++)
+		EVP_DigestUpdate(ctx, parts[i], lens[i]);
 	EVP_DigestFinal_ex(ctx, md, &mdlen);
 	EVP_MD_CTX_free(ctx);
 	for (unsigned i = 0; i < 32; i++)
-		snprintf(w->digest + 2 * i, 3, "%02x", md[i]);
+		snprintf(out + 2 * i, 3, "%02x", md[i]);
 	return 0;
+}
+
+int watched_hash(const void *buf, size_t len, char out[65])
+{
+	return hash_parts(&buf, &len, 1, out);
+}
+
+static int hash_files(struct watched_files *w)
+{
+	/* name and length delimit each file, so no two sets hash alike */
+	size_t n = 2 * w->n;
+	const void **parts = calloc(n + 1, sizeof(*parts));
+	size_t *lens = calloc(n + 1, sizeof(*lens));
+	char(*heads)[300] = calloc(w->n + 1, sizeof(*heads));
+	int rc = -ENOMEM;
+	if (parts && lens && heads) {
+		for (size_t i = 0; i < w->n; i++) {
+			int hl = snprintf(heads[i], sizeof(heads[i]), "%s\n%zu\n", w->f[i].name,
+			                  w->f[i].len);
+			parts[2 * i] = heads[i];
+			lens[2 * i] = (size_t)hl;
+			parts[2 * i + 1] = w->f[i].data;
+			lens[2 * i + 1] = w->f[i].len;
+		}
+		rc = hash_parts(parts, lens, n, w->digest);
+	}
+	free(parts);
+	free(lens);
+	free(heads);
+	return rc;
 }
 
 int watched_read(const char *path, struct watched_files *out, char *err, size_t errlen)

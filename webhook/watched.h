@@ -36,4 +36,7 @@ void watched_files_clear(struct watched_files *w);
 __attribute__((warn_unused_result)) int watched_digest(const char *path, char out[65], char *err,
                                                        size_t errlen);
 
+/* sha256 hex of a buffer. 0 or -ENOMEM. */
+__attribute__((warn_unused_result)) int watched_hash(const void *buf, size_t len, char out[65]);
+
 #endif

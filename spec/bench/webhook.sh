@@ -5,13 +5,19 @@
 #  - open loop at fixed rates (spec/bench/review_load.c: latency from the
 #    moment each request was due, 16 kept-alive verified TLS connections)
 #  - closed loop with wrk (-t2 -c16) for the most reviews per second
-# Also the webhook's CPU time per review and its peak RSS. Figures are
-# printed, never asserted. Runs: GKM_BENCH_RUNS (default 3), seconds per run:
+# Also the webhook's own latency (its histogram: request headers in to answer
+# out), its CPU time per review and its peak RSS. Figures are printed, never
+# asserted. Runs: GKM_BENCH_RUNS (default 3), seconds per run:
 # GKM_BENCH_SECONDS (default 10).
 set -eu
 cd "$GKM_ROOT"
 . spec/lib/registry.sh
 RUNS=${GKM_BENCH_RUNS:-3}
+# GKM_BENCH_RT=1 runs the webhook and the load generator with real-time
+# priority (chrt -f 10), to see their own latency apart from whatever else
+# this machine runs
+RT=""
+[ "${GKM_BENCH_RT:-0}" = 1 ] && RT="chrt -f 10"
 SECS=${GKM_BENCH_SECONDS:-10}
 G=$GKM_BIN
 tmp=$(mktemp -d)
@@ -45,9 +51,9 @@ $G cache sign "$R/bench/cache:v1" --key "$tmp/key.key" >/dev/null
 mkdir "$tmp/trust"
 cp "$tmp/key.pub" "$tmp/trust/"
 
-$G webhook --tls-cert "$tmp/tls.crt" --tls-key "$tmp/tls.key" --trust-dir "$tmp/trust" \
+$RT $G webhook --tls-cert "$tmp/tls.crt" --tls-key "$tmp/tls.key" --trust-dir "$tmp/trust" \
 	--listen 127.0.0.1:0 --health-listen 127.0.0.1:0 --log-format json \
-	--resolve-ttl 3600 --registry-plain-http "$R" 2>"$tmp/log" &
+	--resolve-ttl 3600 --plain-http 2>"$tmp/log" &
 wh_pid=$!
 port=""
 for _ in $(seq 1 100); do
@@ -72,19 +78,44 @@ curl -s --cacert "$tmp/ca.pem" --data @"$tmp/review.json" "$url" | grep -q '"all
 	{ echo "the warm-up review was not allowed"; cat "$tmp/log"; exit 1; }
 
 cpu_ticks() { awk '{print $14 + $15}' "/proc/$wh_pid/stat"; }
+# the webhook's own view: its latency histogram (request headers in to answer
+# out), so scheduling stalls of the load generator are told apart
+hist() { curl -s "http://127.0.0.1:$hport/metrics" | grep '^gkm_webhook_review_seconds_bucket{endpoint="mutate"'; }
+server_view() { # before-file after-file
+	paste "$1" "$2" | awk '{
+		split($1, a, "le=\""); split(a[2], b, "\""); le[NR] = b[1]; n[NR] = $4 - $2
+	} END {
+		total = n[NR]; if (!total) { print "server: no reviews"; exit }
+		for (q = 1; q <= 2; q++) {
+			want = (q == 1 ? 0.50 : 0.99) * total; prev = 0; lo = 0
+			for (i = 1; i <= NR; i++) {
+				if (n[i] >= want) {
+					hi = le[i] == "+Inf" ? lo : le[i]
+					v[q] = lo + (hi - lo) * (want - prev) / (n[i] - prev > 0 ? n[i] - prev : 1); break
+				}
+				prev = n[i]; lo = le[i]
+			}
+		}
+		for (i = 1; i <= NR; i++) if (le[i] == "0.005") w5 = n[i]
+		printf "server p50 %.3f ms  p99 %.3f ms  within 5 ms %.2f%%", v[1] * 1000, v[2] * 1000, 100 * w5 / total
+	}'
+}
 decisions() {
 	curl -s "http://127.0.0.1:$hport/metrics" | awk '/^gkm_webhook_decisions_total\{endpoint="mutate",result="allowed"/ {s += $2} END {print s + 0}'
 }
 hz=$(getconf CLK_TCK)
 
-echo "webhook: $(nproc) CPUs here; image $R/bench/cache:v1 resolved and verified once, then cached"
+echo "webhook: $(nproc) CPUs here, load average $(cut -d' ' -f1-3 /proc/loadavg)${RT:+, real-time priority}; image $R/bench/cache:v1 resolved and verified once, then cached"
 for rate in 500 1000; do
 	for i in $(seq 1 "$RUNS"); do
 		c0=$(cpu_ticks) d0=$(decisions)
-		out=$($load "$url" "$tmp/ca.pem" "$tmp/review.json" "$rate" "$SECS" 16 1)
+		hist >"$tmp/h0"
+		out=$($RT $load "$url" "$tmp/ca.pem" "$tmp/review.json" "$rate" "$SECS" 16 1)
+		hist >"$tmp/h1"
 		c1=$(cpu_ticks) d1=$(decisions)
 		us=$(awk -v c=$((c1 - c0)) -v n=$((d1 - d0)) -v hz="$hz" 'BEGIN { if (n) printf "%.0f", c / hz / n * 1e6; else print "?" }')
 		echo "open loop $rate/s run $i: $out  webhook CPU ${us} us/review"
+		echo "    $(server_view "$tmp/h0" "$tmp/h1")"
 	done
 done
 cat >"$tmp/post.lua" <<EOF
@@ -96,7 +127,7 @@ f:close()
 EOF
 for i in $(seq 1 "$RUNS"); do
 	c0=$(cpu_ticks) d0=$(decisions)
-	out=$(wrk -t2 -c16 -d"${SECS}s" --latency -s "$tmp/post.lua" "$url")
+	out=$($RT wrk -t2 -c16 -d"${SECS}s" --latency -s "$tmp/post.lua" "$url")
 	c1=$(cpu_ticks) d1=$(decisions)
 	rps=$(echo "$out" | awk '/^Requests\/sec/ {print $2}')
 	p50=$(echo "$out" | awk '$1 == "50%" {print $2}')

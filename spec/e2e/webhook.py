@@ -8,14 +8,9 @@ import hashlib
 import http.client
 import json
 import os
-import re
 import shutil
-import signal
-import socket
 import ssl
-import subprocess
 import sys
-import tempfile
 import threading
 import time
 import urllib.request
@@ -23,180 +18,12 @@ import urllib.request
 ROOT = os.environ.get("GKM_ROOT", os.path.join(os.path.dirname(__file__), "..", ".."))
 sys.path.insert(0, os.path.join(ROOT, "spec", "lib"))
 from tap import Tap  # noqa: E402
-
-GKM = os.environ.get("GKM_BIN", os.path.join(ROOT, "build", "gkm"))
-# the daemon under test runs in the sanitizer build when there is one
-GKM_DAEMON = os.environ.get("GKM_BIN_SAN") or GKM
-if not os.access(GKM_DAEMON, os.X_OK):
-    GKM_DAEMON = GKM
-REGISTRY_SH = os.path.join(ROOT, "spec", "lib", "registry.sh")
-FIXTURE = os.path.join(ROOT, "spec", "fixtures", "caches", "triton", "cuda-sm75-vector-add")
-DEADLINE_MS = 1500
-ANN = "gkm.io/resolvedDigest"
+from webhook_env import (ANN, DEADLINE_MS, FIXTURE, GKM, Blackhole, Registry,  # noqa: E402
+                         Webhook, available, cleanup, init, make_ca, make_cert, path, review,
+                         run, tls_context, write)
 
 t = Tap()
-tmp = tempfile.mkdtemp(prefix="gkm-webhook-e2e.")
-procs = []
-
-
-def run(*args, check=True, **kw):
-    p = subprocess.run(args, capture_output=True, text=True, **kw)
-    if check and p.returncode != 0:
-        raise RuntimeError(f"{' '.join(args)}: exit {p.returncode}\n{p.stdout}{p.stderr}")
-    return p
-
-
-def path(*p):
-    return os.path.join(tmp, *p)
-
-
-def write(p, data, mode="w"):
-    with open(p + ".tmp", mode) as f:
-        f.write(data)
-    os.replace(p + ".tmp", p)
-
-
-# ---- certificates ----
-
-def make_ca(name):
-    run("openssl", "req", "-x509", "-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:P-256",
-        "-nodes", "-keyout", path(name + ".key"), "-out", path(name + ".pem"), "-days", "2",
-        "-subj", "/CN=" + name)
-
-
-def make_cert(ca, name, cn):
-    run("openssl", "req", "-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:P-256", "-nodes",
-        "-keyout", path(name + ".key"), "-out", path(name + ".csr"), "-subj", "/CN=" + cn)
-    write(path("san.ext"), "subjectAltName=DNS:localhost,IP:127.0.0.1\n")
-    run("openssl", "x509", "-req", "-in", path(name + ".csr"), "-CA", path(ca + ".pem"),
-        "-CAkey", path(ca + ".key"), "-CAcreateserial", "-out", path(name + ".crt"),
-        "-days", "2", "-extfile", path("san.ext"))
-
-
-# ---- the registry (spec/lib/registry.sh in a shell that lives as long as its stdin) ----
-
-class Registry:
-    def __init__(self):
-        script = '. "$1"; trap registry_stop_all EXIT; registry_start r || exit 1; ' \
-                 'echo "$REG_r_ADDR"; read -r _'
-        self.p = subprocess.Popen(["bash", "-c", script, "registry", REGISTRY_SH],
-                                  stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
-        self.addr = self.p.stdout.readline().strip()
-        if not self.addr:
-            raise RuntimeError("the registry did not start")
-
-    def stop(self):
-        if self.p.poll() is None:
-            self.p.stdin.close()
-            self.p.wait(timeout=30)
-
-    def request(self, method, url, body=None, headers=None):
-        c = http.client.HTTPConnection(self.addr, timeout=10)
-        c.request(method, url, body=body, headers=headers or {})
-        r = c.getresponse()
-        data = r.read()
-        c.close()
-        return r, data
-
-    def digest(self, repo, tag):
-        r, _ = self.request("HEAD", f"/v2/{repo}/manifests/{tag}", headers={
-            "Accept": "application/vnd.oci.image.manifest.v1+json, "
-                      "application/vnd.docker.distribution.manifest.v2+json"})
-        return r.getheader("Docker-Content-Digest")
-
-
-class Blackhole:
-    """A 'registry' that accepts connections and never answers."""
-
-    def __init__(self):
-        self.s = socket.socket()
-        self.s.bind(("127.0.0.1", 0))
-        self.s.listen(16)
-        self.addr = "127.0.0.1:%d" % self.s.getsockname()[1]
-        self.conns = []
-        threading.Thread(target=self.accept, daemon=True).start()
-
-    def accept(self):
-        while True:
-            try:
-                c, _ = self.s.accept()
-            except OSError:
-                return
-            self.conns.append(c)
-
-    def close(self):
-        self.s.close()
-        for c in self.conns:
-            c.close()
-
-
-# ---- the webhook ----
-
-class Webhook:
-    def __init__(self, *flags):
-        self.log = open(path("webhook.log"), "w+")
-        args = [GKM_DAEMON, "webhook", "--listen", "127.0.0.1:0", "--health-listen",
-                "127.0.0.1:0", "--log-format", "json", "--reload-interval-ms", "200",
-                "--deadline-ms", str(DEADLINE_MS), *flags]
-        env = dict(os.environ, ASAN_OPTIONS="detect_leaks=1:exitcode=99")
-        self.p = subprocess.Popen(args, stdout=self.log, stderr=subprocess.STDOUT, env=env)
-        procs.append(self.p)
-        self.port = self.health = None
-        line = self.wait_log(lambda j: j.get("msg") == "webhook serving", 30)
-        if not line:
-            raise RuntimeError("webhook did not start:\n" + self.read_log())
-        self.port, self.health = int(line["https_port"]), int(line["health_port"])
-
-    def read_log(self):
-        with open(path("webhook.log")) as f:
-            return f.read()
-
-    def log_lines(self):
-        out = []
-        for line in self.read_log().splitlines():
-            try:
-                out.append(json.loads(line))
-            except ValueError:
-                out.append({"msg": line})
-        return out
-
-    def mark(self):
-        """The log position; wait_log(after=mark) looks only at later lines."""
-        return len(self.log_lines())
-
-    def wait_log(self, pred, timeout, after=0):
-        end = time.time() + timeout
-        while time.time() < end:
-            for j in self.log_lines()[after:]:
-                if pred(j):
-                    return j
-            if self.p.poll() is not None:
-                return None
-            time.sleep(0.05)
-        return None
-
-    def metrics(self):
-        with urllib.request.urlopen(f"http://127.0.0.1:{self.health}/metrics", timeout=5) as r:
-            return r.read().decode()
-
-    def metric(self, name, **labels):
-        want = ",".join(f'{k}="{v}"' for k, v in labels.items())
-        pat = re.compile(re.escape(name) + (r"\{" + re.escape(want) + r"\}" if want else "")
-                         + r" ([0-9.e+-]+)$", re.M)
-        m = pat.search(self.metrics())
-        return float(m.group(1)) if m else 0.0
-
-    def stop(self):
-        self.p.send_signal(signal.SIGTERM)
-        return self.p.wait(timeout=30)
-
-
-def tls_context(ca):
-    ctx = ssl.create_default_context(cafile=path(ca + ".pem"))
-    ctx.check_hostname = True
-    return ctx
-
-
+init("gkm-webhook-e2e.")
 def post(wh, urlpath, body, ca="ca", timeout=10):
     """POST over a fresh verified TLS connection: (status, decoded JSON or text, peer cert sha256)."""
     c = http.client.HTTPSConnection("127.0.0.1", wh.port, context=tls_context(ca), timeout=timeout)
@@ -210,21 +37,6 @@ def post(wh, urlpath, body, ca="ca", timeout=10):
         return r.status, json.loads(raw), peer
     except ValueError:
         return r.status, raw, peer
-
-
-def review(image, op="CREATE", kind="GKMCache", group="gkm.io", annotations=None, old=None,
-           uid="4b5f8a9e-0001", obj=None):
-    meta = {"name": "llama", "namespace": "team-a"}
-    if annotations is not None:
-        meta["annotations"] = annotations
-    if obj is None:
-        obj = {"apiVersion": "gkm.io/v1alpha1", "kind": kind, "metadata": meta,
-               "spec": {"image": image}}
-    req = {"uid": uid, "kind": {"group": group, "version": "v1alpha1", "kind": kind},
-           "resource": {"group": group, "version": "v1alpha1", "resource": "gkmcaches"},
-           "namespace": "team-a", "name": "llama", "operation": op, "object": obj,
-           "oldObject": old, "dryRun": False}
-    return {"apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview", "request": req}
 
 
 def decide(wh, image, endpoint="/mutate", **kw):
@@ -248,10 +60,9 @@ def denial(resp):
 # ---- the test ----
 
 def main():
-    if not os.path.exists(REGISTRY_SH) or not os.path.isdir(FIXTURE) \
-            or not os.access("/usr/bin/docker-registry", os.X_OK):
-        t.skip("webhook end to end",
-               "needs spec/lib/registry.sh, the Triton fixture cache and /usr/bin/docker-registry")
+    why = available()
+    if why:
+        t.skip("webhook end to end", why)
         return
     make_ca("ca")
     make_ca("otherca")
@@ -262,11 +73,48 @@ def main():
     run(GKM, "cache", "keygen", "--output-key-prefix", path("stranger"))
     run("openssl", "genpkey", "-algorithm", "RSA", "-pkeyopt", "rsa_keygen_bits:2048",
         "-out", path("rsa.key"))
-    run("openssl", "pkey", "-in", path("rsa.key"), "-pubout", "-out", path("trust", "rsa.pub"))
+    run("openssl", "pkey", "-in", path("rsa.key"), "-pubout", "-out", path("rsa.pub"))
     shutil.copy(path("trusted.pub"), path("trust", "team.pub"))
     default_policy = os.path.join(ROOT, "policies", "admission.lua")
     shutil.copy(default_policy, path("policies", "admission.lua"))
     write(path("config.yaml"), "# gkm-config\nverify-enabled: true\nallow-unsigned-images: false\n")
+
+    # start-up refuses what it cannot serve, saying why
+    base = ["--tls-cert", path("tls.crt"), "--tls-key", path("tls.key"), "--listen", "127.0.0.1:0",
+            "--health-listen", "127.0.0.1:0"]
+    write(path("bad-policy.lua"), "return {")
+    os.makedirs(path("badpolicies"))
+    shutil.copy(path("bad-policy.lua"), path("badpolicies", "admission.lua"))
+    os.makedirs(path("badtrust"))
+    write(path("badtrust", "k.pub"), "hello\n")
+    for flags, code, want, name in (
+            ([], 2, "--tls-cert and --tls-key are required", "no certificate: usage error"),
+            (["--tls-cert", path("tls.crt"), "--tls-key", path("ca.key")], 1,
+             "HTTPS: the key does not belong to the certificate", "a key of another certificate"),
+            (base + ["--listen", "127.0.0.1:70000"], 1, "port must be 0 to 65535", "a bad port"),
+            (base + ["--policy-dir", path("badpolicies")], 1, "admission.lua:1:",
+             "a broken policy at start-up names file and line"),
+            (base + ["--trust-dir", path("badtrust")], 1, "badtrust/k.pub: no PEM public key",
+             "a key file without a key"),
+            (base + ["--allow-unsigned-images", "perhaps"], 2, "wants true or false",
+             "a bad boolean flag")):
+        p = run(GKM, "webhook", *flags, check=False, timeout=30)
+        t.ok(p.returncode == code and want in p.stderr, "start-up refused: " + name,
+             diag=f"exit {p.returncode}\n{p.stderr}")
+
+    # the chart's spelling: gkm-config mounted as a directory names the keys' directory
+    os.makedirs(path("gkm-config"))
+    write(path("gkm-config", "verify-enabled"), "true")
+    write(path("gkm-config", "allow-unsigned-images"), "true")
+    write(path("gkm-config", "trust-keys-dir"), path("trust") + "\n")
+    write(path("gkm-config", "gpu-source"), "nvml")
+    chart = Webhook("--tls-cert-file", path("tls.crt"), "--tls-key-file", path("tls.key"),
+                    "--config-dir", path("gkm-config"))
+    line = chart.wait_log(lambda j: j.get("msg") == "webhook serving", 5)
+    t.ok(line and line.get("keys") == "1" and line.get("verify_enabled") == "true"
+         and line.get("allow_unsigned") == "true",
+         "gkm-config as a directory: settings and trust-keys-dir read, other keys ignored", diag=line)
+    t.eq(chart.stop(), 0, "that webhook stops cleanly")
 
     reg = Registry()
     R = reg.addr
@@ -311,7 +159,8 @@ def main():
 
     wh = Webhook("--tls-cert", path("tls.crt"), "--tls-key", path("tls.key"),
                  "--trust-dir", path("trust"), "--config", path("config.yaml"),
-                 "--policy-dir", path("policies"), "--registry-plain-http", R)
+                 "--policy-dir", path("policies"), "--key", path("rsa.pub"),
+                 "--plain-http", "--retries", "1")
     with urllib.request.urlopen(f"http://127.0.0.1:{wh.health}/readyz", timeout=5) as rz:
         t.eq(rz.status, 200, "ready on the plain health port")
 
@@ -344,7 +193,7 @@ def main():
     t.ok(resp["allowed"] and patch_of(resp)[0]["value"] == {ANN: digests["bundle"]},
          "signed with a sigstore bundle (OCI referrer): allowed", diag=resp)
     resp = decide(wh, f"{R}/caches/rsa:v1")
-    t.ok(resp["allowed"], "signed with an RSA key made by openssl (second file of --trust-dir): allowed",
+    t.ok(resp["allowed"], "signed with an RSA key made by openssl (a --key file): allowed",
          diag=resp)
 
     # refusals, each with a reason the user can act on
@@ -419,9 +268,16 @@ def main():
          "/validate: UPDATE may not change the annotation while spec.image is unchanged",
          diag=denial(resp))
     resp = decide(wh, f"{R}/caches/signed:v1", op="UPDATE", annotations=forged, old=old_obj)
+    t.ok(not resp["allowed"] and resp["status"]["reason"] == "ResolvedDigestMismatch",
+         "/mutate: UPDATE changing the recorded digest by hand is refused", diag=denial(resp))
+    resp = decide(wh, f"{R}/caches/signed:v1", op="UPDATE", annotations={"team": "b"}, old=old_obj)
     t.eq(patch_of(resp), [{"op": "add", "path": "/metadata/annotations/gkm.io~1resolvedDigest",
                            "value": digests["signed"]}],
-         "/mutate: UPDATE puts the recorded digest back")
+         "/mutate: UPDATE that dropped the annotation gets the recorded digest back")
+    resp = decide(wh, f"{R}/caches/signed:v1", annotations=forged)
+    t.ok(resp["allowed"] and patch_of(resp)[0]["value"] == digests["signed"]
+         and "was replaced by" in resp.get("warnings", [""])[0],
+         "/mutate: CREATE with a hand-set digest: replaced, with a warning", diag=resp)
 
     # settings from the config file, reloaded live
     m = wh.mark()
@@ -494,12 +350,27 @@ def main():
     resp = decide(wh, f"{R}/caches/signed:v1")
     t.ok(ok and resp["allowed"], "back to the default policy: allowed", diag=resp)
 
-    # the certificate replaced while serving
+    # the certificate replaced while serving; a kept-alive connection opened
+    # before finishes its request on the old certificate and is told to close
     make_cert("ca", "tls2", "gkm-webhook-renewed")
+    kept = http.client.HTTPSConnection("127.0.0.1", wh.port, context=tls_context("ca"), timeout=10)
+    body = json.dumps(review(f"{R}/caches/signed:v1"))
+    kept.request("POST", "/mutate", body=body)
+    r1 = kept.getresponse()
+    r1.read()
     m = wh.mark()
     shutil.copy(path("tls2.key"), path("tls.key"))
     shutil.copy(path("tls2.crt"), path("tls.crt"))
     ok = wh.wait_log(lambda j: j.get("msg") == "TLS certificate reloaded", 10, after=m)
+    kept.request("POST", "/mutate", body=body)
+    r2 = kept.getresponse()
+    r2.read()
+    old_peer = hashlib.sha256(kept.sock.getpeercert(binary_form=True)).hexdigest() if kept.sock else ""
+    t.ok(ok and r1.getheader("Connection") != "close" and r2.status == 200
+         and (r2.getheader("Connection") or "").lower() == "close",
+         "a connection opened before the swap is answered, then closed (Connection: close)",
+         diag=(r1.getheader("Connection"), r2.status, r2.getheader("Connection"), old_peer == first_peer))
+    kept.close()
     _, _, peer = post(wh, "/mutate", review(f"{R}/caches/signed:v1"))
     with open(path("tls2.crt")) as f:
         want = hashlib.sha256(ssl.PEM_cert_to_DER_cert(f.read())).hexdigest()
@@ -527,7 +398,6 @@ def main():
     t.ok(status == 200 and not resp.get("allowed") and resp["status"]["reason"] == "RegistryTimeout",
          "a registry that never answers: denied (RegistryTimeout) before the client gives up",
          diag=doc)
-    hole.close()
 
     # metrics
     m = wh.metrics()
@@ -539,12 +409,32 @@ def main():
          and wh.metric("gkm_webhook_cache_total", cache="resolve", result="hit") >= 1,
          "cache hits counted")
 
-    # let the black hole's registry check run out first: a job still running at
-    # SIGTERM finishes after the loop stopped, and its completion is dropped
-    end = time.time() + 15
-    while wh.metric("gkm_webhook_registry_checks_running") > 0 and time.time() < end:
-        time.sleep(0.1)
+    # SIGTERM with a review waiting for a registry check: the check runs out,
+    # the review is answered, then the process exits (the sanitizers check)
+    late = {}
+
+    def waiting_review():
+        try:
+            late["answer"] = post(wh, "/mutate", review(f"{hole.addr}/caches/late:v1"), timeout=30)
+        except Exception as e:  # noqa: BLE001 - reported below
+            late["error"] = repr(e)
+
+    th = threading.Thread(target=waiting_review)
+    th.start()
+    seen = False
+    for _ in range(100):  # until the webhook has taken the review to the registry
+        if wh.metric("gkm_webhook_registry_checks_running") >= 1:
+            seen = True
+            break
+        time.sleep(0.05)
     rc = wh.stop()
+    th.join(30)
+    hole.close()
+    status, doc, _ = late.get("answer", (0, None, None))
+    resp = doc["response"] if isinstance(doc, dict) else {}
+    t.ok(seen and status == 200 and resp.get("allowed") is False
+         and resp["status"]["reason"] in ("RegistryUnavailable", "RegistryTimeout", "ShuttingDown"),
+         "SIGTERM: a review waiting on the registry is still answered", diag=(late, seen))
     t.eq(rc, 0, "SIGTERM: clean exit (sanitizers quiet)")
     if rc != 0:
         print("#" + wh.read_log()[-3000:].replace("\n", "\n#"))
@@ -553,9 +443,5 @@ def main():
 try:
     t.run("webhook end to end", main)
 finally:
-    for p in procs:
-        if p.poll() is None:
-            p.kill()
-            p.wait()
-    shutil.rmtree(tmp, ignore_errors=True)
+    cleanup()
 sys.exit(t.finish())

@@ -1,0 +1,237 @@
+"""Shared pieces of the webhook end-to-end tests: a temporary directory,
+certificates made with the openssl CLI, Debian's docker-registry (through
+spec/lib/registry.sh), a registry that never answers, the gkm webhook daemon
+with its JSON log and metrics, and AdmissionReview documents.
+
+    import webhook_env as env
+    env.init("gkm-webhook-e2e.")
+    ...
+    env.cleanup()          # kills what is left, removes the directory
+"""
+import http.client
+import json
+import os
+import re
+import shutil
+import signal
+import socket
+import ssl
+import subprocess
+import tempfile
+import threading
+import time
+import urllib.request
+
+ROOT = os.environ.get("GKM_ROOT") or os.path.abspath(
+    os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", ".."))
+GKM = os.environ.get("GKM_BIN", os.path.join(ROOT, "build", "gkm"))
+# the daemon under test runs in the sanitizer build when there is one
+GKM_DAEMON = os.environ.get("GKM_BIN_SAN") or GKM
+if not os.access(GKM_DAEMON, os.X_OK):
+    GKM_DAEMON = GKM
+REGISTRY_SH = os.path.join(ROOT, "spec", "lib", "registry.sh")
+FIXTURE = os.path.join(ROOT, "spec", "fixtures", "caches", "triton", "cuda-sm75-vector-add")
+DEADLINE_MS = 1500
+ANN = "gkm.io/resolvedDigest"
+tmp = None
+
+
+def init(prefix):
+    global tmp
+    tmp = tempfile.mkdtemp(prefix=prefix)
+    return tmp
+
+
+def available():
+    """Why the registry tests cannot run here, or None."""
+    if not os.path.exists(REGISTRY_SH) or not os.path.isdir(FIXTURE) \
+            or not os.access("/usr/bin/docker-registry", os.X_OK):
+        return "needs spec/lib/registry.sh, the Triton fixture cache and /usr/bin/docker-registry"
+    return None
+
+
+def cleanup():
+    for p in procs:
+        if p.poll() is None:
+            p.kill()
+            p.wait()
+    if tmp:
+        shutil.rmtree(tmp, ignore_errors=True)
+
+
+procs = []
+
+
+def run(*args, check=True, **kw):
+    p = subprocess.run(args, capture_output=True, text=True, **kw)
+    if check and p.returncode != 0:
+        raise RuntimeError(f"{' '.join(args)}: exit {p.returncode}\n{p.stdout}{p.stderr}")
+    return p
+
+
+def path(*p):
+    return os.path.join(tmp, *p)
+
+
+def write(p, data, mode="w"):
+    with open(p + ".tmp", mode) as f:
+        f.write(data)
+    os.replace(p + ".tmp", p)
+
+
+# ---- certificates ----
+
+def make_ca(name):
+    run("openssl", "req", "-x509", "-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:P-256",
+        "-nodes", "-keyout", path(name + ".key"), "-out", path(name + ".pem"), "-days", "2",
+        "-subj", "/CN=" + name)
+
+
+def make_cert(ca, name, cn, ca_cert=None, ca_key=None):
+    """A server certificate for 127.0.0.1 signed by CA ca (made by make_ca),
+    or by the CA in the files ca_cert and ca_key."""
+    run("openssl", "req", "-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:P-256", "-nodes",
+        "-keyout", path(name + ".key"), "-out", path(name + ".csr"), "-subj", "/CN=" + cn)
+    write(path("san.ext"), "subjectAltName=DNS:localhost,IP:127.0.0.1\n")
+    run("openssl", "x509", "-req", "-in", path(name + ".csr"), "-CA", ca_cert or path(ca + ".pem"),
+        "-CAkey", ca_key or path(ca + ".key"), "-CAcreateserial", "-out", path(name + ".crt"),
+        "-days", "2", "-extfile", path("san.ext"))
+
+
+# ---- the registry (spec/lib/registry.sh in a shell that lives as long as its stdin) ----
+
+class Registry:
+    def __init__(self):
+        script = '. "$1"; trap registry_stop_all EXIT; registry_start r || exit 1; ' \
+                 'echo "$REG_r_ADDR"; read -r _'
+        self.p = subprocess.Popen(["bash", "-c", script, "registry", REGISTRY_SH],
+                                  stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+        self.addr = self.p.stdout.readline().strip()
+        if not self.addr:
+            raise RuntimeError("the registry did not start")
+
+    def stop(self):
+        if self.p.poll() is None:
+            self.p.stdin.close()
+            self.p.wait(timeout=30)
+
+    def request(self, method, url, body=None, headers=None):
+        c = http.client.HTTPConnection(self.addr, timeout=10)
+        c.request(method, url, body=body, headers=headers or {})
+        r = c.getresponse()
+        data = r.read()
+        c.close()
+        return r, data
+
+    def digest(self, repo, tag):
+        r, _ = self.request("HEAD", f"/v2/{repo}/manifests/{tag}", headers={
+            "Accept": "application/vnd.oci.image.manifest.v1+json, "
+                      "application/vnd.docker.distribution.manifest.v2+json"})
+        return r.getheader("Docker-Content-Digest")
+
+
+class Blackhole:
+    """A 'registry' that accepts connections and never answers."""
+
+    def __init__(self):
+        self.s = socket.socket()
+        self.s.bind(("127.0.0.1", 0))
+        self.s.listen(16)
+        self.addr = "127.0.0.1:%d" % self.s.getsockname()[1]
+        self.conns = []
+        threading.Thread(target=self.accept, daemon=True).start()
+
+    def accept(self):
+        while True:
+            try:
+                c, _ = self.s.accept()
+            except OSError:
+                return
+            self.conns.append(c)
+
+    def close(self):
+        self.s.close()
+        for c in self.conns:
+            c.close()
+
+
+# ---- the webhook ----
+
+class Webhook:
+    def __init__(self, *flags):
+        self.log = open(path("webhook.log"), "w+")
+        args = [GKM_DAEMON, "webhook", "--listen", "127.0.0.1:0", "--health-listen",
+                "127.0.0.1:0", "--log-format", "json", "--reload-interval-ms", "200",
+                "--deadline-ms", str(DEADLINE_MS), *flags]
+        env = dict(os.environ, ASAN_OPTIONS="detect_leaks=1:exitcode=99")
+        self.p = subprocess.Popen(args, stdout=self.log, stderr=subprocess.STDOUT, env=env)
+        procs.append(self.p)
+        self.port = self.health = None
+        line = self.wait_log(lambda j: j.get("msg") == "webhook serving", 30)
+        if not line:
+            raise RuntimeError("webhook did not start:\n" + self.read_log())
+        self.port, self.health = int(line["https_port"]), int(line["health_port"])
+
+    def read_log(self):
+        with open(path("webhook.log")) as f:
+            return f.read()
+
+    def log_lines(self):
+        out = []
+        for line in self.read_log().splitlines():
+            try:
+                out.append(json.loads(line))
+            except ValueError:
+                out.append({"msg": line})
+        return out
+
+    def mark(self):
+        """The log position; wait_log(after=mark) looks only at later lines."""
+        return len(self.log_lines())
+
+    def wait_log(self, pred, timeout, after=0):
+        end = time.time() + timeout
+        while time.time() < end:
+            for j in self.log_lines()[after:]:
+                if pred(j):
+                    return j
+            if self.p.poll() is not None:
+                return None
+            time.sleep(0.05)
+        return None
+
+    def metrics(self):
+        with urllib.request.urlopen(f"http://127.0.0.1:{self.health}/metrics", timeout=5) as r:
+            return r.read().decode()
+
+    def metric(self, name, **labels):
+        want = ",".join(f'{k}="{v}"' for k, v in labels.items())
+        pat = re.compile(re.escape(name) + (r"\{" + re.escape(want) + r"\}" if want else "")
+                         + r" ([0-9.e+-]+)$", re.M)
+        m = pat.search(self.metrics())
+        return float(m.group(1)) if m else 0.0
+
+    def stop(self):
+        self.p.send_signal(signal.SIGTERM)
+        return self.p.wait(timeout=30)
+
+
+def tls_context(ca):
+    ctx = ssl.create_default_context(cafile=path(ca + ".pem"))
+    ctx.check_hostname = True
+    return ctx
+
+
+def review(image, op="CREATE", kind="GKMCache", group="gkm.io", annotations=None, old=None,
+           uid="4b5f8a9e-0001", obj=None):
+    meta = {"name": "llama", "namespace": "team-a"}
+    if annotations is not None:
+        meta["annotations"] = annotations
+    if obj is None:
+        obj = {"apiVersion": "gkm.io/v1alpha1", "kind": kind, "metadata": meta,
+               "spec": {"image": image}}
+    req = {"uid": uid, "kind": {"group": group, "version": "v1alpha1", "kind": kind},
+           "resource": {"group": group, "version": "v1alpha1", "resource": "gkmcaches"},
+           "namespace": "team-a", "name": "llama", "operation": op, "object": obj,
+           "oldObject": old, "dryRun": False}
+    return {"apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview", "request": req}
