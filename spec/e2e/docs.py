@@ -168,6 +168,14 @@ def test_command_lines():
                         problems.append("%s: %s: no flag %s in `gkm %s --help`" % (os.path.basename(doc), line, w, key))
     t.ok(seen > 20 and not problems, "every gkm command line in the docs (%d) uses real commands and flags" % seen,
          diag="\n".join(problems))
+    # flags named in prose (`--flag`) exist in some command's --help
+    every = read(os.path.join(DOCS, "commands.md"))
+    prose = []
+    for doc in (d for d in HANDWRITTEN if not d.endswith("testing.md")):  # that one: the test server's
+        for flag in re.findall(r"`(--[a-z][a-z0-9-]*)", read(doc)):
+            if not re.search(re.escape(flag) + r"\b", every):
+                prose.append("%s: %s" % (os.path.basename(doc), flag))
+    t.ok(not prose, "every --flag the docs name in prose is a flag of some command", diag=sorted(set(prose)))
 
 
 def test_make_targets():

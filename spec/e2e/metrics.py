@@ -423,7 +423,7 @@ def test_webhook(reg):
     wh = Daemon("webhook", ["webhook", "--listen", "127.0.0.1:0", "--health-listen", "127.0.0.1:0",
                             "--log-format", "json", "--tls-cert", path("tls.crt"), "--tls-key",
                             path("tls.key"), "--trust-dir", path("trust"), "--policy-dir", pol,
-                            "--reload-interval-ms", "200", "--registry-plain-http", reg],
+                            "--reload-interval-ms", "200"],
                 port_re=r'"msg":"webhook serving".*?"health_port":"?(\d+)')
     https = int(re.search(r'"https_port":"?(\d+)', open(wh.logpath).read()).group(1))
     ctx = ssl.create_default_context(cafile=path("ca.pem"))
