@@ -126,7 +126,7 @@ install: all
 # The chart as plain YAML (namespace, CRDs, everything) for clusters without
 # Helm: kubectl apply --server-side -f build/manifests/gkm.yaml
 MANIFESTS_NAMESPACE ?= gkm
-manifests: $(CHART_RENDER) chart-policies
+manifests: $(CHART_RENDER)
 	@mkdir -p $(BUILD)/manifests
 	$(CHART_RENDER) --create-namespace --include-crds --namespace $(MANIFESTS_NAMESPACE) \
 		charts/gkm > $(BUILD)/manifests/gkm.yaml.tmp

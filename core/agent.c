@@ -558,9 +558,20 @@ static struct status_job *status_job_for(struct agent *a, struct nodeobj *n)
 	cJSON_AddItemToObject(status, "gpus",
 	                      groups ? cJSON_Duplicate(groups, 1) : cJSON_CreateArray());
 	cJSON *caches = cJSON_AddObjectToObject(status, "caches");
-	for (struct cache *c = a->caches; c; c = c->next)
-		if (c->entry && !strcmp(c->ns, n->ns))
-			cJSON_AddItemToObject(caches, c->name, cJSON_Duplicate(c->entry, 1));
+	unsigned total = 0, ready = 0, failed = 0;
+	for (struct cache *c = a->caches; c; c = c->next) {
+		if (!c->entry || strcmp(c->ns, n->ns) != 0)
+			continue;
+		cJSON_AddItemToObject(caches, c->name, cJSON_Duplicate(c->entry, 1));
+		const char *state = obj_str(c->entry, "state");
+		total++;
+		ready += !strcmp(state, "Ready");
+		failed += !strcmp(state, "Failed") || !strcmp(state, "Incompatible");
+	}
+	/* the counts `kubectl get gkmcn` prints */
+	cJSON_AddNumberToObject(status, "totalCaches", total);
+	cJSON_AddNumberToObject(status, "readyCaches", ready);
+	cJSON_AddNumberToObject(status, "failedCaches", failed);
 	char now[32];
 	obj_now(now, sizeof(now));
 	cJSON_AddStringToObject(status, "lastUpdated", now);
@@ -594,6 +605,8 @@ static void status_done(struct loop *l, void *ud)
 		count_error("status_write");
 		log_warn("node status write failed; will retry", "node", a->node, "namespace",
 		         sj->n->ns, "error", sj->err);
+		if (sj->rc == -ENOENT) /* the object was deleted: create it again */
+			sj->n->created = false;
 		if (!a->stopping)
 			mark_dirty(a, sj->n->ns);
 	} else if (sj->obj) {
@@ -690,7 +703,26 @@ static cJSON *compat_verdicts(struct agent *a, struct cache *c)
 static const char *const image_states[] = {"unknown", "fetching", "ready", "failed"};
 static const char *const pull_states[] = {"idle", "idle", "running", "failed"};
 
-static cJSON *decide_input(struct agent *a, struct cache *c, size_t pods)
+/* usage = {pods = n, list = [{podName, podNamespace, podUID, volumeId}]}: the
+ * CSI plugin's records, in the shape of the node status pods[]. */
+static cJSON *usage_json(const struct cache_view_usage *u)
+{
+	cJSON *usage = cJSON_CreateObject();
+	cJSON_AddNumberToObject(usage, "pods", u ? (double)u->npods : 0);
+	cJSON *list = cJSON_AddArrayToObject(usage, "list");
+	for (size_t i = 0; u && i < u->npods; i++) {
+		const struct cache_view_pod *p = &u->pods[i];
+		cJSON *o = cJSON_CreateObject();
+		cJSON_AddStringToObject(o, "podName", p->name ? p->name : "");
+		cJSON_AddStringToObject(o, "podNamespace", p->namespace ? p->namespace : "");
+		cJSON_AddStringToObject(o, "podUID", p->uid ? p->uid : "");
+		cJSON_AddStringToObject(o, "volumeId", p->volume_id ? p->volume_id : "");
+		cJSON_AddItemToArray(list, o);
+	}
+	return usage;
+}
+
+static cJSON *decide_input(struct agent *a, struct cache *c, const struct cache_view_usage *u)
 {
 	char now[32];
 	obj_now(now, sizeof(now));
@@ -737,7 +769,17 @@ static cJSON *decide_input(struct agent *a, struct cache *c, size_t pods)
 	cJSON *view = cJSON_AddObjectToObject(in, "view");
 	if (c->view_digest[0])
 		cJSON_AddStringToObject(view, "digest", c->view_digest);
-	cJSON_AddNumberToObject(cJSON_AddObjectToObject(in, "usage"), "pods", (double)pods);
+	struct cache_view_ready r;
+	if (c->view_digest[0] && !(image_current && c->image == IMG_READY) &&
+	    cache_view_ready_read(a->root, c->ns, c->name, &r, NULL, 0) == 0) {
+		/* what the view was published for, while the image facts are read
+		 * again (after a restart) */
+		cJSON *ids = cJSON_AddArrayToObject(view, "compatibleGPUs");
+		for (size_t i = 0; i < r.ncompatible_gpus; i++)
+			cJSON_AddItemToArray(ids, cJSON_CreateString(r.compatible_gpus[i]));
+		cache_view_ready_free(&r);
+	}
+	cJSON_AddItemToObject(in, "usage", usage_json(u));
 	if (c->entry)
 		cJSON_AddItemToObject(in, "previous", cJSON_Duplicate(c->entry, 1));
 	return in;
@@ -788,15 +830,27 @@ static int do_link(struct agent *a, struct cache *c, const cJSON *entry)
 	return rc;
 }
 
+/* Lua has one empty table for {} and []; the CRD's lists must stay lists. */
+static void entry_lists(cJSON *entry)
+{
+	static const char *const lists[] = {"compatibleGPUs", "incompatibleGPUs", "pods"};
+	for (size_t i = 0; entry && i < sizeof(lists) / sizeof(lists[0]); i++) {
+		cJSON *v = cJSON_GetObjectItemCaseSensitive(entry, lists[i]);
+		if (cJSON_IsObject(v) && !v->child)
+			cJSON_ReplaceItemInObjectCaseSensitive(entry, lists[i], cJSON_CreateArray());
+	}
+}
+
 static void reconcile(struct agent *a, const char *key)
 {
 	struct cache *c = find_cache(a, key);
 	if (!c || !a->policies->current || !a->probed)
 		return;
-	size_t pods = 0;
-	if (cache_view_in_use(a->run_dir, c->ns, c->name, &pods) != 0)
-		pods = 0;
-	cJSON *in = decide_input(a, c, pods), *out = NULL;
+	struct cache_view_usage u;
+	bool have_usage = cache_view_usage_read(a->run_dir, c->ns, c->name, &u) == 0;
+	cJSON *in = decide_input(a, c, have_usage ? &u : NULL), *out = NULL;
+	if (have_usage)
+		cache_view_usage_free(&u);
 	struct engine_error err;
 	enum engine_status st = engine_call_fn(a->policies->current, "gkm.agent", "decide", in,
 	                                       validate_decision, &out, &err);
@@ -810,6 +864,7 @@ static void reconcile(struct agent *a, const char *key)
 	}
 	metrics_add(m_reconciles, METRICS_L("ok"), 1);
 	cJSON *entry = cJSON_DetachItemFromObjectCaseSensitive(out, "entry");
+	entry_lists(entry);
 	const cJSON *act;
 	cJSON_ArrayForEach(act, cJSON_GetObjectItemCaseSensitive(out, "actions"))
 	{

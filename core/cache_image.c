@@ -1,3 +1,4 @@
+#include "fsutil.h"
 #include "cache_image.h"
 
 #include <archive.h>
@@ -109,7 +110,8 @@ static cJSON *vllm_entry(struct cache_meta *m, const char *h)
 	if (e)
 		return e;
 	e = cJSON_CreateObject();
-	if (!e || !cJSON_AddStringToObject(e, "vllmHash", h) || !cJSON_AddItemToObject(m->vllm, h, e)) {
+	if (!e || !cJSON_AddStringToObject(e, "vllmHash", h) ||
+	    !cJSON_AddItemToObject(m->vllm, h, e)) {
 		cJSON_Delete(e);
 		return NULL;
 	}
@@ -166,8 +168,8 @@ static void add_kernel(struct cache_meta *m, const cJSON *j, const char *hash_di
 	copy_field(k, "backend", target, "backend");
 	copy_field(k, "arch", target, "arch");
 	copy_field(k, "warp_size", target, "warp_size");
-	static const char *const extra[] = {"ptx_version", "num_warps", "num_stages", "num_ctas",
-	                                    "debug", "triton_version"};
+	static const char *const extra[] = {"ptx_version", "num_warps", "num_stages",
+	                                    "num_ctas",    "debug",     "triton_version"};
 	for (size_t i = 0; i < sizeof(extra) / sizeof(extra[0]); i++)
 		copy_field(k, extra[i], j, extra[i]);
 	cJSON *list = m->kernels;
@@ -272,14 +274,17 @@ void cache_meta_add(struct cache_meta *m, const char *relpath, uint64_t size, co
 		/* torch_compile_cache/<h>/<rank>/<prefix>/artifact_compile_range_* */
 		if (np >= 5 && strncmp(parts[4], "artifact_compile_range_", 23) == 0) {
 			cJSON *b = binary_record(vllm_entry(m, vllm_hash), parts[2], parts[3]);
-			cJSON *names = b ? cJSON_GetObjectItemCaseSensitive(b, "artifact_names") : NULL;
+			cJSON *names =
+			    b ? cJSON_GetObjectItemCaseSensitive(b, "artifact_names") : NULL;
 			bool seen = false;
 			const cJSON *it;
-			cJSON_ArrayForEach(it, names) seen |= strcmp(it->valuestring, parts[4]) == 0;
+			cJSON_ArrayForEach(it, names) seen |=
+			    strcmp(it->valuestring, parts[4]) == 0;
 			if (names && !seen) {
 				cJSON_AddItemToArray(names, cJSON_CreateString(parts[4]));
 				cJSON_DeleteItemFromObjectCaseSensitive(b, "artifact_count");
-				cJSON_AddNumberToObject(b, "artifact_count", cJSON_GetArraySize(names));
+				cJSON_AddNumberToObject(b, "artifact_count",
+				                        cJSON_GetArraySize(names));
 			}
 			if (np > 6 && strcmp(m->vllm_format, "binary") == 0)
 				snprintf(m->vllm_format, sizeof(m->vllm_format), "unpacked");
@@ -295,7 +300,8 @@ void cache_meta_add(struct cache_meta *m, const char *relpath, uint64_t size, co
 	}
 	if (strncmp(base, "__grp__", 7) == 0) {
 		add_group(m, j);
-	} else if (jstr(j, "hash") && cJSON_IsObject(cJSON_GetObjectItemCaseSensitive(j, "target"))) {
+	} else if (jstr(j, "hash") &&
+	           cJSON_IsObject(cJSON_GetObjectItemCaseSensitive(j, "target"))) {
 		const char *dir = np >= 2 ? parts[np - 2] : NULL;
 		add_kernel(m, j, dir, vllm_hash);
 	} else if (vllm_hash && np >= 5 && strcmp(base, "cache_key_factors.json") == 0) {
@@ -373,7 +379,8 @@ int cache_set_labels(const struct cache_meta *m, cJSON *labels)
 	if ((rc = set_label(labels, f, "summary", summary)))
 		goto out;
 	if (m->format == CACHE_VLLM)
-		rc = set_label(labels, f, "format", m->vllm_format[0] ? m->vllm_format : "unpacked");
+		rc =
+		    set_label(labels, f, "format", m->vllm_format[0] ? m->vllm_format : "unpacked");
 out:
 	free(summary);
 	return rc;
@@ -444,8 +451,8 @@ static int walk(struct walk_ctx *w, const char *full, const char *rel, int depth
 }
 
 /* Refuse what a cache image must not carry. */
-static int check_entry(const char *rel, const char *full, const struct stat *st,
-                       char *link, size_t linkcap, struct oci_err *err)
+static int check_entry(const char *rel, const char *full, const struct stat *st, char *link,
+                       size_t linkcap, struct oci_err *err)
 {
 	if (S_ISREG(st->st_mode) || S_ISDIR(st->st_mode))
 		return 0;
@@ -458,7 +465,8 @@ static int check_entry(const char *rel, const char *full, const struct stat *st,
 		}
 		link[n] = '\0';
 		if (!extract_symlink_inside(rel, link)) {
-			oci_errf(err, "cannot package %s: symlink to '%s' leaves the cache directory",
+			oci_errf(err,
+			         "cannot package %s: symlink to '%s' leaves the cache directory",
 			         full, link);
 			return -EPERM;
 		}
@@ -475,7 +483,7 @@ static char *read_small_json(const char *full, const struct stat *st, size_t *le
 	if (nl < 5 || strcmp(full + nl - 5, ".json") != 0 || st->st_size > (off_t)CACHE_JSON_MAX)
 		return NULL;
 	char *buf = NULL;
-	if (oci_read_file(full, CACHE_JSON_MAX, &buf, len))
+	if (fsutil_read_file(full, CACHE_JSON_MAX, &buf, len))
 		return NULL;
 	return buf;
 }
@@ -502,19 +510,21 @@ static int scan_visit(struct walk_ctx *w, const char *rel, const char *full, con
 static int check_found(const char *dir, const struct cache_meta *m, struct oci_err *err)
 {
 	if (m->format == CACHE_VLLM && m->entries == 0) {
-		oci_errf(err, "%s holds no vLLM cache (no torch_compile_cache/<hash>/ directories)", dir);
+		oci_errf(err, "%s holds no vLLM cache (no torch_compile_cache/<hash>/ directories)",
+		         dir);
 		return -EINVAL;
 	}
 	if (m->format == CACHE_TRITON && m->entries == 0) {
-		oci_errf(err, "%s holds no Triton cache (no kernel metadata <hash>/<kernel>.json with a "
-		              "target)", dir);
+		oci_errf(err,
+		         "%s holds no Triton cache (no kernel metadata <hash>/<kernel>.json with a "
+		         "target)",
+		         dir);
 		return -EINVAL;
 	}
 	return 0;
 }
 
-int cache_scan_dir(const char *dir, enum cache_format f, struct cache_meta *m,
-                   struct oci_err *err)
+int cache_scan_dir(const char *dir, enum cache_format f, struct cache_meta *m, struct oci_err *err)
 {
 	struct stat st;
 	if (stat(dir, &st) < 0 || !S_ISDIR(st.st_mode)) {
@@ -618,7 +628,8 @@ static int put_header(struct layer_writer *lw, const char *name, mode_t type, mo
 	int r = archive_write_header(lw->a, e);
 	archive_entry_free(e);
 	if (r != ARCHIVE_OK) {
-		oci_errf(lw->w.err, "writing tar header for %s: %s", name, archive_error_string(lw->a));
+		oci_errf(lw->w.err, "writing tar header for %s: %s", name,
+		         archive_error_string(lw->a));
 		return -EIO;
 	}
 	return 0;
@@ -627,7 +638,8 @@ static int put_header(struct layer_writer *lw, const char *name, mode_t type, mo
 static int put_data(struct layer_writer *lw, const char *name, const void *buf, size_t len)
 {
 	if (len && archive_write_data(lw->a, buf, len) != (la_ssize_t)len) {
-		oci_errf(lw->w.err, "writing %s into the layer: %s", name, archive_error_string(lw->a));
+		oci_errf(lw->w.err, "writing %s into the layer: %s", name,
+		         archive_error_string(lw->a));
 		return -EIO;
 	}
 	return 0;
@@ -655,8 +667,8 @@ static char *rewrite_group(const char *data, size_t len, size_t *outlen)
 	return s;
 }
 
-static int write_file(struct layer_writer *lw, const char *rel, const char *name,
-                      const char *full, const struct stat *st)
+static int write_file(struct layer_writer *lw, const char *rel, const char *name, const char *full,
+                      const struct stat *st)
 {
 	size_t jlen = 0;
 	char *json = read_small_json(full, st, &jlen);
@@ -755,8 +767,8 @@ static int gz_init(struct layer_writer *lw, int level)
 static int write_layer(const char *dir, const struct cache_build_opts *o, int fd,
                        struct cache_build_result *res, int64_t *created, struct oci_err *err)
 {
-	struct layer_writer lw = {.w = {.visit = layer_visit, .err = err}, .o = o, .fd = fd,
-	                          .m = &res->meta};
+	struct layer_writer lw = {
+	    .w = {.visit = layer_visit, .err = err}, .o = o, .fd = fd, .m = &res->meta};
 	char prefix[64], mdir[64], mname[96];
 	char *manifest = NULL;
 	struct stat st;
@@ -1076,7 +1088,8 @@ int cache_scan_layer(struct oci_blob_reader *r, struct cache_meta *m, char **man
 		}
 		char cprefix[32], mpath[48];
 		snprintf(cprefix, sizeof(cprefix), "io.%s.cache/", fmt_prefix(m->format));
-		snprintf(mpath, sizeof(mpath), "io.%s.manifest/manifest.json", fmt_prefix(m->format));
+		snprintf(mpath, sizeof(mpath), "io.%s.manifest/manifest.json",
+		         fmt_prefix(m->format));
 		size_t cpl = strlen(cprefix);
 		int64_t size = archive_entry_size(e);
 		if (strcmp(p, mpath) == 0 && !manifest) {

@@ -33,21 +33,21 @@ enum cache_format { CACHE_AUTO = 0, CACHE_TRITON, CACHE_VLLM };
 /* What a cache holds, accumulated file by file. */
 struct cache_meta {
 	enum cache_format format;
-	cJSON *targets;     /* array of unique {backend, arch, warp_size[, ptx_version][, cuda_version]} */
-	cJSON *kernels;     /* array of manifest entries, one per kernel metadata file */
-	cJSON *vllm;        /* vLLM: object hash -> manifest entry */
-	uint64_t entries;   /* the entry-count label: Triton kernels, or vLLM hash dirs */
-	uint64_t files;     /* regular files */
-	uint64_t bytes;     /* their bytes: the cache-size-bytes label */
-	uint64_t groups;    /* __grp__*.json files */
-	uint64_t abs_groups; /* ... of which name absolute paths */
+	cJSON *
+	    targets; /* array of unique {backend, arch, warp_size[, ptx_version][, cuda_version]} */
+	cJSON *kernels;           /* array of manifest entries, one per kernel metadata file */
+	cJSON *vllm;              /* vLLM: object hash -> manifest entry */
+	uint64_t entries;         /* the entry-count label: Triton kernels, or vLLM hash dirs */
+	uint64_t files;           /* regular files */
+	uint64_t bytes;           /* their bytes: the cache-size-bytes label */
+	uint64_t groups;          /* __grp__*.json files */
+	uint64_t abs_groups;      /* ... of which name absolute paths */
 	char abs_group_root[512]; /* the build-host cache dir the first of them names */
 	char vllm_format[16];     /* "binary", "unpacked" or "triton" */
 };
 
 /* Initialise (allocates the JSON containers). Release with cache_meta_clear(). */
-__attribute__((warn_unused_result)) int cache_meta_init(struct cache_meta *m,
-                                                        enum cache_format f);
+__attribute__((warn_unused_result)) int cache_meta_init(struct cache_meta *m, enum cache_format f);
 void cache_meta_clear(struct cache_meta *m);
 /* Account one regular file at relpath (relative to the cache root). data
  * (may be NULL) is its content when it is a small .json file. */
@@ -62,16 +62,14 @@ const char *cache_format_name(enum cache_format f); /* "triton", "vllm" */
  * directory that holds no recognisable cache of format f, or entries that
  * cannot be packaged (sockets, devices, links leaving the tree). */
 __attribute__((warn_unused_result)) int cache_scan_dir(const char *dir, enum cache_format f,
-                                                       struct cache_meta *m,
-                                                       struct oci_err *err);
+                                                       struct cache_meta *m, struct oci_err *err);
 
 /* The summary label value ({"targets":[...]}); caller frees. */
 char *cache_summary_json(const struct cache_meta *m);
 /* The io.<fmt>.manifest/manifest.json document; caller frees. */
 char *cache_manifest_json(const struct cache_meta *m);
 /* Set the cache.<fmt>.image/... labels on labels (a JSON object). */
-__attribute__((warn_unused_result)) int cache_set_labels(const struct cache_meta *m,
-                                                         cJSON *labels);
+__attribute__((warn_unused_result)) int cache_set_labels(const struct cache_meta *m, cJSON *labels);
 
 struct cache_build_opts {
 	enum cache_format format;
@@ -84,19 +82,17 @@ struct cache_build_opts {
 void cache_build_opts_init(struct cache_build_opts *o);
 
 struct cache_build_result {
-	char digest[OCI_DIGEST_MAX];       /* the manifest */
+	char digest[OCI_DIGEST_MAX]; /* the manifest */
 	char layer_digest[OCI_DIGEST_MAX];
 	char diff_id[OCI_DIGEST_MAX];
 	uint64_t layer_size, tar_size;
-	struct cache_meta meta;            /* release with cache_meta_clear() */
+	struct cache_meta meta; /* release with cache_meta_clear() */
 };
 
 /* Package dir into an image and store it in repo under tag. */
-__attribute__((warn_unused_result)) int cache_build(const char *dir,
-                                                    const struct cache_build_opts *o,
-                                                    struct oci_repo *repo, const char *tag,
-                                                    struct cache_build_result *res,
-                                                    struct oci_err *err);
+__attribute__((warn_unused_result)) int
+cache_build(const char *dir, const struct cache_build_opts *o, struct oci_repo *repo,
+            const char *tag, struct cache_build_result *res, struct oci_err *err);
 
 /* Read a cache layer (tar, tar+gzip or tar+zstd) from r to its verified end
  * and fill m from the files under io.triton.cache/ or io.vllm.cache/
@@ -104,8 +100,7 @@ __attribute__((warn_unused_result)) int cache_build(const char *dir,
  * be NULL) receives io.<fmt>.manifest/manifest.json when present (caller
  * frees). The reader is consumed, not closed. */
 __attribute__((warn_unused_result)) int cache_scan_layer(struct oci_blob_reader *r,
-                                                         struct cache_meta *m,
-                                                         char **manifest_out,
+                                                         struct cache_meta *m, char **manifest_out,
                                                          struct oci_err *err);
 
 #endif

@@ -30,7 +30,13 @@ enum {
 	    {"insecure-skip-tls-verify", no_argument, 0, CLI_OPT_TLS_NO_VERIFY},                   \
 	    {"ca-file", required_argument, 0, CLI_OPT_CA_FILE},                                    \
 	    {"timeout", required_argument, 0, CLI_OPT_REG_TIMEOUT},                                \
-	    {"retries", required_argument, 0, CLI_OPT_RETRIES},                                    \
+	{                                                                                          \
+		"retries", required_argument, 0, CLI_OPT_RETRIES                                   \
+	}
+
+/* --key (trusted public keys; the private key for signing) is added by the
+ * commands that take it. */
+#define CLI_KEY_OPTION                                                                             \
 	{                                                                                          \
 		"key", required_argument, 0, CLI_OPT_KEY                                           \
 	}
@@ -45,7 +51,9 @@ enum {
 	"  --ca-file FILE       extra CA certificates for TLS\n"                                   \
 	"  --timeout SECONDS    connect timeout, and abort when no byte moves for this long\n"     \
 	"                       (default 10 / 30)\n"                                               \
-	"  --retries N          retries on 5xx, resets and timeouts (default 4)\n"                 \
+	"  --retries N          retries on 5xx, resets and timeouts (default 4)\n"
+
+#define CLI_KEY_HELP                                                                               \
 	"  --key FILE           trusted public key (PEM), repeatable: an image must carry a\n"     \
 	"                       signature by one of them\n"
 

@@ -91,6 +91,7 @@ enum {
 static const struct option all_opts[] = {
 	CLI_COMMON_OPTIONS,
 	CLI_REGISTRY_OPTIONS,
+	CLI_KEY_OPTION,
 	{"state", required_argument, 0, OPT_STATE},
 	{"kubeconfig", required_argument, 0, OPT_KUBECONFIG},
 	{"context", required_argument, 0, OPT_CONTEXT},
@@ -134,7 +135,7 @@ static const struct option all_opts[] = {
 	"  --max-pulls N          concurrent pulls (default 2)\n"                                  \
 	"  --trust-dir DIR        trusted public keys: every PEM key of every file in DIR\n"       \
 	"                         (with --key: a signature is required before extracting)\n"       \
-	"  --verify-enabled BOOL  verify signatures on the node too (default true)\n"
+	"  --verify-enabled BOOL  verify signatures on the node too (default true)\n" CLI_KEY_HELP
 
 static const char usage_agent[] =
     "Usage: gkm agent [flags]\n\n"

@@ -12,36 +12,47 @@
 int fsutil_read_file(const char *path, size_t max, char **out, size_t *len)
 {
 	int fd = open(path, O_RDONLY | O_CLOEXEC);
-	struct stat st;
 	char *buf = NULL;
+	size_t got = 0, cap = 0;
 	int rc = 0;
 	if (fd < 0)
 		return -errno;
-	if (fstat(fd, &st) != 0) {
-		rc = -errno;
-		goto out;
-	}
-	if (!S_ISREG(st.st_mode)) {
-		rc = -EINVAL;
-		goto out;
-	}
-	if ((size_t)st.st_size > max) {
-		rc = -EFBIG;
-		goto out;
-	}
-	buf = malloc((size_t)st.st_size + 1);
-	if (!buf) {
-		rc = -ENOMEM;
-		goto out;
-	}
-	size_t got = 0;
-	while (got < (size_t)st.st_size) {
-		ssize_t r = read(fd, buf + got, (size_t)st.st_size - got);
+	/* streams too (a pipe, /dev/stdin): read until EOF, never past max */
+	for (;;) {
+		if (got == cap) {
+			if (cap > max) {
+				rc = -EFBIG;
+				goto out;
+			}
+			size_t ncap = cap ? cap * 2 : 4096;
+			if (ncap > max + 1)
+				ncap = max + 1;
+			char *nb = realloc(buf, ncap + 1);
+			if (!nb) {
+				rc = -ENOMEM;
+				goto out;
+			}
+			buf = nb;
+			cap = ncap;
+		}
+		ssize_t r = read(fd, buf + got, cap - got);
 		if (r < 0 && errno == EINTR)
 			continue;
-		if (r <= 0)
-			break; /* a file that shrank: keep what was there */
+		if (r < 0) {
+			rc = -errno;
+			goto out;
+		}
+		if (r == 0)
+			break;
 		got += (size_t)r;
+		if (got > max) {
+			rc = -EFBIG;
+			goto out;
+		}
+	}
+	if (!buf && !(buf = malloc(1))) {
+		rc = -ENOMEM;
+		goto out;
 	}
 	buf[got] = '\0';
 	*out = buf;

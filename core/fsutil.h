@@ -6,7 +6,8 @@
 #include <stddef.h>
 #include <sys/types.h>
 
-/* Whole file into a NUL-terminated buffer (caller frees); -EFBIG over max. */
+/* Whole file (or stream: a pipe, /dev/stdin) into a NUL-terminated buffer
+ * (caller frees); -EFBIG over max. */
 __attribute__((warn_unused_result)) int fsutil_read_file(const char *path, size_t max, char **out,
                                                          size_t *len);
 /* Write a complete file: temporary file in the same directory, fsync,

@@ -33,26 +33,26 @@ static const struct {
 	const char *name;
 	long code;
 } reasons[] = {
-	{KUBE_OK, "", 200},
-	{KUBE_UNKNOWN, "Unknown", 0},
-	{KUBE_NOT_FOUND, "NotFound", 404},
-	{KUBE_ALREADY_EXISTS, "AlreadyExists", 409},
-	{KUBE_CONFLICT, "Conflict", 409},
-	{KUBE_INVALID, "Invalid", 422},
-	{KUBE_BAD_REQUEST, "BadRequest", 400},
-	{KUBE_UNAUTHORIZED, "Unauthorized", 401},
-	{KUBE_FORBIDDEN, "Forbidden", 403},
-	{KUBE_METHOD_NOT_ALLOWED, "MethodNotAllowed", 405},
-	{KUBE_NOT_ACCEPTABLE, "NotAcceptable", 406},
-	{KUBE_GONE, "Expired", 410},
-	{KUBE_TOO_LARGE, "RequestEntityTooLarge", 413},
-	{KUBE_UNSUPPORTED_MEDIA, "UnsupportedMediaType", 415},
-	{KUBE_TOO_MANY_REQUESTS, "TooManyRequests", 429},
-	{KUBE_INTERNAL, "InternalError", 500},
-	{KUBE_UNAVAILABLE, "ServiceUnavailable", 503},
-	{KUBE_TIMEOUT, "Timeout", 504},
-	{KUBE_TRANSPORT, "Transport", 0},
-	{KUBE_MALFORMED, "MalformedResponse", 0},
+    {KUBE_OK, "", 200},
+    {KUBE_UNKNOWN, "Unknown", 0},
+    {KUBE_NOT_FOUND, "NotFound", 404},
+    {KUBE_ALREADY_EXISTS, "AlreadyExists", 409},
+    {KUBE_CONFLICT, "Conflict", 409},
+    {KUBE_INVALID, "Invalid", 422},
+    {KUBE_BAD_REQUEST, "BadRequest", 400},
+    {KUBE_UNAUTHORIZED, "Unauthorized", 401},
+    {KUBE_FORBIDDEN, "Forbidden", 403},
+    {KUBE_METHOD_NOT_ALLOWED, "MethodNotAllowed", 405},
+    {KUBE_NOT_ACCEPTABLE, "NotAcceptable", 406},
+    {KUBE_GONE, "Expired", 410},
+    {KUBE_TOO_LARGE, "RequestEntityTooLarge", 413},
+    {KUBE_UNSUPPORTED_MEDIA, "UnsupportedMediaType", 415},
+    {KUBE_TOO_MANY_REQUESTS, "TooManyRequests", 429},
+    {KUBE_INTERNAL, "InternalError", 500},
+    {KUBE_UNAVAILABLE, "ServiceUnavailable", 503},
+    {KUBE_TIMEOUT, "Timeout", 504},
+    {KUBE_TRANSPORT, "Transport", 0},
+    {KUBE_MALFORMED, "MalformedResponse", 0},
 };
 
 const char *kube_reason_name(enum kube_reason r)
@@ -81,23 +81,40 @@ static enum kube_reason reason_from_text(const char *s)
 static enum kube_reason reason_from_code(long code)
 {
 	switch (code) {
-	case 400: return KUBE_BAD_REQUEST;
-	case 401: return KUBE_UNAUTHORIZED;
-	case 403: return KUBE_FORBIDDEN;
-	case 404: return KUBE_NOT_FOUND;
-	case 405: return KUBE_METHOD_NOT_ALLOWED;
-	case 406: return KUBE_NOT_ACCEPTABLE;
-	case 409: return KUBE_CONFLICT;
-	case 410: return KUBE_GONE;
-	case 413: return KUBE_TOO_LARGE;
-	case 415: return KUBE_UNSUPPORTED_MEDIA;
-	case 422: return KUBE_INVALID;
-	case 429: return KUBE_TOO_MANY_REQUESTS;
-	case 500: return KUBE_INTERNAL;
-	case 502: return KUBE_UNAVAILABLE;
-	case 503: return KUBE_UNAVAILABLE;
-	case 504: return KUBE_TIMEOUT;
-	default: return KUBE_UNKNOWN;
+	case 400:
+		return KUBE_BAD_REQUEST;
+	case 401:
+		return KUBE_UNAUTHORIZED;
+	case 403:
+		return KUBE_FORBIDDEN;
+	case 404:
+		return KUBE_NOT_FOUND;
+	case 405:
+		return KUBE_METHOD_NOT_ALLOWED;
+	case 406:
+		return KUBE_NOT_ACCEPTABLE;
+	case 409:
+		return KUBE_CONFLICT;
+	case 410:
+		return KUBE_GONE;
+	case 413:
+		return KUBE_TOO_LARGE;
+	case 415:
+		return KUBE_UNSUPPORTED_MEDIA;
+	case 422:
+		return KUBE_INVALID;
+	case 429:
+		return KUBE_TOO_MANY_REQUESTS;
+	case 500:
+		return KUBE_INTERNAL;
+	case 502:
+		return KUBE_UNAVAILABLE;
+	case 503:
+		return KUBE_UNAVAILABLE;
+	case 504:
+		return KUBE_TIMEOUT;
+	default:
+		return KUBE_UNKNOWN;
 	}
 }
 
@@ -120,24 +137,36 @@ bool kube_error_retryable(const struct kube_error *e)
 int kube_error_errno(const struct kube_error *e)
 {
 	switch (e->reason) {
-	case KUBE_OK: return 0;
-	case KUBE_NOT_FOUND: return -ENOENT;
-	case KUBE_ALREADY_EXISTS: return -EEXIST;
-	case KUBE_CONFLICT: return -EBUSY;
-	case KUBE_GONE: return -ESTALE;
+	case KUBE_OK:
+		return 0;
+	case KUBE_NOT_FOUND:
+		return -ENOENT;
+	case KUBE_ALREADY_EXISTS:
+		return -EEXIST;
+	case KUBE_CONFLICT:
+		return -EBUSY;
+	case KUBE_GONE:
+		return -ESTALE;
 	case KUBE_INVALID:
 	case KUBE_BAD_REQUEST:
 	case KUBE_UNSUPPORTED_MEDIA:
 	case KUBE_METHOD_NOT_ALLOWED:
-	case KUBE_NOT_ACCEPTABLE: return -EINVAL;
+	case KUBE_NOT_ACCEPTABLE:
+		return -EINVAL;
 	case KUBE_UNAUTHORIZED:
-	case KUBE_FORBIDDEN: return -EACCES;
+	case KUBE_FORBIDDEN:
+		return -EACCES;
 	case KUBE_TOO_MANY_REQUESTS:
-	case KUBE_UNAVAILABLE: return -EAGAIN;
-	case KUBE_TIMEOUT: return -ETIMEDOUT;
-	case KUBE_TOO_LARGE: return -EMSGSIZE;
-	case KUBE_MALFORMED: return -EBADMSG;
-	default: return -EIO;
+	case KUBE_UNAVAILABLE:
+		return -EAGAIN;
+	case KUBE_TIMEOUT:
+		return -ETIMEDOUT;
+	case KUBE_TOO_LARGE:
+		return -EMSGSIZE;
+	case KUBE_MALFORMED:
+		return -EBADMSG;
+	default:
+		return -EIO;
 	}
 }
 
@@ -237,21 +266,21 @@ static const struct {
 	const char *api_version, *kind, *plural;
 	bool namespaced;
 } builtin[] = {
-	{"v1", "Namespace", "namespaces", false},
-	{"v1", "Node", "nodes", false},
-	{"v1", "Pod", "pods", true},
-	{"v1", "ConfigMap", "configmaps", true},
-	{"v1", "Secret", "secrets", true},
-	{"v1", "Event", "events", true},
-	{"v1", "Service", "services", true},
-	{"v1", "ServiceAccount", "serviceaccounts", true},
-	{"events.k8s.io/v1", "Event", "events", true},
-	{"coordination.k8s.io/v1", "Lease", "leases", true},
-	{"apiextensions.k8s.io/v1", "CustomResourceDefinition", "customresourcedefinitions", false},
-	{"gkm.io/v1alpha1", "GKMCache", "gkmcaches", true},
-	{"gkm.io/v1alpha1", "ClusterGKMCache", "clustergkmcaches", false},
-	{"gkm.io/v1alpha1", "GKMCacheNode", "gkmcachenodes", true},
-	{"gkm.io/v1alpha1", "ClusterGKMCacheNode", "clustergkmcachenodes", false},
+    {"v1", "Namespace", "namespaces", false},
+    {"v1", "Node", "nodes", false},
+    {"v1", "Pod", "pods", true},
+    {"v1", "ConfigMap", "configmaps", true},
+    {"v1", "Secret", "secrets", true},
+    {"v1", "Event", "events", true},
+    {"v1", "Service", "services", true},
+    {"v1", "ServiceAccount", "serviceaccounts", true},
+    {"events.k8s.io/v1", "Event", "events", true},
+    {"coordination.k8s.io/v1", "Lease", "leases", true},
+    {"apiextensions.k8s.io/v1", "CustomResourceDefinition", "customresourcedefinitions", false},
+    {"gkm.io/v1alpha1", "GKMCache", "gkmcaches", true},
+    {"gkm.io/v1alpha1", "ClusterGKMCache", "clustergkmcaches", false},
+    {"gkm.io/v1alpha1", "GKMCacheNode", "gkmcachenodes", true},
+    {"gkm.io/v1alpha1", "ClusterGKMCacheNode", "clustergkmcachenodes", false},
 };
 
 static int split_api_version(const char *av, struct kube_resource *r)
@@ -310,8 +339,9 @@ static bool path_segment_ok(const char *s)
 		return false;
 	for (const char *p = s; *p; p++) {
 		char ch = *p;
-		if (!((ch >= 'a' && ch <= 'z') || (ch >= 'A' && ch <= 'Z') || (ch >= '0' && ch <= '9') ||
-		      ch == '-' || ch == '.' || ch == '_' || ch == ':' || ch == '@'))
+		if (!((ch >= 'a' && ch <= 'z') || (ch >= 'A' && ch <= 'Z') ||
+		      (ch >= '0' && ch <= '9') || ch == '-' || ch == '.' || ch == '_' ||
+		      ch == ':' || ch == '@'))
 			return false;
 	}
 	return true;
@@ -535,7 +565,7 @@ struct xfer {
 	char *buf;
 	size_t len, cap, max;
 	bool too_large;
-	long code;             /* HTTP status once the headers are in */
+	long code; /* HTTP status once the headers are in */
 	unsigned retry_after;
 	/* streaming */
 	const struct kube_stream *stream;
@@ -549,36 +579,8 @@ static unsigned long long mono_ms(void)
 {
 	struct timespec ts;
 	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return (unsigned long long)ts.tv_sec * 1000ull + (unsigned long long)ts.tv_nsec / 1000000ull;
-}
-
-/* ---- metrics ---- */
-
-static struct metric *m_requests, *m_seconds;
-
-static void metrics_init(void)
-{
-	static const double b[] = {0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30};
-	m_requests = metrics_counter("gkm_kube_requests_total",
-	                             "Kubernetes API requests, by method and HTTP code "
-	                             "(\"none\" when no response came; WATCH for watch streams)",
-	                             "method,code");
-	m_seconds = metrics_histogram("gkm_kube_request_duration_seconds",
-	                              "Kubernetes API request latency (watch streams excluded)",
-	                              "method", b, sizeof(b) / sizeof(b[0]));
-}
-
-/* Called from any thread once a request has ended; t0 0 skips the latency. */
-static void count_request(const char *method, long code, unsigned long long t0)
-{
-	static pthread_once_t once = PTHREAD_ONCE_INIT;
-	pthread_once(&once, metrics_init);
-	char c[24] = "none";
-	if (code > 0 && code < 1000)
-		snprintf(c, sizeof(c), "%ld", code);
-	metrics_add(m_requests, METRICS_L(method, c), 1);
-	if (t0)
-		metrics_observe(m_seconds, METRICS_L(method), (double)(mono_ms() - t0) / 1000.0);
+	return (unsigned long long)ts.tv_sec * 1000ull +
+	       (unsigned long long)ts.tv_nsec / 1000000ull;
 }
 
 static int buf_append(struct xfer *x, const char *data, size_t n)
@@ -766,7 +768,8 @@ static int setup(struct kube_client *c, CURL *h, const char *path, long timeout_
 		free(tok);
 		if (rc < 0) {
 			curl_slist_free_all(l);
-			kube_error_set(err, KUBE_UNAUTHORIZED, "no bearer token: %s", strerror(-rc));
+			kube_error_set(err, KUBE_UNAUTHORIZED, "no bearer token: %s",
+			               strerror(-rc));
 			return rc;
 		}
 	}
@@ -779,22 +782,49 @@ nomem:
 	return -ENOMEM;
 }
 
-static void transport_error(CURLcode cc, const char *errbuf, const char *method,
-                            const char *path, struct kube_error *err)
+static void transport_error(CURLcode cc, const char *errbuf, const char *method, const char *path,
+                            struct kube_error *err)
 {
 	enum kube_reason r = cc == CURLE_OPERATION_TIMEDOUT ? KUBE_TIMEOUT : KUBE_TRANSPORT;
-	kube_error_set(err, r, "%s %s: %s", method, path, errbuf[0] ? errbuf : curl_easy_strerror(cc));
+	kube_error_set(err, r, "%s %s: %s", method, path,
+	               errbuf[0] ? errbuf : curl_easy_strerror(cc));
 }
 
 static int transport_errno(CURLcode cc)
 {
 	switch (cc) {
-	case CURLE_OPERATION_TIMEDOUT: return -ETIMEDOUT;
-	case CURLE_COULDNT_CONNECT: return -ECONNREFUSED;
-	case CURLE_COULDNT_RESOLVE_HOST: return -EHOSTUNREACH;
-	case CURLE_OUT_OF_MEMORY: return -ENOMEM;
-	default: return -EIO;
+	case CURLE_OPERATION_TIMEDOUT:
+		return -ETIMEDOUT;
+	case CURLE_COULDNT_CONNECT:
+		return -ECONNREFUSED;
+	case CURLE_COULDNT_RESOLVE_HOST:
+		return -EHOSTUNREACH;
+	case CURLE_OUT_OF_MEMORY:
+		return -ENOMEM;
+	default:
+		return -EIO;
 	}
+}
+
+/* Requests by verb and outcome ("200", "409", "transport"), and their latency. */
+static void observe(const char *method, long code, CURLcode cc, unsigned long long t0)
+{
+	static const double buckets[] = {0.005, 0.01, 0.025, 0.05, 0.1, 0.25,
+	                                 0.5,   1,    2.5,   5,    10,  30};
+	struct metric *total =
+	    metrics_counter("gkm_kube_requests_total",
+	                    "Requests to the Kubernetes API by verb and result", "verb,code");
+	struct metric *secs = metrics_histogram("gkm_kube_request_seconds",
+	                                        "Latency of requests to the Kubernetes API", "verb",
+	                                        buckets, sizeof(buckets) / sizeof(buckets[0]));
+	char cs[16];
+	if (code)
+		snprintf(cs, sizeof(cs), "%ld", code);
+	else
+		snprintf(cs, sizeof(cs), "%s",
+		         cc == CURLE_OPERATION_TIMEDOUT ? "timeout" : "transport");
+	metrics_add(total, METRICS_L(method, cs), 1);
+	metrics_observe(secs, METRICS_L(method), (double)(mono_ms() - t0) / 1000.0);
 }
 
 int kube_client_do(struct kube_client *c, const struct kube_request *rq, cJSON **out,
@@ -811,10 +841,9 @@ int kube_client_do(struct kube_client *c, const struct kube_request *rq, cJSON *
 	struct curl_slist *hdrs = NULL;
 	struct xfer x = {.c = c, .max = c->opts.max_response};
 	char errbuf[CURL_ERROR_SIZE] = "";
-	unsigned long long t0 = mono_ms();
 	long timeout = rq->timeout_ms > 0 ? rq->timeout_ms : c->opts.request_timeout_ms;
-	int rc = setup(c, h->curl, rq->path, timeout, rq->body ? rq->content_type : NULL, &hdrs,
-	               err);
+	int rc =
+	    setup(c, h->curl, rq->path, timeout, rq->body ? rq->content_type : NULL, &hdrs, err);
 	if (rc < 0)
 		goto out;
 	curl_easy_setopt(h->curl, CURLOPT_CUSTOMREQUEST, rq->method);
@@ -829,10 +858,11 @@ int kube_client_do(struct kube_client *c, const struct kube_request *rq, cJSON *
 	curl_easy_setopt(h->curl, CURLOPT_HEADERFUNCTION, on_header);
 	curl_easy_setopt(h->curl, CURLOPT_HEADERDATA, &x);
 	curl_easy_setopt(h->curl, CURLOPT_ERRORBUFFER, errbuf);
+	unsigned long long t0 = mono_ms();
 	CURLcode cc = curl_easy_perform(h->curl);
 	long code = 0;
 	curl_easy_getinfo(h->curl, CURLINFO_RESPONSE_CODE, &code);
-	count_request(rq->method, code, t0);
+	observe(rq->method, code, cc, t0);
 	if (x.too_large) {
 		kube_error_set(err, KUBE_TOO_LARGE, "%s %s: response larger than %zu bytes",
 		               rq->method, rq->path, x.max);
@@ -861,7 +891,8 @@ int kube_client_do(struct kube_client *c, const struct kube_request *rq, cJSON *
 			cJSON_Delete(j);
 			char ex[256];
 			kube_text_excerpt(ex, sizeof(ex), x.buf, x.len);
-			kube_error_set(err, KUBE_MALFORMED, "%s %s: HTTP %ld with a body that is not a JSON object: %s",
+			kube_error_set(err, KUBE_MALFORMED,
+			               "%s %s: HTTP %ld with a body that is not a JSON object: %s",
 			               rq->method, rq->path, code, ex);
 			err->http_code = code;
 			rc = -EBADMSG;
@@ -895,7 +926,8 @@ int kube_client_stream(struct kube_client *c, const struct kube_stream *s, struc
 	struct curl_slist *hdrs = NULL;
 	struct xfer x = {.c = c, .max = ERROR_BODY_MAX, .stream = s, .last_byte_ms = mono_ms()};
 	char errbuf[CURL_ERROR_SIZE] = "";
-	int rc = setup(c, h->curl, s->path, s->timeout_ms > 0 ? s->timeout_ms : 0, NULL, &hdrs, err);
+	int rc =
+	    setup(c, h->curl, s->path, s->timeout_ms > 0 ? s->timeout_ms : 0, NULL, &hdrs, err);
 	if (rc < 0)
 		goto out;
 	curl_easy_setopt(h->curl, CURLOPT_HTTPGET, 1L);
@@ -912,7 +944,14 @@ int kube_client_stream(struct kube_client *c, const struct kube_stream *s, struc
 	CURLcode cc = curl_easy_perform(h->curl);
 	long code = 0;
 	curl_easy_getinfo(h->curl, CURLINFO_RESPONSE_CODE, &code);
-	count_request("WATCH", code, 0);
+	metrics_add(metrics_counter("gkm_kube_watch_streams_total",
+	                            "Watch streams opened, by HTTP status (0: no response)",
+	                            "code"),
+	            METRICS_L(code == 200   ? "200"
+	                      : code == 0   ? "0"
+	                      : code == 410 ? "410"
+	                                    : "other"),
+	            1);
 	if (s->stop && atomic_load(s->stop)) {
 		kube_error_set(err, KUBE_TRANSPORT, "GET %s: stopped", s->path);
 		rc = -ECANCELED;
@@ -1135,8 +1174,8 @@ restart:
 		while (its && (it = cJSON_DetachItemFromArray(its, 0))) {
 			if (!cJSON_IsObject(it)) {
 				cJSON_Delete(it);
-				kube_error_set(err, KUBE_MALFORMED, "GET %s: a list item is not an object",
-				               path);
+				kube_error_set(err, KUBE_MALFORMED,
+				               "GET %s: a list item is not an object", path);
 				rc = -EBADMSG;
 				goto out;
 			}
@@ -1154,8 +1193,9 @@ restart:
 		if (!next || !*next) {
 			if (rv && rvlen) {
 				if (!lrv || strlen(lrv) >= rvlen) {
-					kube_error_set(err, KUBE_MALFORMED,
-					               "GET %s: list without a usable resourceVersion", path);
+					kube_error_set(
+					    err, KUBE_MALFORMED,
+					    "GET %s: list without a usable resourceVersion", path);
 					rc = -EBADMSG;
 					goto out;
 				}
@@ -1182,8 +1222,8 @@ out:
 	return rc;
 }
 
-static int send_json(struct kube_client *c, const char *method, const char *path,
-                     const char *ctype, const cJSON *body, cJSON **out, struct kube_error *err)
+static int send_json(struct kube_client *c, const char *method, const char *path, const char *ctype,
+                     const cJSON *body, cJSON **out, struct kube_error *err)
 {
 	char *text = cJSON_PrintUnformatted(body);
 	if (!text) {
@@ -1191,11 +1231,11 @@ static int send_json(struct kube_client *c, const char *method, const char *path
 		return -ENOMEM;
 	}
 	struct kube_request rq = {
-		.method = method,
-		.path = path,
-		.content_type = ctype,
-		.body = text,
-		.body_len = strlen(text),
+	    .method = method,
+	    .path = path,
+	    .content_type = ctype,
+	    .body = text,
+	    .body_len = strlen(text),
 	};
 	int rc = kube_client_do(c, &rq, out, err);
 	free(text);
@@ -1209,7 +1249,8 @@ int kube_client_create(struct kube_client *c, const struct kube_resource *r, con
 	if (!ns)
 		ns = kube_obj_namespace(obj);
 	if (r->namespaced && !ns) {
-		kube_error_set(err, KUBE_BAD_REQUEST, "create %s: a namespace is required", r->kind);
+		kube_error_set(err, KUBE_BAD_REQUEST, "create %s: a namespace is required",
+		               r->kind);
 		return -EINVAL;
 	}
 	int rc = path_or_fail(r, ns, NULL, NULL, path, sizeof(path), err);
@@ -1243,7 +1284,8 @@ int kube_client_apply(struct kube_client *c, const struct kube_resource *r, cons
 {
 	char path[PATH_MAX_LEN];
 	if (!o || !o->field_manager || !*o->field_manager || strlen(o->field_manager) > 128) {
-		kube_error_set(err, KUBE_BAD_REQUEST, "apply: a field manager (at most 128 bytes) is required");
+		kube_error_set(err, KUBE_BAD_REQUEST,
+		               "apply: a field manager (at most 128 bytes) is required");
 		return -EINVAL;
 	}
 	if (!ns)
@@ -1268,8 +1310,7 @@ int kube_client_apply(struct kube_client *c, const struct kube_resource *r, cons
 }
 
 int kube_client_delete(struct kube_client *c, const struct kube_resource *r, const char *ns,
-                       const char *name, const struct kube_delete_opts *o,
-                       struct kube_error *err)
+                       const char *name, const struct kube_delete_opts *o, struct kube_error *err)
 {
 	char path[PATH_MAX_LEN];
 	if (!name || (r->namespaced && !ns)) {
@@ -1296,8 +1337,8 @@ int kube_client_delete(struct kube_client *c, const struct kube_resource *r, con
 		if (strcmp(o->propagation, "Background") && strcmp(o->propagation, "Foreground") &&
 		    strcmp(o->propagation, "Orphan")) {
 			cJSON_Delete(body);
-			kube_error_set(err, KUBE_BAD_REQUEST, "delete: unknown propagation policy \"%s\"",
-			               o->propagation);
+			kube_error_set(err, KUBE_BAD_REQUEST,
+			               "delete: unknown propagation policy \"%s\"", o->propagation);
 			return -EINVAL;
 		}
 		cJSON_AddStringToObject(body, "propagationPolicy", o->propagation);
@@ -1343,26 +1384,28 @@ int kube_event_build(const struct kube_event *ev, cJSON **out, struct kube_error
 	const char *av = jstr(o, "apiVersion"), *kind = jstr(o, "kind");
 	const char *name = kube_obj_name(o), *ns = kube_obj_namespace(o), *uid = kube_obj_uid(o);
 	if (!av || !kind || !name) {
-		kube_error_set(err, KUBE_BAD_REQUEST,
-		               "event: the regarding object needs apiVersion, kind and metadata.name");
+		kube_error_set(
+		    err, KUBE_BAD_REQUEST,
+		    "event: the regarding object needs apiVersion, kind and metadata.name");
 		return -EINVAL;
 	}
 	if (!ev->reason || !*ev->reason || strlen(ev->reason) > 128) {
-		kube_error_set(err, KUBE_BAD_REQUEST, "event: a reason of 1 to 128 bytes is required");
+		kube_error_set(err, KUBE_BAD_REQUEST,
+		               "event: a reason of 1 to 128 bytes is required");
 		return -EINVAL;
 	}
 	const char *type = ev->type ? ev->type : "Normal";
 	if (strcmp(type, "Normal") && strcmp(type, "Warning")) {
-		kube_error_set(err, KUBE_BAD_REQUEST, "event: type must be Normal or Warning, not \"%s\"",
-		               type);
+		kube_error_set(err, KUBE_BAD_REQUEST,
+		               "event: type must be Normal or Warning, not \"%s\"", type);
 		return -EINVAL;
 	}
 	/* "<object>.<hex nanoseconds>" like kubectl's recorder; an object name
 	 * that is not a DNS subdomain gets a generic prefix. */
 	struct timespec ts;
 	clock_gettime(CLOCK_REALTIME, &ts);
-	unsigned long long nanos = (unsigned long long)ts.tv_sec * 1000000000ull +
-	                           (unsigned long long)ts.tv_nsec;
+	unsigned long long nanos =
+	    (unsigned long long)ts.tv_sec * 1000000000ull + (unsigned long long)ts.tv_nsec;
 	static _Atomic unsigned long long seq;
 	nanos += atomic_fetch_add(&seq, 1) % 1000;
 	char evname[254], suffix[24];

@@ -24,14 +24,14 @@
 
 enum kube_reason {
 	KUBE_OK = 0,
-	KUBE_UNKNOWN,            /* a failure the server did not explain */
-	KUBE_NOT_FOUND,          /* 404 */
-	KUBE_ALREADY_EXISTS,     /* 409 on create */
-	KUBE_CONFLICT,           /* 409: stale resourceVersion, field-manager conflict, precondition */
-	KUBE_INVALID,            /* 422 with causes */
-	KUBE_BAD_REQUEST,        /* 400 */
-	KUBE_UNAUTHORIZED,       /* 401 */
-	KUBE_FORBIDDEN,          /* 403 */
+	KUBE_UNKNOWN,        /* a failure the server did not explain */
+	KUBE_NOT_FOUND,      /* 404 */
+	KUBE_ALREADY_EXISTS, /* 409 on create */
+	KUBE_CONFLICT,       /* 409: stale resourceVersion, field-manager conflict, precondition */
+	KUBE_INVALID,        /* 422 with causes */
+	KUBE_BAD_REQUEST,    /* 400 */
+	KUBE_UNAUTHORIZED,   /* 401 */
+	KUBE_FORBIDDEN,      /* 403 */
 	KUBE_METHOD_NOT_ALLOWED, /* 405 */
 	KUBE_NOT_ACCEPTABLE,     /* 406 */
 	KUBE_GONE,               /* 410: resourceVersion or continue token too old */
@@ -47,19 +47,19 @@ enum kube_reason {
 
 #define KUBE_MAX_CAUSES 8
 struct kube_cause {
-	char reason[64];   /* "FieldValueInvalid", "FieldManagerConflict" */
-	char field[256];   /* "spec.size", ".spec.size" */
+	char reason[64]; /* "FieldValueInvalid", "FieldManagerConflict" */
+	char field[256]; /* "spec.size", ".spec.size" */
 	char message[512];
 };
 
 struct kube_error {
-	long http_code;        /* 0 when no HTTP response was received */
+	long http_code; /* 0 when no HTTP response was received */
 	enum kube_reason reason;
-	char reason_text[64];  /* the server's reason string, or ours ("Transport") */
-	char message[1024];    /* human readable; from the Status message when there is one */
+	char reason_text[64]; /* the server's reason string, or ours ("Transport") */
+	char message[1024];   /* human readable; from the Status message when there is one */
 	char kind[64], name[256], group[128]; /* Status details, when given */
 	struct kube_cause causes[KUBE_MAX_CAUSES];
-	unsigned ncauses;      /* causes kept (at most KUBE_MAX_CAUSES) */
+	unsigned ncauses;       /* causes kept (at most KUBE_MAX_CAUSES) */
 	unsigned retry_after_s; /* Retry-After header or details.retryAfterSeconds; 0 if none */
 };
 
@@ -72,27 +72,25 @@ bool kube_error_retryable(const struct kube_error *e);
 int kube_error_errno(const struct kube_error *e);
 /* Fill err from an HTTP status and body (a Status object, or anything else:
  * a proxy's HTML page still gives a reason from the code). Never fails. */
-void kube_error_from_response(long http_code, const char *body, size_t len,
-                              struct kube_error *err);
+void kube_error_from_response(long http_code, const char *body, size_t len, struct kube_error *err);
 /* Set a client-side error (transport, malformed, ...) with a message. */
 void kube_error_set(struct kube_error *err, enum kube_reason r, const char *fmt, ...)
-	__attribute__((format(printf, 3, 4)));
+    __attribute__((format(printf, 3, 4)));
 
 /* ---- Resources ---- */
 
 struct kube_resource {
-	char group[128];   /* "" for the core group */
-	char version[32];  /* "v1", "v1alpha1" */
-	char plural[96];   /* "gkmcaches" */
-	char kind[96];     /* "GKMCache" */
+	char group[128];  /* "" for the core group */
+	char version[32]; /* "v1", "v1alpha1" */
+	char plural[96];  /* "gkmcaches" */
+	char kind[96];    /* "GKMCache" */
 	bool namespaced;
 };
 
 /* The kinds gkm uses (core, coordination, events, apiextensions, gkm.io),
  * without a server. -ENOENT when not known here. */
-__attribute__((warn_unused_result)) int kube_resource_builtin(const char *api_version,
-                                                              const char *kind,
-                                                              struct kube_resource *out);
+__attribute__((warn_unused_result)) int
+kube_resource_builtin(const char *api_version, const char *kind, struct kube_resource *out);
 /* "apps/v1" or "v1" from a resource. buf of at least 161 bytes. */
 void kube_resource_api_version(const struct kube_resource *r, char *buf, size_t len);
 /* "/apis/G/V[/namespaces/NS]/PLURAL[/NAME[/SUB]]". ns is ignored for
@@ -101,8 +99,7 @@ void kube_resource_api_version(const struct kube_resource *r, char *buf, size_t 
  * 0, -EINVAL (bad name), -ENAMETOOLONG. */
 __attribute__((warn_unused_result)) int kube_resource_path(const struct kube_resource *r,
                                                            const char *ns, const char *name,
-                                                           const char *sub, char *buf,
-                                                           size_t len);
+                                                           const char *sub, char *buf, size_t len);
 
 /* ---- Query strings ---- */
 
@@ -115,10 +112,10 @@ __attribute__((warn_unused_result)) int kube_query_add(char *buf, size_t len, co
 /* ---- The client ---- */
 
 struct kube_client_opts {
-	long connect_timeout_ms;  /* default 5000 */
-	long request_timeout_ms;  /* default 30000 (per request, whole transfer) */
-	size_t max_response;      /* default 64 MiB: bound of one response body */
-	const char *user_agent;   /* default "gkm/<version>" */
+	long connect_timeout_ms; /* default 5000 */
+	long request_timeout_ms; /* default 30000 (per request, whole transfer) */
+	size_t max_response;     /* default 64 MiB: bound of one response body */
+	const char *user_agent;  /* default "gkm/<version>" */
 };
 
 struct kube_client;
@@ -134,26 +131,24 @@ struct kube_config *kube_client_config(struct kube_client *c);
 /* Resolve apiVersion + kind: built-in table first, then the server's
  * discovery document for that group/version (cached for the client's life).
  * 0, or -errno with err set (-ENOENT: the server does not serve that kind). */
-__attribute__((warn_unused_result)) int kube_client_resource(struct kube_client *c,
-                                                             const char *api_version,
-                                                             const char *kind,
-                                                             struct kube_resource *out,
-                                                             struct kube_error *err);
+__attribute__((warn_unused_result)) int
+kube_client_resource(struct kube_client *c, const char *api_version, const char *kind,
+                     struct kube_resource *out, struct kube_error *err);
 
 /* One request. path starts with '/' and may carry a query. On 2xx *out (if
  * out is not NULL) receives the parsed body (caller frees; NULL for an empty
  * body). Otherwise -errno and err says why. */
 struct kube_request {
-	const char *method;       /* "GET", "POST", "PUT", "PATCH", "DELETE" */
+	const char *method; /* "GET", "POST", "PUT", "PATCH", "DELETE" */
 	const char *path;
 	const char *content_type; /* with a body */
 	const char *body;
 	size_t body_len;
-	long timeout_ms;          /* 0: the client's default */
+	long timeout_ms; /* 0: the client's default */
 };
 __attribute__((warn_unused_result)) int kube_client_do(struct kube_client *c,
-                                                       const struct kube_request *rq,
-                                                       cJSON **out, struct kube_error *err);
+                                                       const struct kube_request *rq, cJSON **out,
+                                                       struct kube_error *err);
 
 /* A streaming GET (watches): on a 2xx response each body chunk goes to
  * on_data (return false to stop); on an error response the body is
@@ -174,9 +169,8 @@ struct kube_stream {
 	void *ud;
 	const atomic_bool *stop;
 };
-__attribute__((warn_unused_result)) int kube_client_stream(struct kube_client *c,
-                                                           const struct kube_stream *s,
-                                                           struct kube_error *err);
+__attribute__((warn_unused_result)) int
+kube_client_stream(struct kube_client *c, const struct kube_stream *s, struct kube_error *err);
 
 /* ---- Verbs. out may be NULL where the result is not needed. ---- */
 
@@ -186,21 +180,19 @@ __attribute__((warn_unused_result)) int kube_client_get(struct kube_client *c,
                                                         cJSON **out, struct kube_error *err);
 
 struct kube_list_opts {
-	const char *label_selector;   /* "app=demo,tier!=x" or NULL */
-	const char *field_selector;   /* "metadata.name=w3" or NULL */
-	unsigned limit;               /* page size; default 500 */
-	size_t max_items;             /* bound of the whole list; default 1,000,000 */
+	const char *label_selector; /* "app=demo,tier!=x" or NULL */
+	const char *field_selector; /* "metadata.name=w3" or NULL */
+	unsigned limit;             /* page size; default 500 */
+	size_t max_items;           /* bound of the whole list; default 1,000,000 */
 };
 /* List every page (limit/continue). *items receives an array of the objects
  * (caller frees), rv the list's resourceVersion (for a following watch). An
  * expired continue token (410) restarts the list from the beginning, up to
  * three times. */
-__attribute__((warn_unused_result)) int kube_client_list(struct kube_client *c,
-                                                         const struct kube_resource *r,
-                                                         const char *ns,
-                                                         const struct kube_list_opts *o,
-                                                         cJSON **items, char *rv, size_t rvlen,
-                                                         struct kube_error *err);
+__attribute__((warn_unused_result)) int
+kube_client_list(struct kube_client *c, const struct kube_resource *r, const char *ns,
+                 const struct kube_list_opts *o, cJSON **items, char *rv, size_t rvlen,
+                 struct kube_error *err);
 
 __attribute__((warn_unused_result)) int kube_client_create(struct kube_client *c,
                                                            const struct kube_resource *r,
@@ -208,11 +200,9 @@ __attribute__((warn_unused_result)) int kube_client_create(struct kube_client *c
                                                            cJSON **out, struct kube_error *err);
 
 /* PUT: obj's metadata.resourceVersion makes it conditional (409 when stale). */
-__attribute__((warn_unused_result)) int kube_client_replace(struct kube_client *c,
-                                                            const struct kube_resource *r,
-                                                            const char *ns, const char *name,
-                                                            const cJSON *obj, cJSON **out,
-                                                            struct kube_error *err);
+__attribute__((warn_unused_result)) int
+kube_client_replace(struct kube_client *c, const struct kube_resource *r, const char *ns,
+                    const char *name, const cJSON *obj, cJSON **out, struct kube_error *err);
 
 struct kube_apply_opts {
 	const char *field_manager; /* required: "gkm-operator", "gkm-agent/node-1" */
@@ -221,12 +211,10 @@ struct kube_apply_opts {
 };
 /* Server-side apply (application/apply-patch+yaml; the JSON text of obj is
  * valid YAML). name and ns default to obj's metadata. */
-__attribute__((warn_unused_result)) int kube_client_apply(struct kube_client *c,
-                                                          const struct kube_resource *r,
-                                                          const char *ns, const char *name,
-                                                          const cJSON *obj,
-                                                          const struct kube_apply_opts *o,
-                                                          cJSON **out, struct kube_error *err);
+__attribute__((warn_unused_result)) int
+kube_client_apply(struct kube_client *c, const struct kube_resource *r, const char *ns,
+                  const char *name, const cJSON *obj, const struct kube_apply_opts *o, cJSON **out,
+                  struct kube_error *err);
 
 struct kube_delete_opts {
 	const char *uid;              /* precondition, or NULL */
@@ -234,11 +222,9 @@ struct kube_delete_opts {
 	const char *propagation;      /* "Background", "Foreground", "Orphan" or NULL */
 };
 /* 0 when deleted (or deletion started); -ENOENT when already gone. */
-__attribute__((warn_unused_result)) int kube_client_delete(struct kube_client *c,
-                                                           const struct kube_resource *r,
-                                                           const char *ns, const char *name,
-                                                           const struct kube_delete_opts *o,
-                                                           struct kube_error *err);
+__attribute__((warn_unused_result)) int
+kube_client_delete(struct kube_client *c, const struct kube_resource *r, const char *ns,
+                   const char *name, const struct kube_delete_opts *o, struct kube_error *err);
 
 /* A core/v1 Event about an object, carrying involvedObject.uid so that
  * `kubectl describe` lists it. Named "<object>.<hex time>" like kubectl's own;
@@ -252,11 +238,10 @@ struct kube_event {
 	const char *host;       /* node name, or NULL */
 };
 /* Build the Event object (no I/O): for tests and for kube_client_event. */
-__attribute__((warn_unused_result)) int kube_event_build(const struct kube_event *ev,
-                                                         cJSON **out, struct kube_error *err);
-__attribute__((warn_unused_result)) int kube_client_event(struct kube_client *c,
-                                                          const struct kube_event *ev,
-                                                          struct kube_error *err);
+__attribute__((warn_unused_result)) int kube_event_build(const struct kube_event *ev, cJSON **out,
+                                                         struct kube_error *err);
+__attribute__((warn_unused_result)) int
+kube_client_event(struct kube_client *c, const struct kube_event *ev, struct kube_error *err);
 
 /* A printable excerpt (at most 200 bytes, control bytes as spaces) of
  * text from outside, for error messages. */

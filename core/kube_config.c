@@ -1,5 +1,6 @@
 /* kubeconfig and in-cluster configuration (see kube_config.h). */
 #include "kube_config.h"
+#include "yamljson.h"
 
 #include <cjson/cJSON.h>
 #include <errno.h>
@@ -11,16 +12,15 @@
 #include <string.h>
 #include <sys/stat.h>
 #include <unistd.h>
-#include <yaml.h>
 
 #include "log.h"
 
 #define CONFIG_MAX_BYTES (1u << 20) /* kubeconfig, token, CA and key files */
-#define YAML_MAX_DEPTH 64
-#define TOKEN_RECHECK_MS 1000ull   /* stat() the token file at most this often */
-#define TOKEN_REREAD_MS 60000ull   /* and read it at least this often */
+#define TOKEN_RECHECK_MS 1000ull /* stat() the token file at most this often */
+#define TOKEN_REREAD_MS 60000ull /* and read it at least this often */
 
-static void seterr(char *err, size_t errlen, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
+static void seterr(char *err, size_t errlen, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
 static void seterr(char *err, size_t errlen, const char *fmt, ...)
 {
 	if (!err || errlen == 0)
@@ -35,7 +35,8 @@ static unsigned long long mono_ms(void)
 {
 	struct timespec ts;
 	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return (unsigned long long)ts.tv_sec * 1000ull + (unsigned long long)ts.tv_nsec / 1000000ull;
+	return (unsigned long long)ts.tv_sec * 1000ull +
+	       (unsigned long long)ts.tv_nsec / 1000000ull;
 }
 
 /* Read a whole small file. *out is NUL-terminated (the NUL is not counted). */
@@ -92,168 +93,24 @@ out:
 
 /* ---- YAML -> cJSON ---- */
 
-static bool plain_int(const char *s)
-{
-	const char *p = s;
-	if (*p == '-' || *p == '+')
-		p++;
-	if (!*p || strlen(p) > 15)
-		return false;
-	for (; *p; p++)
-		if (*p < '0' || *p > '9')
-			return false;
-	return true;
-}
-
-/* YAML 1.2 core schema floats written with digits ("1.5", "-2e3"); never
- * ".inf"/".nan", which JSON cannot carry. */
-static bool plain_float(const char *s)
-{
-	const char *p = s;
-	bool digits = false, dot = false;
-	if (*p == '-' || *p == '+')
-		p++;
-	for (; *p && *p != 'e' && *p != 'E'; p++) {
-		if (*p >= '0' && *p <= '9')
-			digits = true;
-		else if (*p == '.' && !dot)
-			dot = true;
-		else
-			return false;
-	}
-	if (!digits)
-		return false;
-	if (*p) {
-		p++;
-		if (*p == '-' || *p == '+')
-			p++;
-		if (!*p)
-			return false;
-		for (; *p; p++)
-			if (*p < '0' || *p > '9')
-				return false;
-	}
-	return strlen(s) < 32;
-}
-
-static cJSON *yaml_node_json(yaml_document_t *doc, yaml_node_t *n, int depth, char *err,
-                             size_t errlen)
-{
-	if (!n) {
-		seterr(err, errlen, "yaml: dangling node");
-		return NULL;
-	}
-	if (depth > YAML_MAX_DEPTH) {
-		seterr(err, errlen, "yaml: nested deeper than %d levels", YAML_MAX_DEPTH);
-		return NULL;
-	}
-	switch (n->type) {
-	case YAML_SCALAR_NODE: {
-		const char *v = (const char *)n->data.scalar.value;
-		bool plain = n->data.scalar.style == YAML_PLAIN_SCALAR_STYLE;
-		if (strlen(v) != n->data.scalar.length) {
-			seterr(err, errlen, "yaml: NUL byte in a scalar at line %zu",
-			       n->start_mark.line + 1);
-			return NULL;
-		}
-		if (plain) {
-			if (!strcmp(v, "true") || !strcmp(v, "True") || !strcmp(v, "TRUE"))
-				return cJSON_CreateTrue();
-			if (!strcmp(v, "false") || !strcmp(v, "False") || !strcmp(v, "FALSE"))
-				return cJSON_CreateFalse();
-			if (!strcmp(v, "null") || !strcmp(v, "~") || !*v)
-				return cJSON_CreateNull();
-			if (plain_int(v))
-				return cJSON_CreateNumber((double)strtoll(v, NULL, 10));
-			if (plain_float(v))
-				return cJSON_CreateNumber(strtod(v, NULL));
-		}
-		return cJSON_CreateString(v);
-	}
-	case YAML_SEQUENCE_NODE: {
-		cJSON *a = cJSON_CreateArray();
-		if (!a)
-			return NULL;
-		for (yaml_node_item_t *it = n->data.sequence.items.start;
-		     it < n->data.sequence.items.top; it++) {
-			cJSON *c = yaml_node_json(doc, yaml_document_get_node(doc, *it), depth + 1,
-			                          err, errlen);
-			if (!c) {
-				cJSON_Delete(a);
-				return NULL;
-			}
-			cJSON_AddItemToArray(a, c);
-		}
-		return a;
-	}
-	case YAML_MAPPING_NODE: {
-		cJSON *o = cJSON_CreateObject();
-		if (!o)
-			return NULL;
-		for (yaml_node_pair_t *p = n->data.mapping.pairs.start;
-		     p < n->data.mapping.pairs.top; p++) {
-			yaml_node_t *k = yaml_document_get_node(doc, p->key);
-			if (!k || k->type != YAML_SCALAR_NODE) {
-				seterr(err, errlen, "yaml: a mapping key is not a scalar (line %zu)",
-				       n->start_mark.line + 1);
-				cJSON_Delete(o);
-				return NULL;
-			}
-			const char *key = (const char *)k->data.scalar.value;
-			if (cJSON_GetObjectItemCaseSensitive(o, key)) {
-				seterr(err, errlen, "yaml: duplicate key \"%s\" at line %zu", key,
-				       k->start_mark.line + 1);
-				cJSON_Delete(o);
-				return NULL;
-			}
-			cJSON *v = yaml_node_json(doc, yaml_document_get_node(doc, p->value),
-			                          depth + 1, err, errlen);
-			if (!v) {
-				cJSON_Delete(o);
-				return NULL;
-			}
-			cJSON_AddItemToObject(o, key, v);
-		}
-		return o;
-	}
-	default:
-		seterr(err, errlen, "yaml: empty document");
-		return NULL;
-	}
-}
-
 int kube_config_yaml_to_json(const char *text, size_t len, cJSON **out, char *err, size_t errlen)
 {
+	cJSON *docs = NULL;
 	if (len > CONFIG_MAX_BYTES) {
 		seterr(err, errlen, "yaml: document larger than %u bytes", CONFIG_MAX_BYTES);
 		return -EINVAL;
 	}
-	yaml_parser_t p;
-	yaml_document_t doc;
-	int rc = -EINVAL;
-	if (!yaml_parser_initialize(&p))
-		return -ENOMEM;
-	yaml_parser_set_input_string(&p, (const unsigned char *)text, len);
-	if (!yaml_parser_load(&p, &doc)) {
-		seterr(err, errlen, "yaml: %s at line %zu column %zu",
-		       p.problem ? p.problem : "syntax error", p.problem_mark.line + 1,
-		       p.problem_mark.column + 1);
-		yaml_parser_delete(&p);
+	int rc = yamljson_parse(text, len, &docs, err, errlen);
+	if (rc)
+		return rc == -ENOMEM ? rc : -EINVAL;
+	cJSON *first = cJSON_DetachItemFromArray(docs, 0);
+	cJSON_Delete(docs);
+	if (!first) {
+		seterr(err, errlen, "yaml: empty document");
 		return -EINVAL;
 	}
-	yaml_node_t *root = yaml_document_get_root_node(&doc);
-	if (!root) {
-		seterr(err, errlen, "yaml: empty document");
-	} else {
-		cJSON *j = yaml_node_json(&doc, root, 0, err, errlen);
-		if (j) {
-			*out = j;
-			rc = 0;
-		}
-	}
-	yaml_document_delete(&doc);
-	yaml_parser_delete(&p);
-	return rc;
+	*out = first;
+	return 0;
 }
 
 /* ---- helpers over the parsed kubeconfig ---- */
@@ -436,11 +293,13 @@ int kube_config_token(struct kube_config *c, char *buf, size_t len)
 			           now - c->token_reread_ms >= TOKEN_REREAD_MS) {
 				rc = token_reload(c, &st);
 				if (rc == 0)
-					log_debug("kube: bearer token re-read", "file", c->token_file);
+					log_debug("kube: bearer token re-read", "file",
+					          c->token_file);
 			}
 			if (rc < 0)
-				log_warn("kube: cannot re-read the token file, keeping the last token",
-				         "file", c->token_file, "error", strerror(-rc));
+				log_warn(
+				    "kube: cannot re-read the token file, keeping the last token",
+				    "file", c->token_file, "error", strerror(-rc));
 		}
 	}
 	const char *t = c->token ? c->token : "";
@@ -647,8 +506,9 @@ int kube_config_load_file(const char *path, const char *context, struct kube_con
 		c->password = xstrdup(jstr(user, "password"));
 		if (cJSON_GetObjectItemCaseSensitive(user, "exec") ||
 		    cJSON_GetObjectItemCaseSensitive(user, "auth-provider"))
-			log_warn("kube: kubeconfig exec and auth-provider plugins are not supported",
-			         "user", username);
+			log_warn(
+			    "kube: kubeconfig exec and auth-provider plugins are not supported",
+			    "user", username);
 	}
 	*out = c;
 	c = NULL;

@@ -26,11 +26,11 @@ struct kube_blob {
 };
 
 struct kube_config {
-	char *server;       /* "https://10.0.0.1:443" (no trailing slash) */
-	char *namespace;    /* default namespace ("default" when none is set) */
-	char *context;      /* context name used; NULL in-cluster */
+	char *server;          /* "https://10.0.0.1:443" (no trailing slash) */
+	char *namespace;       /* default namespace ("default" when none is set) */
+	char *context;         /* context name used; NULL in-cluster */
 	char *tls_server_name; /* SNI / verification name override, or NULL */
-	bool insecure;      /* insecure-skip-tls-verify */
+	bool insecure;         /* insecure-skip-tls-verify */
 	/* Trust: a CA file path, or PEM data (exactly one or neither). */
 	char *ca_file;
 	struct kube_blob ca_data;
@@ -42,8 +42,8 @@ struct kube_config {
 
 	/* Bearer token: a fixed string, or a file re-read on rotation. */
 	pthread_mutex_t token_lock;
-	char *token;        /* current token (guarded by token_lock when token_file is set) */
-	char *token_file;   /* NULL for a fixed token */
+	char *token;      /* current token (guarded by token_lock when token_file is set) */
+	char *token_file; /* NULL for a fixed token */
 	struct timespec token_mtime;
 	unsigned long long token_ino;
 	long long token_size;
@@ -64,9 +64,8 @@ __attribute__((warn_unused_result)) int kube_config_load_file(const char *path, 
 /* In-cluster configuration. sa_dir NULL means KUBE_SA_DIR. Needs
  * KUBERNETES_SERVICE_HOST and KUBERNETES_SERVICE_PORT and a readable token.
  * -ENOENT when not running in a cluster. */
-__attribute__((warn_unused_result)) int kube_config_load_incluster(const char *sa_dir,
-                                                                   struct kube_config **out,
-                                                                   char *err, size_t errlen);
+__attribute__((warn_unused_result)) int
+kube_config_load_incluster(const char *sa_dir, struct kube_config **out, char *err, size_t errlen);
 
 /* What a daemon does: an explicit kubeconfig path if given, else in-cluster
  * when KUBERNETES_SERVICE_HOST is set, else $KUBECONFIG / ~/.kube/config. */

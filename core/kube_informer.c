@@ -14,19 +14,32 @@
 
 enum delta_kind { D_EVENT, D_REPLACE };
 
+/* An object prepared on the watch thread: key, text and resourceVersion,
+ * and the parsed tree only when someone wants to see changes. */
+struct item {
+	char *key;
+	char *text;
+	size_t len;
+	char rv[24]; /* "" when longer (then it never compares equal) */
+	cJSON *obj;  /* NULL unless on_change is set */
+};
+
 struct delta {
 	enum delta_kind kind;
 	enum kube_event_type type; /* D_EVENT */
-	cJSON *obj;                /* D_EVENT: the object; D_REPLACE: the items array */
+	struct item *items;        /* D_EVENT: one; D_REPLACE: n */
+	size_t n;
 	struct delta *next;
 };
 
 struct entry {
-	char *key;
 	uint32_t hash;
-	cJSON *obj;
+	char rv[24];
+	char *text;
+	size_t len;
 	uint64_t gen;
 	struct entry *next;
+	char key[]; /* immutable */
 };
 
 struct kube_informer {
@@ -104,91 +117,90 @@ static void unlink_entry(struct kube_informer *inf, struct entry *e)
 	inf->len--;
 }
 
-static void report(struct kube_informer *inf, enum kube_event_type t, const cJSON *old,
-                   const cJSON *obj)
+static void item_clear(struct item *it)
 {
-	if (inf->o.on_change)
-		inf->o.on_change(inf, t, old, obj, inf->o.ud);
+	free(it->key);
+	free(it->text);
+	cJSON_Delete(it->obj);
+	memset(it, 0, sizeof(*it));
 }
 
-/* Insert or update one object (ownership of obj passes). */
-static void upsert(struct kube_informer *inf, cJSON *obj, bool from_list)
+static void report(struct kube_informer *inf, enum kube_event_type t, const cJSON *obj)
 {
-	char key[KEY_MAX];
-	if (kube_informer_key(obj, key, sizeof(key)) < 0) {
-		log_error("kube: an object without a usable name, not cached", "watch",
-		          inf->name);
-		cJSON_Delete(obj);
-		return;
+	if (inf->o.on_change && obj)
+		inf->o.on_change(inf, t, obj, inf->o.ud);
+}
+
+/* A deleted entry: report it with its last known state, then free it. */
+static void drop_entry(struct kube_informer *inf, struct entry *e, const cJSON *final)
+{
+	unlink_entry(inf, e);
+	if (inf->o.on_change) {
+		cJSON *last = final ? NULL : cJSON_ParseWithLength(e->text, e->len);
+		report(inf, KUBE_DELETED, final ? final : last);
+		cJSON_Delete(last);
 	}
-	uint32_t h = hash_str(key);
-	struct entry *e = find(inf, key, h);
+	free(e->text);
+	free(e);
+}
+
+/* Insert or update one object (the item's strings pass to the cache). */
+static void upsert(struct kube_informer *inf, struct item *it, bool from_list)
+{
+	uint32_t h = hash_str(it->key);
+	struct entry *e = find(inf, it->key, h);
 	if (e) {
 		e->gen = inf->gen;
-		const char *orv = kube_obj_rv(e->obj), *nrv = kube_obj_rv(obj);
-		if (from_list && orv && nrv && !strcmp(orv, nrv)) {
-			cJSON_Delete(obj); /* unchanged since we last saw it */
-			return;
-		}
-		cJSON *old = e->obj;
-		e->obj = obj;
-		report(inf, KUBE_MODIFIED, old, obj);
-		cJSON_Delete(old);
+		if (from_list && it->rv[0] && !strcmp(e->rv, it->rv))
+			return; /* unchanged since we last saw it */
+		free(e->text);
+		e->text = it->text;
+		e->len = it->len;
+		it->text = NULL;
+		memcpy(e->rv, it->rv, sizeof(e->rv));
+		report(inf, KUBE_MODIFIED, it->obj);
 		return;
 	}
-	e = calloc(1, sizeof(*e));
-	if (!e || !(e->key = strdup(key))) {
-		free(e);
-		log_error("kube: out of memory caching an object", "key", key);
-		cJSON_Delete(obj);
+	size_t kl = strlen(it->key);
+	e = malloc(sizeof(*e) + kl + 1);
+	if (!e) {
+		log_error("kube: out of memory caching an object", "key", it->key);
 		return;
 	}
+	memcpy(e->key, it->key, kl + 1);
+	memcpy(e->rv, it->rv, sizeof(e->rv));
 	e->hash = h;
-	e->obj = obj;
+	e->text = it->text;
+	e->len = it->len;
+	it->text = NULL;
 	e->gen = inf->gen;
 	if (inf->len + 1 > inf->nbuckets)
 		grow(inf);
 	e->next = inf->buckets[h & (inf->nbuckets - 1)];
 	inf->buckets[h & (inf->nbuckets - 1)] = e;
 	inf->len++;
-	report(inf, KUBE_ADDED, NULL, obj);
+	report(inf, KUBE_ADDED, it->obj);
 }
 
-static void remove_obj(struct kube_informer *inf, cJSON *obj)
+static void remove_item(struct kube_informer *inf, struct item *it)
 {
-	char key[KEY_MAX];
-	if (kube_informer_key(obj, key, sizeof(key)) == 0) {
-		struct entry *e = find(inf, key, hash_str(key));
-		if (e) {
-			unlink_entry(inf, e);
-			report(inf, KUBE_DELETED, e->obj, obj);
-			cJSON_Delete(e->obj);
-			free(e->key);
-			free(e);
-		}
-	}
-	cJSON_Delete(obj);
+	struct entry *e = find(inf, it->key, hash_str(it->key));
+	if (e)
+		drop_entry(inf, e, it->obj);
 }
 
-static void replace_all(struct kube_informer *inf, cJSON *items)
+static void replace_all(struct kube_informer *inf, struct item *items, size_t n)
 {
 	inf->gen++;
-	cJSON *it;
-	while ((it = cJSON_DetachItemFromArray(items, 0)))
-		upsert(inf, it, true);
-	cJSON_Delete(items);
+	for (size_t i = 0; i < n; i++)
+		upsert(inf, &items[i], true);
 	/* what the list no longer has was deleted while we were not watching */
 	for (size_t i = 0; i < inf->nbuckets; i++) {
 		struct entry *e = inf->buckets[i];
 		while (e) {
 			struct entry *next = e->next;
-			if (e->gen != inf->gen) {
-				unlink_entry(inf, e);
-				report(inf, KUBE_DELETED, e->obj, e->obj);
-				cJSON_Delete(e->obj);
-				free(e->key);
-				free(e);
-			}
+			if (e->gen != inf->gen)
+				drop_entry(inf, e, NULL);
 			e = next;
 		}
 	}
@@ -197,6 +209,14 @@ static void replace_all(struct kube_informer *inf, cJSON *items)
 		if (inf->o.on_synced)
 			inf->o.on_synced(inf, inf->o.ud);
 	}
+}
+
+static void delta_free(struct delta *d)
+{
+	for (size_t i = 0; i < d->n; i++)
+		item_clear(&d->items[i]);
+	free(d->items);
+	free(d);
 }
 
 size_t kube_informer_drain(struct kube_informer *inf)
@@ -210,12 +230,12 @@ size_t kube_informer_drain(struct kube_informer *inf)
 	while (d) {
 		struct delta *next = d->next;
 		if (d->kind == D_REPLACE)
-			replace_all(inf, d->obj);
+			replace_all(inf, d->items, d->n);
 		else if (d->type == KUBE_DELETED)
-			remove_obj(inf, d->obj);
+			remove_item(inf, &d->items[0]);
 		else
-			upsert(inf, d->obj, false);
-		free(d);
+			upsert(inf, &d->items[0], false);
+		delta_free(d);
 		d = next;
 		n++;
 	}
@@ -234,18 +254,8 @@ static void drain_on_loop(struct loop *l, void *ud)
 }
 
 /* Watch thread: queue a delta and wake the owner once per batch. */
-static void push(struct kube_informer *inf, enum delta_kind kind, enum kube_event_type type,
-                 cJSON *obj)
+static void push(struct kube_informer *inf, struct delta *d)
 {
-	struct delta *d = calloc(1, sizeof(*d));
-	if (!d) {
-		log_error("kube: out of memory queueing a watch event", "watch", inf->name);
-		cJSON_Delete(obj);
-		return;
-	}
-	d->kind = kind;
-	d->type = type;
-	d->obj = obj;
 	pthread_mutex_lock(&inf->mu);
 	if (inf->tail)
 		inf->tail->next = d;
@@ -270,29 +280,84 @@ static void push(struct kube_informer *inf, enum delta_kind kind, enum kube_even
 	}
 }
 
-static void strip(const struct kube_informer *inf, cJSON *obj)
+/* Watch thread: key, text and resourceVersion of obj (taken over). */
+static int prepare(struct kube_informer *inf, cJSON *obj, struct item *it)
 {
-	if (inf->o.keep_managed_fields)
-		return;
-	cJSON *meta = cJSON_GetObjectItemCaseSensitive(obj, "metadata");
-	cJSON_DeleteItemFromObjectCaseSensitive(meta, "managedFields");
+	char key[KEY_MAX];
+	memset(it, 0, sizeof(*it));
+	if (kube_informer_key(obj, key, sizeof(key)) < 0) {
+		log_error("kube: an object without a usable name, not cached", "watch", inf->name);
+		cJSON_Delete(obj);
+		return -EINVAL;
+	}
+	if (!inf->o.keep_managed_fields)
+		cJSON_DeleteItemFromObjectCaseSensitive(
+		    cJSON_GetObjectItemCaseSensitive(obj, "metadata"), "managedFields");
+	const char *rv = kube_obj_rv(obj);
+	if (rv && strlen(rv) < sizeof(it->rv))
+		memcpy(it->rv, rv, strlen(rv) + 1);
+	it->key = strdup(key);
+	it->text = cJSON_PrintUnformatted(obj);
+	if (!it->key || !it->text) {
+		log_error("kube: out of memory queueing an object", "watch", inf->name);
+		cJSON_Delete(obj);
+		item_clear(it);
+		return -ENOMEM;
+	}
+	it->len = strlen(it->text);
+	if (inf->o.on_change)
+		it->obj = obj;
+	else
+		cJSON_Delete(obj);
+	return 0;
 }
 
 static void on_replace(cJSON *items, const char *rv, void *ud)
 {
 	(void)rv;
 	struct kube_informer *inf = ud;
+	size_t n = (size_t)cJSON_GetArraySize(items);
+	struct delta *d = calloc(1, sizeof(*d));
+	struct item *arr = calloc(n ? n : 1, sizeof(*arr));
+	if (!d || !arr) {
+		/* without the list the cache would be wrong: keep the old one */
+		log_error("kube: out of memory applying a list", "watch", inf->name);
+		free(d);
+		free(arr);
+		cJSON_Delete(items);
+		return;
+	}
+	size_t k = 0;
 	cJSON *it;
-	cJSON_ArrayForEach(it, items)
-	strip(inf, it);
-	push(inf, D_REPLACE, KUBE_ADDED, items);
+	while ((it = cJSON_DetachItemFromArray(items, 0)))
+		if (prepare(inf, it, &arr[k]) == 0)
+			k++;
+	cJSON_Delete(items);
+	d->kind = D_REPLACE;
+	d->items = arr;
+	d->n = k;
+	push(inf, d);
 }
 
 static void on_event(enum kube_event_type type, cJSON *obj, void *ud)
 {
 	struct kube_informer *inf = ud;
-	strip(inf, obj);
-	push(inf, D_EVENT, type, obj);
+	struct delta *d = calloc(1, sizeof(*d));
+	struct item *one = calloc(1, sizeof(*one));
+	if (!d || !one || prepare(inf, obj, one) < 0) {
+		if (!d || !one) {
+			log_error("kube: out of memory queueing a watch event", "watch", inf->name);
+			cJSON_Delete(obj);
+		}
+		free(d);
+		free(one);
+		return;
+	}
+	d->kind = D_EVENT;
+	d->type = type;
+	d->items = one;
+	d->n = 1;
+	push(inf, d);
 }
 
 int kube_informer_start(struct kube_client *c, const struct kube_informer_opts *o,
@@ -305,7 +370,8 @@ int kube_informer_start(struct kube_client *c, const struct kube_informer_opts *
 		return -ENOMEM;
 	inf->o = *o;
 	inf->res = o->watch.resource;
-	snprintf(inf->name, sizeof(inf->name), "%s", o->watch.name ? o->watch.name : o->watch.resource.plural);
+	snprintf(inf->name, sizeof(inf->name), "%s",
+	         o->watch.name ? o->watch.name : o->watch.resource.plural);
 	atomic_init(&inf->refs, 1);
 	pthread_mutex_init(&inf->mu, NULL);
 	inf->nbuckets = 64;
@@ -332,16 +398,14 @@ static void release(struct kube_informer *inf)
 	struct delta *d = inf->head;
 	while (d) {
 		struct delta *next = d->next;
-		cJSON_Delete(d->obj);
-		free(d);
+		delta_free(d);
 		d = next;
 	}
 	for (size_t i = 0; i < inf->nbuckets; i++) {
 		struct entry *e = inf->buckets[i];
 		while (e) {
 			struct entry *next = e->next;
-			cJSON_Delete(e->obj);
-			free(e->key);
+			free(e->text);
 			free(e);
 			e = next;
 		}
@@ -367,7 +431,7 @@ void kube_informer_stop(struct kube_informer *inf)
 	unref(inf); /* drains still posted to the loop hold the rest */
 }
 
-const cJSON *kube_informer_get(const struct kube_informer *inf, const char *ns, const char *name)
+static const struct entry *lookup(const struct kube_informer *inf, const char *ns, const char *name)
 {
 	char key[KEY_MAX];
 	int n;
@@ -379,8 +443,24 @@ const cJSON *kube_informer_get(const struct kube_informer *inf, const char *ns, 
 		n = snprintf(key, sizeof(key), "%s", name);
 	if (n < 0 || (size_t)n >= sizeof(key))
 		return NULL;
-	struct entry *e = find(inf, key, hash_str(key));
-	return e ? e->obj : NULL;
+	return find(inf, key, hash_str(key));
+}
+
+cJSON *kube_informer_get(const struct kube_informer *inf, const char *ns, const char *name)
+{
+	const struct entry *e = lookup(inf, ns, name);
+	return e ? cJSON_ParseWithLength(e->text, e->len) : NULL;
+}
+
+const char *kube_informer_get_text(const struct kube_informer *inf, const char *ns,
+                                   const char *name, size_t *len)
+{
+	const struct entry *e = lookup(inf, ns, name);
+	if (!e)
+		return NULL;
+	if (len)
+		*len = e->len;
+	return e->text;
 }
 
 size_t kube_informer_len(const struct kube_informer *inf)
@@ -389,11 +469,12 @@ size_t kube_informer_len(const struct kube_informer *inf)
 }
 
 void kube_informer_foreach(const struct kube_informer *inf,
-                           void (*fn)(const char *key, const cJSON *obj, void *ud), void *ud)
+                           void (*fn)(const char *key, const char *json, size_t len, void *ud),
+                           void *ud)
 {
 	for (size_t i = 0; i < inf->nbuckets; i++)
 		for (struct entry *e = inf->buckets[i]; e; e = e->next)
-			fn(e->key, e->obj, ud);
+			fn(e->key, e->text, e->len, ud);
 }
 
 bool kube_informer_synced(const struct kube_informer *inf)

@@ -12,9 +12,10 @@
  * vanished are reported DELETED, changed ones MODIFIED (by resourceVersion),
  * new ones ADDED; unchanged objects are not reported again.
  *
- * metadata.managedFields is dropped from cached objects unless
- * keep_managed_fields is set: controllers do not need it and it is often
- * half of an object. */
+ * Objects are kept as compact JSON text (about a sixth of the memory of a
+ * parsed tree), serialised on the watch thread; readers parse what they
+ * read. metadata.managedFields is dropped unless keep_managed_fields is set:
+ * controllers do not need it and it is often a third of an object. */
 #ifndef GKM_KUBE_INFORMER_H
 #define GKM_KUBE_INFORMER_H
 
@@ -27,18 +28,17 @@
 
 struct kube_informer;
 
-/* old: the cached object before the change (NULL for ADDED); obj: the new
- * one (for DELETED, the final state the server sent). Both borrowed for the
- * duration of the call. */
+/* obj: the object as it is now (for DELETED, the last state known), borrowed
+ * for the duration of the call. */
 typedef void (*kube_informer_change_fn)(struct kube_informer *inf, enum kube_event_type type,
-                                        const cJSON *old, const cJSON *obj, void *ud);
+                                        const cJSON *obj, void *ud);
 
 struct kube_informer_opts {
 	struct kube_watch_opts watch;
 	bool keep_managed_fields;
-	struct loop *loop;            /* drains posted to this loop, or NULL */
+	struct loop *loop; /* drains posted to this loop, or NULL */
 	void (*notify)(struct kube_informer *inf, void *ud); /* without a loop: watch thread */
-	kube_informer_change_fn on_change; /* may be NULL */
+	kube_informer_change_fn on_change;                   /* may be NULL */
 	/* Once, on the owner thread, after the first complete list was applied
 	 * (also when it was empty). May be NULL. */
 	void (*on_synced)(struct kube_informer *inf, void *ud);
@@ -55,13 +55,17 @@ void kube_informer_stop(struct kube_informer *inf);
 /* Apply the pending deltas (owner thread). Returns how many were applied. */
 size_t kube_informer_drain(struct kube_informer *inf);
 
-/* Owner thread. Borrowed until the next drain. ns is ignored for
- * cluster-scoped kinds. */
-const cJSON *kube_informer_get(const struct kube_informer *inf, const char *ns, const char *name);
+/* Owner thread. A parsed copy of the cached object (caller frees with
+ * cJSON_Delete), or NULL when absent. ns is ignored for cluster-scoped kinds. */
+cJSON *kube_informer_get(const struct kube_informer *inf, const char *ns, const char *name);
+/* The cached JSON text (borrowed until the next drain), or NULL. */
+const char *kube_informer_get_text(const struct kube_informer *inf, const char *ns,
+                                   const char *name, size_t *len);
 size_t kube_informer_len(const struct kube_informer *inf);
-/* Every cached object, in no particular order. */
+/* Every cached object as JSON text, in no particular order. */
 void kube_informer_foreach(const struct kube_informer *inf,
-                           void (*fn)(const char *key, const cJSON *obj, void *ud), void *ud);
+                           void (*fn)(const char *key, const char *json, size_t len, void *ud),
+                           void *ud);
 /* True once a complete list has been drained into the cache. */
 bool kube_informer_synced(const struct kube_informer *inf);
 /* The watch's options (its own copies of the strings); NULL once stopped. */
@@ -70,7 +74,6 @@ const struct kube_watch_stats *kube_informer_stats(const struct kube_informer *i
 
 /* The cache key of an object: "ns/name" or "name". 0 or -EINVAL (no name),
  * -ENAMETOOLONG. */
-__attribute__((warn_unused_result)) int kube_informer_key(const cJSON *obj, char *buf,
-                                                          size_t len);
+__attribute__((warn_unused_result)) int kube_informer_key(const cJSON *obj, char *buf, size_t len);
 
 #endif

@@ -34,7 +34,8 @@ static unsigned long long mono_ms(void)
 {
 	struct timespec ts;
 	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return (unsigned long long)ts.tv_sec * 1000ull + (unsigned long long)ts.tv_nsec / 1000000ull;
+	return (unsigned long long)ts.tv_sec * 1000ull +
+	       (unsigned long long)ts.tv_nsec / 1000000ull;
 }
 
 void kube_lease_microtime(char *buf, size_t len)
@@ -73,8 +74,8 @@ static const char *spec_str(const cJSON *lease, const char *f)
 
 static double spec_num(const cJSON *lease, const char *f, double dflt)
 {
-	const cJSON *v = cJSON_GetObjectItemCaseSensitive(
-		cJSON_GetObjectItemCaseSensitive(lease, "spec"), f);
+	const cJSON *v =
+	    cJSON_GetObjectItemCaseSensitive(cJSON_GetObjectItemCaseSensitive(lease, "spec"), f);
 	return cJSON_IsNumber(v) ? v->valuedouble : dflt;
 }
 
@@ -115,7 +116,8 @@ static cJSON *new_lease(struct kube_lease *l, const char *now)
 	cJSON_AddStringToObject(meta, "name", l->name);
 	cJSON_AddStringToObject(meta, "namespace", l->ns);
 	cJSON_AddStringToObject(spec, "holderIdentity", l->identity);
-	cJSON_AddNumberToObject(spec, "leaseDurationSeconds", (l->o.lease_duration_ms + 999) / 1000);
+	cJSON_AddNumberToObject(spec, "leaseDurationSeconds",
+	                        (l->o.lease_duration_ms + 999) / 1000);
 	cJSON_AddStringToObject(spec, "acquireTime", now);
 	cJSON_AddStringToObject(spec, "renewTime", now);
 	cJSON_AddNumberToObject(spec, "leaseTransitions", 0);
@@ -172,8 +174,7 @@ static bool try_acquire_or_renew(struct kube_lease *l, bool *lost)
 	         spec_str(lease, "holderIdentity") ? spec_str(lease, "holderIdentity") : "");
 	bool ours = !strcmp(holder, l->identity);
 	double dur_s = spec_num(lease, "leaseDurationSeconds", l->o.lease_duration_ms / 1000.0);
-	if (!ours && *holder &&
-	    mono_ms() < l->observed_ms + (unsigned long long)(dur_s * 1000.0)) {
+	if (!ours && *holder && mono_ms() < l->observed_ms + (unsigned long long)(dur_s * 1000.0)) {
 		*lost = true;
 		cJSON_Delete(lease);
 		return false; /* another holder, not expired */
@@ -221,8 +222,8 @@ static void release(struct kube_lease *l)
 		set_spec(lease, "holderIdentity", cJSON_CreateString(""));
 		set_spec(lease, "leaseDurationSeconds", cJSON_CreateNumber(1));
 		set_spec(lease, "renewTime", cJSON_CreateString(now));
-		cJSON_DeleteItemFromObjectCaseSensitive(cJSON_GetObjectItemCaseSensitive(lease, "metadata"),
-		                                        "managedFields");
+		cJSON_DeleteItemFromObjectCaseSensitive(
+		    cJSON_GetObjectItemCaseSensitive(lease, "metadata"), "managedFields");
 		if (kube_client_replace(l->c, &l->res, l->ns, l->name, lease, NULL, &err) < 0)
 			log_warn("kube: cannot release the lease", "lease", l->name, "error",
 			         err.message);
@@ -266,8 +267,8 @@ static void *lease_main(void *ud)
 			last_renew = mono_ms();
 		} else if (lost || mono_ms() - last_renew >= l->o.renew_deadline_ms) {
 			atomic_store(&l->leader, false);
-			log_warn("kube: stepping down: the lease could not be renewed", "lease", l->name,
-			         "identity", l->identity, "holder", l->observed_holder);
+			log_warn("kube: stepping down: the lease could not be renewed", "lease",
+			         l->name, "identity", l->identity, "holder", l->observed_holder);
 			if (l->o.on_stopped)
 				l->o.on_stopped(l->o.ud);
 		}

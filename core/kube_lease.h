@@ -24,15 +24,15 @@
 #include "kube_client.h"
 
 struct kube_lease_opts {
-	const char *ns;             /* Lease namespace (required) */
-	const char *name;           /* Lease name (required) */
-	const char *identity;       /* this process (required; usually the pod name) */
-	unsigned lease_duration_ms; /* default 15000 */
-	unsigned renew_deadline_ms; /* default 10000; must be < lease_duration_ms */
-	unsigned retry_period_ms;   /* default 2000; must be < renew_deadline_ms */
-	bool keep_on_stop;          /* do not release on stop (default: release) */
-	void (*on_started)(void *ud);                   /* became the leader */
-	void (*on_stopped)(void *ud);                   /* no longer the leader */
+	const char *ns;               /* Lease namespace (required) */
+	const char *name;             /* Lease name (required) */
+	const char *identity;         /* this process (required; usually the pod name) */
+	unsigned lease_duration_ms;   /* default 15000 */
+	unsigned renew_deadline_ms;   /* default 10000; must be < lease_duration_ms */
+	unsigned retry_period_ms;     /* default 2000; must be < renew_deadline_ms */
+	bool keep_on_stop;            /* do not release on stop (default: release) */
+	void (*on_started)(void *ud); /* became the leader */
+	void (*on_stopped)(void *ud); /* no longer the leader */
 	void (*on_new_leader)(const char *identity, void *ud); /* observed holder changed */
 	void *ud;
 };
@@ -41,9 +41,8 @@ struct kube_lease;
 
 /* 0, -EINVAL (missing or inconsistent options), -ENOMEM. Strings are copied.
  * Caller stops it with kube_lease_stop(). */
-__attribute__((warn_unused_result)) int kube_lease_start(struct kube_client *c,
-                                                         const struct kube_lease_opts *o,
-                                                         struct kube_lease **out);
+__attribute__((warn_unused_result)) int
+kube_lease_start(struct kube_client *c, const struct kube_lease_opts *o, struct kube_lease **out);
 /* Stop campaigning; release the Lease if we hold it (unless keep_on_stop);
  * on_stopped runs first if we were leading. Joins the thread, frees. */
 void kube_lease_stop(struct kube_lease *l);

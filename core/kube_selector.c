@@ -25,7 +25,8 @@ struct kube_selector {
 	unsigned n;
 };
 
-static void seterr(char *err, size_t len, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
+static void seterr(char *err, size_t len, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
 static void seterr(char *err, size_t len, const char *fmt, ...)
 {
 	if (!err || !len)
@@ -142,7 +143,8 @@ int kube_selector_parse(const char *s, struct kube_selector **out, char *err, si
 	skip_ws(&p);
 	while (*p) {
 		if (sel->n >= MAX_REQS) {
-			seterr(err, errlen, "label selector with more than %d requirements", MAX_REQS);
+			seterr(err, errlen, "label selector with more than %d requirements",
+			       MAX_REQS);
 			goto bad;
 		}
 		struct req *r = &sel->reqs[sel->n++];
@@ -155,7 +157,8 @@ int kube_selector_parse(const char *s, struct kube_selector **out, char *err, si
 		if (!r->key)
 			goto nomem;
 		if (!kube_label_key_valid(r->key)) {
-			seterr(err, errlen, "invalid label key \"%s\" in selector \"%s\"", r->key, s);
+			seterr(err, errlen, "invalid label key \"%s\" in selector \"%s\"", r->key,
+			       s);
 			goto bad;
 		}
 		if (neg) {
@@ -174,7 +177,8 @@ int kube_selector_parse(const char *s, struct kube_selector **out, char *err, si
 			p += r->op == OP_IN ? 2 : 5;
 			skip_ws(&p);
 			if (*p != '(') {
-				seterr(err, errlen, "expected '(' after in/notin in selector \"%s\"", s);
+				seterr(err, errlen,
+				       "expected '(' after in/notin in selector \"%s\"", s);
 				goto bad;
 			}
 			p++;
@@ -239,11 +243,19 @@ bool kube_selector_match(const struct kube_selector *sel, const cJSON *labels)
 		bool ok;
 		switch (r->op) {
 		case OP_EQ:
-		case OP_IN: ok = val && in_set(r, val); break;
+		case OP_IN:
+			ok = val && in_set(r, val);
+			break;
 		case OP_NE:
-		case OP_NOTIN: ok = !val || !in_set(r, val); break;
-		case OP_EXISTS: ok = val != NULL; break;
-		default: ok = val == NULL; break;
+		case OP_NOTIN:
+			ok = !val || !in_set(r, val);
+			break;
+		case OP_EXISTS:
+			ok = val != NULL;
+			break;
+		default:
+			ok = val == NULL;
+			break;
 		}
 		if (!ok)
 			return false;

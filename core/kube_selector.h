@@ -18,9 +18,8 @@ struct kube_selector;
 
 /* "" or NULL selects everything. Caller frees with kube_selector_free().
  * 0 or -EINVAL with err naming the offending part. */
-__attribute__((warn_unused_result)) int kube_selector_parse(const char *s,
-                                                            struct kube_selector **out,
-                                                            char *err, size_t errlen);
+__attribute__((warn_unused_result)) int
+kube_selector_parse(const char *s, struct kube_selector **out, char *err, size_t errlen);
 void kube_selector_free(struct kube_selector *sel);
 
 /* labels: the object's metadata.labels (may be NULL). */

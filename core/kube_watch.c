@@ -54,8 +54,8 @@ void kube_watch_parser_free(struct kube_watch_parser *p)
 }
 
 /* One complete line. 0 go on, 1 stop, -EBADMSG. */
-static int parse_line(const char *line, size_t n, kube_watch_event_fn on_event, void *ud,
-                      char *err, size_t errlen)
+static int parse_line(const char *line, size_t n, kube_watch_event_fn on_event, void *ud, char *err,
+                      size_t errlen)
 {
 	while (n && (line[n - 1] == '\r' || line[n - 1] == ' ' || line[n - 1] == '\t'))
 		n--;
@@ -107,9 +107,10 @@ int kube_watch_parser_feed(struct kube_watch_parser *p, const char *data, size_t
 			char bound[24];
 			snprintf(bound, sizeof(bound), "%zu", p->max_line);
 			p->oversized++;
-			log_error("kube: watch event larger than the bound, skipped (the cached copy "
-			          "of that object may be stale until the next list)",
-			          "bound_bytes", bound);
+			log_error(
+			    "kube: watch event larger than the bound, skipped (the cached copy "
+			    "of that object may be stale until the next list)",
+			    "bound_bytes", bound);
 			p->len = 0;
 			p->skipping = !nl;
 			i += seg + (nl ? 1 : 0);
@@ -126,7 +127,8 @@ int kube_watch_parser_feed(struct kube_watch_parser *p, const char *data, size_t
 					ncap *= 2;
 				char *b = realloc(p->buf, ncap);
 				if (!b) {
-					snprintf(err, errlen, "out of memory buffering a watch event");
+					snprintf(err, errlen,
+					         "out of memory buffering a watch event");
 					return -ENOMEM;
 				}
 				p->buf = b;
@@ -201,7 +203,8 @@ static unsigned long long mono_ms(void)
 {
 	struct timespec ts;
 	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return (unsigned long long)ts.tv_sec * 1000ull + (unsigned long long)ts.tv_nsec / 1000000ull;
+	return (unsigned long long)ts.tv_sec * 1000ull +
+	       (unsigned long long)ts.tv_nsec / 1000000ull;
 }
 
 /* Sleep ms unless stopped first. false when stopping. */
@@ -266,8 +269,9 @@ static bool on_stream_event(enum kube_event_type type, cJSON *obj, void *ud)
 	const char *name = kube_obj_name(obj);
 	if (!name || !*name || !kube_obj_rv(obj)) {
 		atomic_fetch_add_explicit(&w->st.skipped, 1, memory_order_relaxed);
-		log_error("kube: skipping a watch event whose object has no name or resourceVersion",
-		          "watch", w->name, "type", kube_event_type_name(type));
+		log_error(
+		    "kube: skipping a watch event whose object has no name or resourceVersion",
+		    "watch", w->name, "type", kube_event_type_name(type));
 		cJSON_Delete(obj);
 		return true;
 	}
@@ -293,7 +297,8 @@ static bool on_stream_data(const char *buf, size_t len, void *ud)
 	char err[256] = "";
 	uint64_t over = w->parser.oversized, skip = w->parser.skipped;
 	int rc = kube_watch_parser_feed(&w->parser, buf, len, on_stream_event, w, err, sizeof(err));
-	atomic_fetch_add_explicit(&w->st.oversized, w->parser.oversized - over, memory_order_relaxed);
+	atomic_fetch_add_explicit(&w->st.oversized, w->parser.oversized - over,
+	                          memory_order_relaxed);
 	atomic_fetch_add_explicit(&w->st.skipped, w->parser.skipped - skip, memory_order_relaxed);
 	if (rc < 0) {
 		w->malformed = true;
@@ -309,8 +314,10 @@ static int build_watch_path(struct kube_watch *w, unsigned timeout_s, char *path
 	char t[16];
 	snprintf(t, sizeof(t), "%u", timeout_s);
 	if (kube_resource_path(&w->o.resource, w->ns, NULL, NULL, path, len) < 0 ||
-	    (w->label_selector && kube_query_add(path, len, "labelSelector", w->label_selector) < 0) ||
-	    (w->field_selector && kube_query_add(path, len, "fieldSelector", w->field_selector) < 0) ||
+	    (w->label_selector &&
+	     kube_query_add(path, len, "labelSelector", w->label_selector) < 0) ||
+	    (w->field_selector &&
+	     kube_query_add(path, len, "fieldSelector", w->field_selector) < 0) ||
 	    kube_query_add(path, len, "watch", "1") < 0 ||
 	    kube_query_add(path, len, "allowWatchBookmarks", "true") < 0 ||
 	    kube_query_add(path, len, "resourceVersion", w->rv) < 0 ||
@@ -322,9 +329,9 @@ static int build_watch_path(struct kube_watch *w, unsigned timeout_s, char *path
 static int do_list(struct kube_watch *w)
 {
 	struct kube_list_opts lo = {
-		.label_selector = w->label_selector,
-		.field_selector = w->field_selector,
-		.limit = w->o.list_limit,
+	    .label_selector = w->label_selector,
+	    .field_selector = w->field_selector,
+	    .limit = w->o.list_limit,
 	};
 	cJSON *items = NULL;
 	char rv[RV_MAX];
@@ -362,9 +369,11 @@ static void *watch_main(void *ud)
 		}
 		/* Server-side timeout spread over [t, 2t) so that watches of many
 		 * clients do not all reconnect at once. */
-		unsigned timeout_s = w->o.timeout_s + (unsigned)(xorshift(&w->seed) % w->o.timeout_s);
+		unsigned timeout_s =
+		    w->o.timeout_s + (unsigned)(xorshift(&w->seed) % w->o.timeout_s);
 		if (build_watch_path(w, timeout_s, path, sizeof(path)) < 0) {
-			log_error("kube: watch path too long; selectors too large?", "watch", w->name);
+			log_error("kube: watch path too long; selectors too large?", "watch",
+			          w->name);
 			nap(w, w->o.backoff_max_ms);
 			continue;
 		}
@@ -373,14 +382,14 @@ static void *watch_main(void *ud)
 		w->stream_err[0] = '\0';
 		kube_watch_parser_reset(&w->parser);
 		struct kube_stream s = {
-			.path = path,
-			.timeout_ms = (long)(timeout_s + 60) * 1000L,
-			.idle_timeout_ms = (long)(timeout_s + 30) * 1000L,
-			.stall_timeout_ms = (long)w->o.stall_timeout_ms,
-			.pending = &w->parser.len,
-			.on_data = on_stream_data,
-			.ud = w,
-			.stop = &w->stop,
+		    .path = path,
+		    .timeout_ms = (long)(timeout_s + 60) * 1000L,
+		    .idle_timeout_ms = (long)(timeout_s + 30) * 1000L,
+		    .stall_timeout_ms = (long)w->o.stall_timeout_ms,
+		    .pending = &w->parser.len,
+		    .on_data = on_stream_data,
+		    .ud = w,
+		    .stop = &w->stop,
 		};
 		struct kube_error err;
 		unsigned long long t0 = mono_ms();
@@ -421,7 +430,8 @@ static void *watch_main(void *ud)
 		if (why) {
 			atomic_fetch_add_explicit(&w->st.failures, 1, memory_order_relaxed);
 			if (broken)
-				log_error("kube: bad watch stream, reconnecting from the last resourceVersion",
+				log_error("kube: bad watch stream, reconnecting from the last "
+				          "resourceVersion",
 				          "watch", w->name, "resourceVersion", w->rv, "error", why);
 			else
 				log_warn("kube: watch failed, reconnecting", "watch", w->name,
@@ -460,8 +470,10 @@ int kube_watch_start(struct kube_client *c, const struct kube_watch_opts *o,
 	snprintf(w->name, sizeof(w->name), "%s", o->name ? o->name : o->resource.plural);
 	w->o.name = w->name;
 	int rc = -ENOMEM;
-	if ((o->label_selector && *o->label_selector && !(w->label_selector = strdup(o->label_selector))) ||
-	    (o->field_selector && *o->field_selector && !(w->field_selector = strdup(o->field_selector))) ||
+	if ((o->label_selector && *o->label_selector &&
+	     !(w->label_selector = strdup(o->label_selector))) ||
+	    (o->field_selector && *o->field_selector &&
+	     !(w->field_selector = strdup(o->field_selector))) ||
 	    (o->ns && !(w->ns = strdup(o->ns))))
 		goto fail;
 	w->o.label_selector = w->label_selector;

@@ -42,7 +42,7 @@ struct kube_watch_parser {
 	char *buf; /* the current incomplete line */
 	size_t len, cap;
 	size_t max_line;
-	bool skipping; /* inside an oversized line: drop until its newline */
+	bool skipping;      /* inside an oversized line: drop until its newline */
 	uint64_t oversized; /* lines dropped for size */
 	uint64_t skipped;   /* JSON lines that were not usable events */
 };
@@ -60,8 +60,7 @@ void kube_watch_parser_free(struct kube_watch_parser *p);
 __attribute__((warn_unused_result)) int kube_watch_parser_feed(struct kube_watch_parser *p,
                                                                const char *data, size_t len,
                                                                kube_watch_event_fn on_event,
-                                                               void *ud, char *err,
-                                                               size_t errlen);
+                                                               void *ud, char *err, size_t errlen);
 
 /* ---- The watch ---- */
 
@@ -76,29 +75,29 @@ struct kube_watch_handler {
 
 struct kube_watch_opts {
 	struct kube_resource resource;
-	const char *ns;             /* NULL: all namespaces (or cluster-scoped) */
-	const char *label_selector; /* copied */
-	const char *field_selector; /* copied */
-	unsigned timeout_s;         /* server-side watch timeout; default 300, jittered */
-	size_t max_event_bytes;     /* default 4 MiB */
+	const char *ns;              /* NULL: all namespaces (or cluster-scoped) */
+	const char *label_selector;  /* copied */
+	const char *field_selector;  /* copied */
+	unsigned timeout_s;          /* server-side watch timeout; default 300, jittered */
+	size_t max_event_bytes;      /* default 4 MiB */
 	unsigned backoff_initial_ms; /* default 500 */
 	unsigned backoff_max_ms;     /* default 30000 */
 	unsigned list_limit;         /* page size of the list; default 500 */
-	unsigned stall_timeout_ms;   /* part of an event and then silence: reconnect; default 30000 */
-	const char *name;            /* for logs; default the resource plural */
+	unsigned stall_timeout_ms; /* part of an event and then silence: reconnect; default 30000 */
+	const char *name;          /* for logs; default the resource plural */
 };
 
 /* Counters, readable at any time (relaxed). */
 struct kube_watch_stats {
-	_Atomic uint64_t lists;       /* complete lists (replace calls) */
-	_Atomic uint64_t relists_gone;/* lists caused by 410 Gone */
-	_Atomic uint64_t connects;    /* watch requests made */
-	_Atomic uint64_t failures;    /* list or watch attempts that failed */
-	_Atomic uint64_t events;      /* ADDED/MODIFIED/DELETED delivered */
+	_Atomic uint64_t lists;        /* complete lists (replace calls) */
+	_Atomic uint64_t relists_gone; /* lists caused by 410 Gone */
+	_Atomic uint64_t connects;     /* watch requests made */
+	_Atomic uint64_t failures;     /* list or watch attempts that failed */
+	_Atomic uint64_t events;       /* ADDED/MODIFIED/DELETED delivered */
 	_Atomic uint64_t bookmarks;
-	_Atomic uint64_t malformed;   /* lines that were not JSON events */
-	_Atomic uint64_t skipped;     /* events that parsed but were unusable */
-	_Atomic uint64_t oversized;   /* events over max_event_bytes */
+	_Atomic uint64_t malformed; /* lines that were not JSON events */
+	_Atomic uint64_t skipped;   /* events that parsed but were unusable */
+	_Atomic uint64_t oversized; /* events over max_event_bytes */
 };
 
 struct kube_watch;

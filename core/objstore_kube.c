@@ -31,15 +31,13 @@ static void copy(char *dst, size_t len, const char *src)
 	snprintf(dst, len, "%s", src ? src : "");
 }
 
-static void on_change(struct kube_informer *inf, enum kube_event_type t, const cJSON *old,
-                      const cJSON *obj, void *ud)
+static void on_change(struct kube_informer *inf, enum kube_event_type t, const cJSON *obj, void *ud)
 {
 	(void)inf;
-	(void)old;
 	struct kwatch *w = ud;
-	enum objstore_event_type ot = t == KUBE_ADDED      ? OBJSTORE_ADDED
-	                              : t == KUBE_DELETED  ? OBJSTORE_DELETED
-	                                                   : OBJSTORE_MODIFIED;
+	enum objstore_event_type ot = t == KUBE_ADDED     ? OBJSTORE_ADDED
+	                              : t == KUBE_DELETED ? OBJSTORE_DELETED
+	                                                  : OBJSTORE_MODIFIED;
 	w->w.on_event(w->w.ud, ot, obj);
 }
 
@@ -77,14 +75,14 @@ static int k_watch(struct objstore *s, const struct objstore_watch *in)
 	w->w.label_selector = in->label_selector ? w->labels : NULL;
 	w->w.field_selector = in->field_selector ? w->fields : NULL;
 	struct kube_informer_opts o = {
-		.watch = {.resource = r,
-		          .ns = w->w.namespace_,
-		          .label_selector = w->w.label_selector,
-		          .field_selector = w->w.field_selector},
-		.loop = ks->loop,
-		.on_change = on_change,
-		.on_synced = on_synced,
-		.ud = w,
+	    .watch = {.resource = r,
+	              .ns = w->w.namespace_,
+	              .label_selector = w->w.label_selector,
+	              .field_selector = w->w.field_selector},
+	    .loop = ks->loop,
+	    .on_change = on_change,
+	    .on_synced = on_synced,
+	    .ud = w,
 	};
 	int rc = kube_informer_start(ks->c, &o, &w->inf);
 	if (rc < 0) {
@@ -158,12 +156,12 @@ static int k_event(struct objstore *s, const cJSON *obj, const char *type, const
 {
 	struct kstore *ks = (struct kstore *)s;
 	struct kube_event ev = {
-		.regarding = obj,
-		.type = type,
-		.reason = reason,
-		.message = message,
-		.component = component ? component : ks->component,
-		.host = ks->host[0] ? ks->host : NULL,
+	    .regarding = obj,
+	    .type = type,
+	    .reason = reason,
+	    .message = message,
+	    .component = component ? component : ks->component,
+	    .host = ks->host[0] ? ks->host : NULL,
 	};
 	struct kube_error e;
 	int rc = kube_client_event(ks->c, &ev, &e);
@@ -190,12 +188,12 @@ static void k_free(struct objstore *s)
 }
 
 static const struct objstore_ops kube_ops = {
-	.watch = k_watch,
-	.apply = k_apply,
-	.get = k_get,
-	.remove = k_remove,
-	.event = k_event,
-	.free = k_free,
+    .watch = k_watch,
+    .apply = k_apply,
+    .get = k_get,
+    .remove = k_remove,
+    .event = k_event,
+    .free = k_free,
 };
 
 int objstore_kube_new(const char *kubeconfig, const char *context, struct loop *l,

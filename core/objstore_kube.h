@@ -15,8 +15,7 @@
  * be NULL). On failure err says why. Caller frees with s->ops->free(s). */
 __attribute__((warn_unused_result)) int objstore_kube_new(const char *kubeconfig,
                                                           const char *context, struct loop *l,
-                                                          const char *component,
-                                                          const char *host,
+                                                          const char *component, const char *host,
                                                           struct objstore **out, char *err,
                                                           size_t errlen);
 

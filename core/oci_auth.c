@@ -1,3 +1,5 @@
+#include "fsutil.h"
+#include "signature.h"
 #include "oci_auth.h"
 
 #include <ctype.h>
@@ -93,8 +95,10 @@ int oci_challenge_parse(const char *hdr, struct oci_challenge *out, struct oci_e
 			rc = read_value(&q, &val);
 			if (rc) {
 				if (rc == -EINVAL)
-					oci_errf(err, "unterminated quoted string in WWW-Authenticate '%s'",
-					         hdr);
+					oci_errf(
+					    err,
+					    "unterminated quoted string in WWW-Authenticate '%s'",
+					    hdr);
 				goto out;
 			}
 			rc = -EINVAL;
@@ -183,92 +187,39 @@ void oci_creds_clear(struct oci_creds *c)
 	memset(c, 0, sizeof(*c));
 }
 
-static const char b64tab[] = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
 
 int oci_b64_encode(const void *buf, size_t len, char **out)
 {
-	const unsigned char *b = buf;
-	size_t olen = 4 * ((len + 2) / 3);
-	char *s = malloc(olen + 1);
-	if (!s)
-		return -ENOMEM;
-	size_t o = 0;
-	for (size_t i = 0; i < len; i += 3) {
-		unsigned v = (unsigned)b[i] << 16;
-		if (i + 1 < len)
-			v |= (unsigned)b[i + 1] << 8;
-		if (i + 2 < len)
-			v |= b[i + 2];
-		s[o++] = b64tab[(v >> 18) & 63];
-		s[o++] = b64tab[(v >> 12) & 63];
-		s[o++] = i + 1 < len ? b64tab[(v >> 6) & 63] : '=';
-		s[o++] = i + 2 < len ? b64tab[v & 63] : '=';
-	}
-	s[o] = '\0';
-	*out = s;
-	return 0;
+	return sig_base64_encode(buf, len, out);
 }
 
-static int b64val(char c)
-{
-	const char *p = c ? strchr(b64tab, c) : NULL;
-	if (p)
-		return (int)(p - b64tab);
-	if (c == '-')
-		return 62; /* URL-safe alphabet, as some tools write */
-	if (c == '_')
-		return 63;
-	return -1;
-}
-
+/* dockerconfigjson values may be wrapped: whitespace is dropped first. */
 int oci_b64_decode(const char *s, size_t slen, unsigned char **out, size_t *outlen)
 {
-	unsigned char *o = malloc(slen / 4 * 3 + 4);
-	if (!o)
-		return -ENOMEM;
+	char *clean = malloc(slen + 1);
 	size_t n = 0;
-	unsigned acc = 0;
-	int bits = 0;
-	bool pad = false;
-	for (size_t i = 0; i < slen; i++) {
-		char c = s[i];
-		if (c == ' ' || c == '\n' || c == '\r' || c == '\t')
-			continue;
-		if (c == '=') {
-			pad = true;
-			continue;
-		}
-		int v = b64val(c);
-		if (v < 0 || pad) {
-			free(o);
-			return -EINVAL;
-		}
-		acc = (acc << 6) | (unsigned)v;
-		bits += 6;
-		if (bits >= 8) {
-			bits -= 8;
-			o[n++] = (unsigned char)(acc >> bits);
-			acc &= (1u << bits) - 1;
-		}
+	if (!clean)
+		return -ENOMEM;
+	for (size_t i = 0; i < slen; i++)
+		if (!isspace((unsigned char)s[i]))
+			clean[n++] = s[i];
+	clean[n] = '\0';
+	unsigned char *raw = NULL;
+	size_t rlen = 0;
+	int rc = sig_base64_decode(clean, n, &raw, &rlen);
+	free(clean);
+	if (rc)
+		return rc;
+	/* callers read the result as a string */
+	unsigned char *o = realloc(raw, rlen + 1);
+	if (!o) {
+		free(raw);
+		return -ENOMEM;
 	}
-	if (bits >= 6) { /* a lone trailing character is not valid base64 */
-		free(o);
-		return -EINVAL;
-	}
-	o[n] = '\0';
+	o[rlen] = '\0';
 	*out = o;
-	*outlen = n;
+	*outlen = rlen;
 	return 0;
-}
-
-int oci_read_file(const char *path, size_t max, char **out, size_t *len)
-{
-	int fd = open(path, O_RDONLY | O_CLOEXEC);
-	if (fd < 0)
-		return -errno;
-	int rc = oci_slurp(oci_fd_read, (void *)(intptr_t)fd, max, 0, out, len);
-	close(fd);
-	return rc;
 }
 
 static const char *jstr(const cJSON *o, const char *k)
@@ -310,14 +261,16 @@ static int entry_to_creds(const cJSON *e, const char *host, struct oci_creds *ou
 		size_t dlen = 0;
 		if (oci_b64_decode(auth, strlen(auth), &dec, &dlen) || memchr(dec, '\0', dlen)) {
 			free(dec);
-			oci_errf(err, "credentials for %s: 'auth' is not base64 of user:password", host);
+			oci_errf(err, "credentials for %s: 'auth' is not base64 of user:password",
+			         host);
 			return -EINVAL;
 		}
 		char *colon = strchr((char *)dec, ':');
 		if (!colon) {
 			explicit_bzero(dec, dlen);
 			free(dec);
-			oci_errf(err, "credentials for %s: 'auth' does not hold user:password", host);
+			oci_errf(err, "credentials for %s: 'auth' does not hold user:password",
+			         host);
 			return -EINVAL;
 		}
 		*colon = '\0';
@@ -334,8 +287,10 @@ static int entry_to_creds(const cJSON *e, const char *host, struct oci_creds *ou
 	if (tok && *tok && !(c.identity_token = strdup(tok)))
 		goto fail;
 	if (!c.username && !c.identity_token) {
-		oci_errf(err, "credentials for %s hold neither auth, username/password nor "
-		              "identitytoken", host);
+		oci_errf(err,
+		         "credentials for %s hold neither auth, username/password nor "
+		         "identitytoken",
+		         host);
 		return -EINVAL;
 	}
 	*out = c;
@@ -444,7 +399,7 @@ int oci_creds_lookup_file(const char *path, const char *host, struct oci_creds *
 {
 	char *buf = NULL;
 	size_t len = 0;
-	int rc = oci_read_file(path, AUTH_FILE_MAX, &buf, &len);
+	int rc = fsutil_read_file(path, AUTH_FILE_MAX, &buf, &len);
 	if (rc) {
 		oci_errf(err, "cannot read credentials file %s: %s", path,
 		         rc == -EFBIG ? "larger than 4 MiB" : strerror(-rc));

@@ -22,9 +22,8 @@ struct oci_challenge {
  * challenges, Bearer wins over Basic. -EINVAL + err when no Basic or
  * Bearer challenge can be read (or Bearer lacks a realm). Release with
  * oci_challenge_clear(). */
-__attribute__((warn_unused_result)) int oci_challenge_parse(const char *hdr,
-                                                            struct oci_challenge *out,
-                                                            struct oci_err *err);
+__attribute__((warn_unused_result)) int
+oci_challenge_parse(const char *hdr, struct oci_challenge *out, struct oci_err *err);
 void oci_challenge_clear(struct oci_challenge *c);
 
 struct oci_creds {
@@ -41,8 +40,7 @@ void oci_creds_clear(struct oci_creds *c);
  * 0 and *out filled; -ENOENT when the host has no entry; -EINVAL + err
  * when the document or the entry is malformed. */
 __attribute__((warn_unused_result)) int oci_creds_lookup(const char *json, size_t len,
-                                                         const char *host,
-                                                         struct oci_creds *out,
+                                                         const char *host, struct oci_creds *out,
                                                          struct oci_err *err);
 
 /* Same, reading the document from a file (capped at 4 MiB). */
@@ -56,8 +54,6 @@ __attribute__((warn_unused_result)) int oci_b64_encode(const void *buf, size_t l
 __attribute__((warn_unused_result)) int oci_b64_decode(const char *s, size_t slen,
                                                        unsigned char **out, size_t *outlen);
 
-/* Read a whole (small) file: -EFBIG past max. Caller frees *out (NUL added). */
-__attribute__((warn_unused_result)) int oci_read_file(const char *path, size_t max, char **out,
-                                                      size_t *len);
+
 
 #endif

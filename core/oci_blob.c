@@ -60,7 +60,8 @@ ssize_t oci_blob_read(struct oci_blob_reader *r, void *buf, size_t len)
 	}
 	if (n > 0) {
 		if (r->size >= 0 && r->h.bytes + (uint64_t)n > (uint64_t)r->size) {
-			oci_errf(&r->err, "%s %s is longer than the %" PRId64 " bytes its descriptor says",
+			oci_errf(&r->err,
+			         "%s %s is longer than the %" PRId64 " bytes its descriptor says",
 			         r->what, r->want, r->size);
 			return fail(r, -EFBIG);
 		}
@@ -68,8 +69,8 @@ ssize_t oci_blob_read(struct oci_blob_reader *r, void *buf, size_t len)
 		return n;
 	}
 	if (r->size >= 0 && r->h.bytes != (uint64_t)r->size) {
-		oci_errf(&r->err, "%s %s is truncated: got %" PRIu64 " of %" PRId64 " bytes", r->what,
-		         r->want, r->h.bytes, r->size);
+		oci_errf(&r->err, "%s %s is truncated: got %" PRIu64 " of %" PRId64 " bytes",
+		         r->what, r->want, r->h.bytes, r->size);
 		return fail(r, -EPIPE);
 	}
 	char got[OCI_DIGEST_MAX];
@@ -78,8 +79,8 @@ ssize_t oci_blob_read(struct oci_blob_reader *r, void *buf, size_t len)
 		return fail(r, -EIO);
 	}
 	if (strcmp(got, r->want) != 0) {
-		oci_errf(&r->err, "%s digest mismatch: expected %s, content is %s", r->what, r->want,
-		         got);
+		oci_errf(&r->err, "%s digest mismatch: expected %s, content is %s", r->what,
+		         r->want, got);
 		return fail(r, -EBADMSG);
 	}
 	r->rc = 1;
@@ -115,8 +116,8 @@ void oci_blob_close(struct oci_blob_reader *r)
 	free(r);
 }
 
-int oci_slurp(ssize_t (*rd)(void *ctx, void *buf, size_t len), void *ctx, size_t max,
-              size_t hint, char **out, size_t *len)
+int oci_slurp(ssize_t (*rd)(void *ctx, void *buf, size_t len), void *ctx, size_t max, size_t hint,
+              char **out, size_t *len)
 {
 	int rc = 0;
 	size_t cap = hint && hint <= max ? hint + 1 : 8192;
@@ -172,7 +173,8 @@ int oci_blob_slurp(struct oci_blob_reader *r, size_t max, char **out, size_t *le
 	} else {
 		rc = oci_slurp(reader_rd, r, max, r->size >= 0 ? (size_t)r->size : 0, out, len);
 		if (rc == -EFBIG)
-			oci_errf(err, "%s %s is more than the %zu bytes accepted", r->what, r->want, max);
+			oci_errf(err, "%s %s is more than the %zu bytes accepted", r->what, r->want,
+			         max);
 		else if (rc < 0)
 			oci_errf(err, "%s", oci_blob_error(r));
 	}

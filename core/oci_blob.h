@@ -28,8 +28,7 @@ struct oci_blob_source {
  * < 0 means unknown. */
 __attribute__((warn_unused_result)) int oci_blob_reader_new(const struct oci_blob_source *src,
                                                             void *ctx, const char *digest,
-                                                            int64_t expect_size,
-                                                            const char *what,
+                                                            int64_t expect_size, const char *what,
                                                             struct oci_blob_reader **out);
 
 /* >0 bytes read; 0 when the whole blob arrived and verified; <0 -errno with
@@ -46,9 +45,8 @@ void oci_blob_close(struct oci_blob_reader *r);
 
 /* Read the whole blob into memory (max bytes at most, -EFBIG beyond), verified.
  * *out is malloc'd and NUL-terminated; caller frees. The reader is closed. */
-__attribute__((warn_unused_result)) int oci_blob_slurp(struct oci_blob_reader *r, size_t max,
-                                                       char **out, size_t *len,
-                                                       struct oci_err *err);
+__attribute__((warn_unused_result)) int
+oci_blob_slurp(struct oci_blob_reader *r, size_t max, char **out, size_t *len, struct oci_err *err);
 
 /* Read everything rd yields into one malloc'd, NUL-terminated buffer;
  * -EFBIG past max bytes, or rd's own -errno. hint: expected size (0 if

@@ -36,7 +36,6 @@ __attribute__((warn_unused_result)) int oci_digest_buf(const void *buf, size_t l
                                                        char out[OCI_DIGEST_MAX]);
 /* Digest (algorithm of `like`, sha256 when NULL) and size of a whole file. */
 __attribute__((warn_unused_result)) int oci_digest_file(const char *path, const char *like,
-                                                        char out[OCI_DIGEST_MAX],
-                                                        uint64_t *size);
+                                                        char out[OCI_DIGEST_MAX], uint64_t *size);
 
 #endif

@@ -121,7 +121,8 @@ int oci_desc_copy(const struct oci_desc *src, struct oci_desc *dst)
 	memcpy(d.digest, src->digest, sizeof(d.digest));
 	d.size = src->size;
 	d.has_platform = src->has_platform;
-	if (dup_str(src->media_type, &d.media_type) || dup_str(src->artifact_type, &d.artifact_type) ||
+	if (dup_str(src->media_type, &d.media_type) ||
+	    dup_str(src->artifact_type, &d.artifact_type) ||
 	    dup_str(src->platform.os, &d.platform.os) ||
 	    dup_str(src->platform.architecture, &d.platform.architecture) ||
 	    dup_str(src->platform.variant, &d.platform.variant))
@@ -158,8 +159,7 @@ static int annotations_from(const cJSON *o, const char *what, cJSON **out, struc
 	return 0;
 }
 
-int oci_desc_from_json(const cJSON *j, const char *what, struct oci_desc *out,
-                       struct oci_err *err)
+int oci_desc_from_json(const cJSON *j, const char *what, struct oci_desc *out, struct oci_err *err)
 {
 	struct oci_desc d = {0};
 	int rc = -EINVAL;
@@ -236,7 +236,8 @@ cJSON *oci_desc_to_json(const struct oci_desc *d)
 			goto fail;
 		if (d->platform.os && !cJSON_AddStringToObject(p, "os", d->platform.os))
 			goto fail;
-		if (d->platform.variant && !cJSON_AddStringToObject(p, "variant", d->platform.variant))
+		if (d->platform.variant &&
+		    !cJSON_AddStringToObject(p, "variant", d->platform.variant))
 			goto fail;
 	}
 	return o;
@@ -428,7 +429,8 @@ int oci_index_parse(const char *buf, size_t len, const char *content_type, struc
 	}
 	int n = cJSON_GetArraySize(ms);
 	if (n > OCI_MAX_INDEX_ENTRIES) {
-		oci_errf(err, "index has %d entries (at most %d accepted)", n, OCI_MAX_INDEX_ENTRIES);
+		oci_errf(err, "index has %d entries (at most %d accepted)", n,
+		         OCI_MAX_INDEX_ENTRIES);
 		goto out;
 	}
 	rc = -ENOMEM;
@@ -508,8 +510,8 @@ const char *oci_host_arch(void)
 {
 	static const struct {
 		const char *uname, *go;
-	} map[] = {{"x86_64", "amd64"}, {"aarch64", "arm64"}, {"ppc64le", "ppc64le"},
-	           {"s390x", "s390x"},  {"i686", "386"},      {"armv7l", "arm"},
+	} map[] = {{"x86_64", "amd64"},   {"aarch64", "arm64"}, {"ppc64le", "ppc64le"},
+	           {"s390x", "s390x"},    {"i686", "386"},      {"armv7l", "arm"},
 	           {"riscv64", "riscv64"}};
 	struct utsname u;
 	if (uname(&u) == 0)
@@ -533,7 +535,8 @@ int oci_index_select(const struct oci_index *ix, const char *os, const char *arc
 			continue;
 		}
 		const struct oci_platform *p = &d->platform;
-		if (!p->os || !p->architecture || strcmp(p->os, os) || strcmp(p->architecture, arch))
+		if (!p->os || !p->architecture || strcmp(p->os, os) ||
+		    strcmp(p->architecture, arch))
 			continue;
 		if (variant && p->variant && strcmp(variant, p->variant))
 			continue;

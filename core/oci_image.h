@@ -54,8 +54,8 @@ struct oci_desc {
 	char *media_type;
 	char digest[OCI_DIGEST_MAX];
 	int64_t size;
-	char *artifact_type;        /* NULL when absent */
-	cJSON *annotations;         /* owned object or NULL */
+	char *artifact_type;          /* NULL when absent */
+	cJSON *annotations;           /* owned object or NULL */
 	struct oci_platform platform; /* index entries only */
 	bool has_platform;
 };
@@ -103,13 +103,11 @@ void oci_manifest_clear(struct oci_manifest *m);
 
 __attribute__((warn_unused_result)) int oci_index_parse(const char *buf, size_t len,
                                                         const char *content_type,
-                                                        struct oci_index *out,
-                                                        struct oci_err *err);
+                                                        struct oci_index *out, struct oci_err *err);
 void oci_index_clear(struct oci_index *ix);
 
-__attribute__((warn_unused_result)) int oci_config_parse(const char *buf, size_t len,
-                                                         struct oci_config *out,
-                                                         struct oci_err *err);
+__attribute__((warn_unused_result)) int
+oci_config_parse(const char *buf, size_t len, struct oci_config *out, struct oci_err *err);
 void oci_config_clear(struct oci_config *c);
 /* config.Labels[key] (OCI and Docker spell the object "config"), borrowed
  * from c; NULL when absent. */
@@ -121,10 +119,9 @@ const cJSON *oci_config_labels(const struct oci_config *c);
  * index has exactly one image manifest with no platform, that one. Entries
  * whose platform is "unknown/unknown" (attestations) never match.
  * -ENOENT + err listing the platforms present otherwise. */
-__attribute__((warn_unused_result)) int oci_index_select(const struct oci_index *ix,
-                                                         const char *os, const char *arch,
-                                                         const char *variant, size_t *which,
-                                                         struct oci_err *err);
+__attribute__((warn_unused_result)) int oci_index_select(const struct oci_index *ix, const char *os,
+                                                         const char *arch, const char *variant,
+                                                         size_t *which, struct oci_err *err);
 /* The GOARCH-style name of the machine we run on ("amd64", "arm64"...). */
 const char *oci_host_arch(void);
 
@@ -133,23 +130,21 @@ void oci_desc_clear(struct oci_desc *d);
 __attribute__((warn_unused_result)) int oci_desc_copy(const struct oci_desc *src,
                                                       struct oci_desc *dst);
 /* Parse one descriptor object; what names which document it is in. */
-__attribute__((warn_unused_result)) int oci_desc_from_json(const cJSON *j, const char *what,
-                                                           struct oci_desc *out,
-                                                           struct oci_err *err);
+__attribute__((warn_unused_result)) int
+oci_desc_from_json(const cJSON *j, const char *what, struct oci_desc *out, struct oci_err *err);
 /* A new JSON object for d (mediaType, artifactType, digest, size,
  * annotations, platform), NULL on ENOMEM. */
 cJSON *oci_desc_to_json(const struct oci_desc *d);
 /* Fill d for a blob given its bytes; annotations NULL. */
-__attribute__((warn_unused_result)) int oci_desc_for_bytes(const char *media_type,
-                                                           const void *buf, size_t len,
-                                                           struct oci_desc *d);
+__attribute__((warn_unused_result)) int oci_desc_for_bytes(const char *media_type, const void *buf,
+                                                           size_t len, struct oci_desc *d);
 /* Annotation value of d, borrowed; NULL when absent. */
 const char *oci_desc_annotation(const struct oci_desc *d, const char *key);
 
 /* Serialise (compact JSON, keys in spec order). *out is malloc'd, caller
  * frees; 0 or -ENOMEM. */
-__attribute__((warn_unused_result)) int oci_manifest_build(const struct oci_manifest *m,
-                                                           char **out, size_t *len);
+__attribute__((warn_unused_result)) int oci_manifest_build(const struct oci_manifest *m, char **out,
+                                                           size_t *len);
 __attribute__((warn_unused_result)) int oci_index_build(const struct oci_index *ix, char **out,
                                                         size_t *len);
 

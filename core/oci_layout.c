@@ -1,3 +1,4 @@
+#include "fsutil.h"
 #include "oci_layout.h"
 
 #include <errno.h>
@@ -114,7 +115,7 @@ int oci_layout_open(const char *dir, bool create, struct oci_layout **out, struc
 		if ((rc = write_atomic(dir, "oci-layout", LAYOUT_FILE, strlen(LAYOUT_FILE))))
 			goto io;
 	} else {
-		rc = oci_read_file(marker, 4096, &buf, &len);
+		rc = fsutil_read_file(marker, 4096, &buf, &len);
 		if (rc || !strstr(buf, "imageLayoutVersion")) {
 			oci_errf(err, "%s/oci-layout is unreadable or not a layout marker", dir);
 			rc = rc ? rc : -EINVAL;
@@ -124,8 +125,8 @@ int oci_layout_open(const char *dir, bool create, struct oci_layout **out, struc
 			goto io;
 	}
 	if (access(index, F_OK) < 0) {
-		static const char empty[] = "{\"schemaVersion\":2,\"mediaType\":\"" OCI_MT_INDEX
-		                            "\",\"manifests\":[]}";
+		static const char empty[] =
+		    "{\"schemaVersion\":2,\"mediaType\":\"" OCI_MT_INDEX "\",\"manifests\":[]}";
 		if (!create) {
 			oci_errf(err, "%s has no index.json", dir);
 			rc = -ENOENT;
@@ -161,8 +162,8 @@ char *oci_layout_blob_path(const struct oci_layout *l, const char *digest)
 {
 	const char *colon = strchr(digest, ':');
 	char *s = NULL;
-	if (!colon || asprintf(&s, "%s/blobs/%.*s/%s", l->dir, (int)(colon - digest), digest,
-	                       colon + 1) < 0)
+	if (!colon ||
+	    asprintf(&s, "%s/blobs/%.*s/%s", l->dir, (int)(colon - digest), digest, colon + 1) < 0)
 		return NULL;
 	return s;
 }
@@ -184,7 +185,7 @@ static int read_index(struct oci_layout *l, struct oci_index *ix, struct oci_err
 	size_t len = 0;
 	if (!path)
 		return -ENOMEM;
-	int rc = oci_read_file(path, INDEX_MAX, &buf, &len);
+	int rc = fsutil_read_file(path, INDEX_MAX, &buf, &len);
 	if (rc) {
 		oci_errf(err, "cannot read %s: %s", path, strerror(-rc));
 	} else if ((rc = oci_index_parse(buf, len, OCI_MT_INDEX, ix, err))) {
@@ -208,8 +209,8 @@ int oci_layout_blob_open(struct oci_layout *l, const struct oci_desc *d, const c
 	int fd = open(p, O_RDONLY | O_CLOEXEC);
 	if (fd < 0) {
 		int rc = -errno;
-		oci_errf(err, "%s %s is not in layout %s (%s)", what ? what : "blob", d->digest, l->dir,
-		         strerror(errno));
+		oci_errf(err, "%s %s is not in layout %s (%s)", what ? what : "blob", d->digest,
+		         l->dir, strerror(errno));
 		free(p);
 		return rc;
 	}
@@ -230,7 +231,8 @@ int oci_layout_resolve(struct oci_layout *l, const char *reference, struct oci_d
 	for (size_t i = ix.n_manifests; i-- > 0;) {
 		const struct oci_desc *d = &ix.manifests[i];
 		const char *name = oci_desc_annotation(d, OCI_ANN_REF_NAME);
-		if (by_digest ? strcmp(d->digest, reference) == 0 : name && strcmp(name, reference) == 0) {
+		if (by_digest ? strcmp(d->digest, reference) == 0
+		              : name && strcmp(name, reference) == 0) {
 			rc = oci_desc_copy(d, out);
 			goto out;
 		}
@@ -251,7 +253,8 @@ int oci_layout_resolve(struct oci_layout *l, const char *reference, struct oci_d
 		struct oci_desc d = {0};
 		memcpy(d.digest, probe.digest, sizeof(d.digest));
 		d.size = (int64_t)f.len;
-		if (!(d.media_type = strdup(k == OCI_KIND_INDEX ? OCI_MT_INDEX : OCI_MT_MANIFEST))) {
+		if (!(d.media_type =
+		          strdup(k == OCI_KIND_INDEX ? OCI_MT_INDEX : OCI_MT_MANIFEST))) {
 			rc = -ENOMEM;
 			goto out;
 		}
@@ -348,8 +351,8 @@ out:
 	return rc;
 }
 
-int oci_layout_put_blob_reader(struct oci_layout *l, struct oci_blob_reader *r,
-                               const char *digest, struct oci_err *err)
+int oci_layout_put_blob_reader(struct oci_layout *l, struct oci_blob_reader *r, const char *digest,
+                               struct oci_err *err)
 {
 	if (oci_layout_has_blob(l, digest)) {
 		/* already stored: still read the source to its verified end */
@@ -381,7 +384,8 @@ int oci_layout_put_blob_reader(struct oci_layout *l, struct oci_blob_reader *r,
 				continue;
 			if (w < 0) {
 				rc = -errno;
-				oci_errf(err, "writing blob %s into %s: %s", digest, l->dir, strerror(errno));
+				oci_errf(err, "writing blob %s into %s: %s", digest, l->dir,
+				         strerror(errno));
 				goto fail;
 			}
 			off += w;
@@ -414,7 +418,8 @@ int oci_layout_put_blob_mem(struct oci_layout *l, const void *buf, size_t len,
 		rc = write_atomic(l->dir, rel, buf, len);
 		free(rel);
 		if (rc) {
-			oci_errf(err, "cannot write blob %s into %s: %s", dg, l->dir, strerror(-rc));
+			oci_errf(err, "cannot write blob %s into %s: %s", dg, l->dir,
+			         strerror(-rc));
 			return rc;
 		}
 	}
@@ -451,8 +456,8 @@ int oci_layout_put_manifest(struct oci_layout *l, const char *tag, const char *m
 	for (size_t i = 0; i < ix.n_manifests; i++) {
 		const struct oci_desc *d = &ix.manifests[i];
 		const char *name = oci_desc_annotation(d, OCI_ANN_REF_NAME);
-		bool drop = tag ? (name && strcmp(name, tag) == 0)
-		                : (!name && strcmp(d->digest, dg) == 0);
+		bool drop =
+		    tag ? (name && strcmp(name, tag) == 0) : (!name && strcmp(d->digest, dg) == 0);
 		if (drop)
 			oci_desc_clear(&ix.manifests[i]);
 		else

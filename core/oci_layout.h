@@ -20,9 +20,8 @@ struct oci_layout;
 /* Open dir; with create, make it (and its oci-layout and index.json) when
  * missing. -ENOENT / -EINVAL + err when it is not a layout. Caller frees
  * with oci_layout_free(). */
-__attribute__((warn_unused_result)) int oci_layout_open(const char *dir, bool create,
-                                                        struct oci_layout **out,
-                                                        struct oci_err *err);
+__attribute__((warn_unused_result)) int
+oci_layout_open(const char *dir, bool create, struct oci_layout **out, struct oci_err *err);
 void oci_layout_free(struct oci_layout *l);
 
 /* The manifest a tag or digest names. -ENOENT when there is none. */
@@ -31,17 +30,14 @@ __attribute__((warn_unused_result)) int oci_layout_resolve(struct oci_layout *l,
                                                            struct oci_desc *out,
                                                            struct oci_err *err);
 __attribute__((warn_unused_result)) int oci_layout_get_manifest(struct oci_layout *l,
-                                                                const char *reference,
-                                                                size_t max,
+                                                                const char *reference, size_t max,
                                                                 struct oci_fetched *out,
                                                                 struct oci_err *err);
 
 bool oci_layout_has_blob(struct oci_layout *l, const char *digest);
-__attribute__((warn_unused_result)) int oci_layout_blob_open(struct oci_layout *l,
-                                                             const struct oci_desc *d,
-                                                             const char *what,
-                                                             struct oci_blob_reader **out,
-                                                             struct oci_err *err);
+__attribute__((warn_unused_result)) int
+oci_layout_blob_open(struct oci_layout *l, const struct oci_desc *d, const char *what,
+                     struct oci_blob_reader **out, struct oci_err *err);
 /* Path of a blob's file ("DIR/blobs/sha256/<hex>"); caller frees. */
 char *oci_layout_blob_path(const struct oci_layout *l, const char *digest);
 
@@ -69,8 +65,9 @@ __attribute__((warn_unused_result)) int oci_layout_commit_blob(struct oci_layout
 
 /* Write a manifest blob and list it in index.json: under tag (replacing
  * what the tag named before) or, with tag NULL, as an untagged entry. */
-__attribute__((warn_unused_result)) int oci_layout_put_manifest(
-    struct oci_layout *l, const char *tag, const char *media_type, const char *data, size_t len,
-    const char *artifact_type, char digest_out[OCI_DIGEST_MAX], struct oci_err *err);
+__attribute__((warn_unused_result)) int
+oci_layout_put_manifest(struct oci_layout *l, const char *tag, const char *media_type,
+                        const char *data, size_t len, const char *artifact_type,
+                        char digest_out[OCI_DIGEST_MAX], struct oci_err *err);
 
 #endif

@@ -2,6 +2,7 @@
 
 #include <errno.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "log.h"
@@ -25,9 +26,42 @@ int oci_pull_verify(struct oci_repo *repo, const char *image_digest, const struc
 	return rc;
 }
 
-static ssize_t blob_read_cb(void *ctx, void *buf, size_t len)
+/* One layer: this thread downloads and hashes, the extractor's helper
+ * thread inflates and writes (two cores in use on a node that has them).
+ * The extractor only sees end-of-stream once the digest has verified. */
+static int extract_one(struct extract *x, struct oci_blob_reader *r, const char *what,
+                       struct oci_err *e)
 {
-	return oci_blob_read(ctx, buf, len);
+	enum { BUF = 1 << 17 };
+	struct extract_push *p = NULL;
+	char *buf = malloc(BUF);
+	int rc = buf ? extract_push_begin(x, &p) : -ENOMEM;
+	if (rc) {
+		free(buf);
+		oci_errf(e, "%s: cannot start extraction: %s", what, strerror(-rc));
+		return rc;
+	}
+	ssize_t n;
+	int wrc = 0;
+	while ((n = oci_blob_read(r, buf, BUF)) > 0)
+		if ((wrc = extract_push_write(p, buf, (size_t)n)))
+			break;
+	free(buf);
+	rc = extract_push_end(p, n == 0 && wrc == 0);
+	if (rc == 0 && n < 0)
+		rc = (int)n;
+	if (rc) {
+		/* A tampered blob usually breaks the decompressor or the tar
+		 * parser before its end: read the rest, and when the digest does
+		 * not match, that is the problem to report. */
+		char xe[512];
+		snprintf(xe, sizeof(xe), "%s", extract_error(x));
+		bool blob_failed = n < 0 || oci_blob_drain(r) < 0;
+		oci_errf(e, "%s: %s", what, blob_failed ? oci_blob_error(r) : xe);
+		if (blob_failed && n < 0)
+			rc = (int)n;
+	}
+	return rc;
 }
 
 int oci_pull_extract(struct oci_repo *repo, const struct oci_image *img, struct extract *x,
@@ -48,13 +82,7 @@ int oci_pull_extract(struct oci_repo *repo, const struct oci_image *img, struct 
 		int rc = oci_repo_blob_open(repo, l, what, &r, err);
 		if (rc)
 			return rc;
-		rc = extract_layer(x, blob_read_cb, r);
-		if (rc) {
-			/* a failing read names the blob problem; else the extractor's rule */
-			bool blob_failed = oci_blob_read(r, NULL, 0) < 0;
-			oci_errf(err, "%s: %s", what,
-			         blob_failed ? oci_blob_error(r) : extract_error(x));
-		}
+		rc = extract_one(x, r, what, err);
 		oci_blob_close(r);
 		if (rc)
 			return rc;

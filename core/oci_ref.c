@@ -73,7 +73,8 @@ static int path_check(const char *path, struct oci_err *err)
 		if (!component_valid(p, len)) {
 			for (size_t i = 0; i < len; i++)
 				if (isupper((unsigned char)p[i])) {
-					oci_errf(err, "repository name '%s' must be lowercase", path);
+					oci_errf(err, "repository name '%s' must be lowercase",
+					         path);
 					return -EINVAL;
 				}
 			oci_errf(err,
@@ -120,7 +121,8 @@ static int domain_check(const char *d, struct oci_err *err)
 		size_t hlen = colon ? (size_t)(colon - p) : strlen(p);
 		if (colon)
 			port = colon + 1;
-		/* domain-component := [A-Za-z0-9] | [A-Za-z0-9][A-Za-z0-9-]*[A-Za-z0-9], dot-joined */
+		/* domain-component := [A-Za-z0-9] | [A-Za-z0-9][A-Za-z0-9-]*[A-Za-z0-9], dot-joined
+		 */
 		size_t i = 0;
 		while (i < hlen) {
 			size_t start = i;
@@ -134,8 +136,9 @@ static int domain_check(const char *d, struct oci_err *err)
 			}
 			for (size_t k = start; k < i; k++)
 				if (!(isalnum((unsigned char)p[k]) || p[k] == '-')) {
-					oci_errf(err, "invalid character '%c' in registry host '%.*s'", p[k],
-					         (int)hlen, p);
+					oci_errf(err,
+					         "invalid character '%c' in registry host '%.*s'",
+					         p[k], (int)hlen, p);
 					return -EINVAL;
 				}
 			if (i < hlen)
@@ -219,7 +222,8 @@ static int take_tag(char *colon, struct oci_ref *r, struct oci_err *err)
 {
 	*colon = '\0';
 	if (!oci_ref_tag_valid(colon + 1)) {
-		oci_errf(err, "invalid tag '%s' (want [A-Za-z0-9_][A-Za-z0-9_.-]{0,127})", colon + 1);
+		oci_errf(err, "invalid tag '%s' (want [A-Za-z0-9_][A-Za-z0-9_.-]{0,127})",
+		         colon + 1);
 		return -EINVAL;
 	}
 	return (r->tag = strdup(colon + 1)) ? 0 : -ENOMEM;
@@ -274,7 +278,8 @@ int oci_ref_parse(const char *s, struct oci_ref *out, struct oci_err *err)
 		s += 9;
 	for (const char *p = s; *p; p++)
 		if (isspace((unsigned char)*p) || iscntrl((unsigned char)*p)) {
-			oci_errf(err, "image reference '%s' contains whitespace or control characters",
+			oci_errf(err,
+			         "image reference '%s' contains whitespace or control characters",
 			         s);
 			return -EINVAL;
 		}

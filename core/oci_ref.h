@@ -24,7 +24,7 @@ enum oci_ref_kind { OCI_REF_REGISTRY = 0, OCI_REF_LAYOUT };
 
 struct oci_ref {
 	enum oci_ref_kind kind;
-	char *registry;   /* registry refs: "docker.io", "quay.io", "127.0.0.1:5000", "[::1]:5000" */
+	char *registry; /* registry refs: "docker.io", "quay.io", "127.0.0.1:5000", "[::1]:5000" */
 	char *repository; /* registry refs: "library/ubuntu" */
 	char *dir;        /* layout refs: the directory as written */
 	char *tag;        /* NULL when none was given and a digest was */

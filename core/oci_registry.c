@@ -792,12 +792,16 @@ static int fetch_token(struct oci_registry *r, const char *scope, struct oci_err
 	char *svc = r->service ? curl_easy_escape(esc, r->service, 0) : NULL;
 	char *scp = scope && *scope ? curl_easy_escape(esc, scope, 0) : NULL;
 	bool refresh = r->have_creds && r->creds.identity_token;
-	struct req q = {.method = "GET", .url = url, .body_max = TOKEN_BODY_MAX,
-	                .total_timeout = true, .up_fd = -1};
+	struct req q = {.method = "GET",
+	                .url = url,
+	                .body_max = TOKEN_BODY_MAX,
+	                .total_timeout = true,
+	                .up_fd = -1};
 	if (refresh) {
 		char *tok = curl_easy_escape(esc, r->creds.identity_token, 0);
-		if (asprintf(&form, "grant_type=refresh_token&client_id=gkm&service=%s&scope=%s&"
-		                    "refresh_token=%s",
+		if (asprintf(&form,
+		             "grant_type=refresh_token&client_id=gkm&service=%s&scope=%s&"
+		             "refresh_token=%s",
 		             svc ? svc : "", scp ? scp : "", tok ? tok : "") < 0)
 			form = NULL;
 		curl_free(tok);
@@ -830,12 +834,16 @@ static int fetch_token(struct oci_registry *r, const char *scope, struct oci_err
 		goto out;
 	if (x->status == 401 || x->status == 403) {
 		if (r->have_creds)
-			oci_errf(err, "token server %s rejected the credentials from %s for scope '%s' "
-			              "(HTTP %ld)", r->realm, r->creds_source, scope ? scope : "",
-			         x->status);
+			oci_errf(err,
+			         "token server %s rejected the credentials from %s for scope '%s' "
+			         "(HTTP %ld)",
+			         r->realm, r->creds_source, scope ? scope : "", x->status);
 		else
-			oci_errf(err, "token server %s refused anonymous access to scope '%s' (HTTP %ld); "
-			              "credentials needed", r->realm, scope ? scope : "", x->status);
+			oci_errf(
+			    err,
+			    "token server %s refused anonymous access to scope '%s' (HTTP %ld); "
+			    "credentials needed",
+			    r->realm, scope ? scope : "", x->status);
 		rc = -EACCES;
 		goto out;
 	}
@@ -855,9 +863,9 @@ static int fetch_token(struct oci_registry *r, const char *scope, struct oci_err
 		goto out;
 	}
 	const cJSON *ttl = cJSON_GetObjectItemCaseSensitive(j, "expires_in");
-	rc = token_store(r, scope, t->valuestring,
-	                 cJSON_IsNumber(ttl) && ttl->valuedouble < 86400 * 365 ? (long)ttl->valuedouble
-	                                                                       : 60);
+	rc = token_store(
+	    r, scope, t->valuestring,
+	    cJSON_IsNumber(ttl) && ttl->valuedouble < 86400 * 365 ? (long)ttl->valuedouble : 60);
 out:
 	cJSON_Delete(j);
 	xfer_free(x);
@@ -899,7 +907,8 @@ static int on_unauthorized(struct oci_registry *r, const struct xfer *x, const c
 	int rc = oci_challenge_parse(x->www_auth, &c, err);
 	if (rc) {
 		if (!x->www_auth[0])
-			oci_errf(err, "registry %s answered 401 without a WWW-Authenticate challenge",
+			oci_errf(err,
+			         "registry %s answered 401 without a WWW-Authenticate challenge",
 			         r->host);
 		return -EACCES;
 	}
@@ -907,8 +916,11 @@ static int on_unauthorized(struct oci_registry *r, const struct xfer *x, const c
 		bool had = r->auth == OCI_AUTH_BASIC;
 		r->auth = OCI_AUTH_BASIC;
 		if (!r->have_creds || !r->creds.username) {
-			oci_errf(err, "registry %s requires a login and no credentials were found for it "
-			              "(use --authfile, --creds or a pull secret)", r->host);
+			oci_errf(
+			    err,
+			    "registry %s requires a login and no credentials were found for it "
+			    "(use --authfile, --creds or a pull secret)",
+			    r->host);
 			rc = -EACCES;
 		} else if (had && sent_auth) {
 			oci_errf(err, "registry %s rejected the credentials from %s", r->host,
@@ -928,7 +940,8 @@ static int on_unauthorized(struct oci_registry *r, const struct xfer *x, const c
 	bool same_realm = r->realm && strcmp(r->realm, c.realm) == 0;
 	if (sent_auth && r->auth == OCI_AUTH_BEARER && same_realm && !c.error) {
 		oci_errf(err, "registry %s refused the token it issued for '%s'%s", r->host,
-		         scope ? scope : "", r->have_creds ? "" : " (anonymous; credentials needed?)");
+		         scope ? scope : "",
+		         r->have_creds ? "" : " (anonymous; credentials needed?)");
 		oci_challenge_clear(&c);
 		return -EACCES;
 	}
@@ -955,8 +968,9 @@ static int run_simple(struct oci_registry *r, const struct req *q, struct xfer *
 		if (rc)
 			return rc;
 		xfer_drive(x, false);
-		bool retry = attempt < r->o.retries &&
-		             (x->cc != CURLE_OK ? cc_retryable(x->cc) : status_retryable(x->status));
+		bool retry =
+		    attempt < r->o.retries &&
+		    (x->cc != CURLE_OK ? cc_retryable(x->cc) : status_retryable(x->status));
 		if (!retry)
 			break;
 		char at[16];
@@ -1059,21 +1073,24 @@ static int request(struct oci_registry *r, struct req *q, char *url, size_t url_
 		}
 		if (x->cc == CURLE_OK && x->status == 401) {
 			if (auth && r->auth == OCI_AUTH_BASIC) {
-				oci_errf(err, "registry %s rejected the credentials from %s (HTTP 401)",
+				oci_errf(err,
+				         "registry %s rejected the credentials from %s (HTTP 401)",
 				         r->host, r->creds_source);
 			} else if (auth) {
-				oci_errf(err, "registry %s refused the token issued for '%s' (HTTP 401)",
+				oci_errf(err,
+				         "registry %s refused the token issued for '%s' (HTTP 401)",
 				         r->host, scope ? scope : "");
 			} else {
 				describe_status(x, q->method, url, err);
-				oci_err_prefix(err, "not authorized%s", r->have_creds ? "" : " (no credentials)");
+				oci_err_prefix(err, "not authorized%s",
+				               r->have_creds ? "" : " (no credentials)");
 			}
 			rc = -EACCES;
 			goto out;
 		}
 		if (x->body_too_big) {
-			oci_errf(err, "%s %s: response is larger than the %zu bytes accepted", q->method,
-			         url, q->body_max);
+			oci_errf(err, "%s %s: response is larger than the %zu bytes accepted",
+			         q->method, url, q->body_max);
 			rc = -EFBIG;
 			goto out;
 		}
@@ -1100,8 +1117,8 @@ static int request(struct oci_registry *r, struct req *q, char *url, size_t url_
 			snprintf(why, sizeof(why), "%s", curl_easy_strerror(x->cc));
 		else
 			snprintf(why, sizeof(why), "HTTP %ld", x->status);
-		log_warn("registry request failed, retrying", "method", q->method, "url", url, "error",
-		         why, "attempt", at);
+		log_warn("registry request failed, retrying", "method", q->method, "url", url,
+		         "error", why, "attempt", at);
 		backoff(r, attempt, x->retry_after);
 		attempt++;
 		xfer_free(x);
@@ -1156,8 +1173,8 @@ static int manifest_request(struct oci_registry *r, const char *method, const ch
 	int rc = manifest_url(r, url, sizeof(url), repo, reference);
 	if (rc)
 		return rc;
-	struct req q = {.method = method, .accept = OCI_MANIFEST_ACCEPT, .total_timeout = true,
-	                .up_fd = -1};
+	struct req q = {
+	    .method = method, .accept = OCI_MANIFEST_ACCEPT, .total_timeout = true, .up_fd = -1};
 	if (strcmp(method, "GET") == 0)
 		q.body_max = r->o.max_manifest_bytes;
 	if ((rc = request(r, &q, url, sizeof(url), scope, &x, err))) {
@@ -1248,15 +1265,18 @@ int oci_registry_get_manifest(struct oci_registry *r, const char *repo, const ch
 	if (rc)
 		goto out;
 	if (is_digest_ref(reference) && strcmp(f.digest, reference) != 0) {
-		oci_errf(err, "manifest %s from %s/%s has content digest %s (the registry sent "
-		              "other bytes than asked for)", reference, r->host, repo, f.digest);
+		oci_errf(err,
+		         "manifest %s from %s/%s has content digest %s (the registry sent "
+		         "other bytes than asked for)",
+		         reference, r->host, repo, f.digest);
 		rc = -EBADMSG;
 		goto out;
 	}
 	if (x->docker_digest[0] && strcmp(f.digest, x->docker_digest) != 0) {
-		oci_errf(err, "registry %s sent Docker-Content-Digest %s for %s:%s but the manifest "
-		              "it sent has digest %s", r->host, x->docker_digest, repo, reference,
-		         f.digest);
+		oci_errf(err,
+		         "registry %s sent Docker-Content-Digest %s for %s:%s but the manifest "
+		         "it sent has digest %s",
+		         r->host, x->docker_digest, repo, reference, f.digest);
 		rc = -EBADMSG;
 		goto out;
 	}
@@ -1264,7 +1284,9 @@ int oci_registry_get_manifest(struct oci_registry *r, const char *repo, const ch
 	if (!*mt || strcmp(mt, "application/json") == 0 || strcmp(mt, "text/plain") == 0) {
 		/* some registries and layouts do not say; look inside */
 		enum oci_kind k = oci_detect_kind(x->body, x->body_len, NULL);
-		mt = k == OCI_KIND_INDEX ? OCI_MT_INDEX : k == OCI_KIND_MANIFEST ? OCI_MT_MANIFEST : mt;
+		mt = k == OCI_KIND_INDEX      ? OCI_MT_INDEX
+		     : k == OCI_KIND_MANIFEST ? OCI_MT_MANIFEST
+		                              : mt;
 	}
 	if (!(f.media_type = strdup(mt))) {
 		rc = -ENOMEM;
@@ -1318,8 +1340,10 @@ static int stream_start(struct stream *s, struct oci_err *e)
 		if (strncasecmp(p, "bytes ", 6) == 0)
 			p += 6;
 		if (strtoull(p, NULL, 10) != s->delivered) {
-			oci_errf(e, "registry resumed at the wrong offset (Content-Range '%s', wanted %" PRIu64
-			            ")", x->content_range, s->delivered);
+			oci_errf(e,
+			         "registry resumed at the wrong offset (Content-Range '%s', wanted "
+			         "%" PRIu64 ")",
+			         x->content_range, s->delivered);
 			return -EPROTO;
 		}
 		return 0;
@@ -1359,21 +1383,26 @@ static ssize_t stream_read(void *ctx, void *buf, size_t len, struct oci_err *e)
 			return 0;
 		/* the transfer broke (or never started): resume where we are */
 		if (x) {
-			bool can = x->cc != CURLE_OK ? cc_retryable(x->cc) : status_retryable(x->status);
+			bool can =
+			    x->cc != CURLE_OK ? cc_retryable(x->cc) : status_retryable(x->status);
 			if (!can || s->restarts >= s->reg->o.retries) {
 				if (x->cc != CURLE_OK)
 					describe_cc(s->reg, x, "GET", s->url, e);
 				else
 					describe_status(x, "GET", s->url, e);
 				if (s->delivered)
-					oci_err_prefix(e, "transfer cut short after %" PRIu64 " bytes%s",
-					               s->delivered, s->restarts ? " (resumed and failed again)" : "");
-				return x->cc != CURLE_OK ? cc_errno(x->cc) : status_errno(x->status);
+					oci_err_prefix(
+					    e, "transfer cut short after %" PRIu64 " bytes%s",
+					    s->delivered,
+					    s->restarts ? " (resumed and failed again)" : "");
+				return x->cc != CURLE_OK ? cc_errno(x->cc)
+				                         : status_errno(x->status);
 			}
 			char n[24];
 			snprintf(n, sizeof(n), "%" PRIu64, s->delivered);
-			log_warn("blob transfer interrupted, resuming", "digest", s->digest, "offset", n,
-			         "error", x->cc != CURLE_OK ? curl_easy_strerror(x->cc) : "HTTP error");
+			log_warn("blob transfer interrupted, resuming", "digest", s->digest,
+			         "offset", n, "error",
+			         x->cc != CURLE_OK ? curl_easy_strerror(x->cc) : "HTTP error");
 			backoff(s->reg, s->restarts, x->retry_after);
 			s->restarts++;
 			xfer_free(x);
@@ -1482,8 +1511,12 @@ static int upload_once(struct oci_registry *r, const char *repo, int fd, const v
 		uint64_t n = size - off < chunk ? size - off : chunk;
 		char cr[64];
 		snprintf(cr, sizeof(cr), "%" PRIu64 "-%" PRIu64, off, off + n - 1);
-		struct req p = {.method = "PATCH", .content_type = "application/octet-stream",
-		                .content_range = cr, .up_fd = fd, .up_mem = mem, .up_off = off,
+		struct req p = {.method = "PATCH",
+		                .content_type = "application/octet-stream",
+		                .content_range = cr,
+		                .up_fd = fd,
+		                .up_mem = mem,
+		                .up_off = off,
 		                .up_len = n};
 		if ((rc = request(r, &p, loc, sizeof(loc), scope, &x, err)))
 			goto out;
@@ -1495,7 +1528,8 @@ static int upload_once(struct oci_registry *r, const char *repo, int fd, const v
 		}
 		char next[URL_MAX];
 		if ((rc = absolute_location(r, x->location, next, sizeof(next)))) {
-			oci_errf(err, "registry gave an unusable upload location '%s'", x->location);
+			oci_errf(err, "registry gave an unusable upload location '%s'",
+			         x->location);
 			goto out;
 		}
 		memcpy(loc, next, sizeof(loc));
@@ -1509,8 +1543,11 @@ static int upload_once(struct oci_registry *r, const char *repo, int fd, const v
 		rc = -ENAMETOOLONG;
 		goto out;
 	}
-	struct req p = {.method = "PUT", .content_type = "application/octet-stream", .up_fd = fd,
-	                .up_mem = mem, .up_len = chunked ? 0 : size};
+	struct req p = {.method = "PUT",
+	                .content_type = "application/octet-stream",
+	                .up_fd = fd,
+	                .up_mem = mem,
+	                .up_len = chunked ? 0 : size};
 	if ((rc = request(r, &p, put, sizeof(put), scope, &x, err)))
 		goto out;
 	if (x->status == 413 && !chunked) {
@@ -1544,7 +1581,8 @@ int oci_registry_push_blob(struct oci_registry *r, const char *repo, int fd, con
 	bool chunked = r->o.chunk_size > 0 && (uint64_t)d->size > r->o.chunk_size;
 	rc = upload_once(r, repo, fd, mem, d, chunked, err);
 	if (rc == -EFBIG && !chunked) {
-		log_info("registry refused a monolithic upload, sending chunks", "digest", d->digest);
+		log_info("registry refused a monolithic upload, sending chunks", "digest",
+		         d->digest);
 		rc = upload_once(r, repo, fd, mem, d, true, err);
 	}
 	return rc;
@@ -1563,8 +1601,12 @@ int oci_registry_put_manifest(struct oci_registry *r, const char *repo, const ch
 		return rc;
 	if ((rc = manifest_url(r, url, sizeof(url), repo, reference)))
 		return rc;
-	struct req q = {.method = "PUT", .content_type = media_type, .up_fd = -1, .up_mem = data,
-	                .up_len = len, .total_timeout = true};
+	struct req q = {.method = "PUT",
+	                .content_type = media_type,
+	                .up_fd = -1,
+	                .up_mem = data,
+	                .up_len = len,
+	                .total_timeout = true};
 	if ((rc = request(r, &q, url, sizeof(url), scope, &x, err)))
 		return rc;
 	if (x->status != 201 && x->status != 200) {
@@ -1589,8 +1631,7 @@ out:
 }
 
 int oci_registry_referrers(struct oci_registry *r, const char *repo, const char *digest,
-                           const char *artifact_type, struct oci_index *out,
-                           struct oci_err *err)
+                           const char *artifact_type, struct oci_index *out, struct oci_err *err)
 {
 	char url[URL_MAX], scope[512];
 	struct xfer *x = NULL;
@@ -1600,8 +1641,8 @@ int oci_registry_referrers(struct oci_registry *r, const char *repo, const char 
 	if (artifact_type) {
 		CURL *esc = curl_easy_init();
 		char *at = esc ? curl_easy_escape(esc, artifact_type, 0) : NULL;
-		rc = at ? build_url(r, url, sizeof(url), "/v2/%s/referrers/%s?artifactType=%s", repo,
-		                    digest, at)
+		rc = at ? build_url(r, url, sizeof(url), "/v2/%s/referrers/%s?artifactType=%s",
+		                    repo, digest, at)
 		        : -ENOMEM;
 		curl_free(at);
 		curl_easy_cleanup(esc);
@@ -1610,8 +1651,11 @@ int oci_registry_referrers(struct oci_registry *r, const char *repo, const char 
 	}
 	if (rc)
 		return rc;
-	struct req q = {.method = "GET", .accept = OCI_MT_INDEX, .total_timeout = true,
-	                .body_max = r->o.max_manifest_bytes, .up_fd = -1};
+	struct req q = {.method = "GET",
+	                .accept = OCI_MT_INDEX,
+	                .total_timeout = true,
+	                .body_max = r->o.max_manifest_bytes,
+	                .up_fd = -1};
 	if ((rc = request(r, &q, url, sizeof(url), scope, &x, err)))
 		return rc;
 	if (x->status == 404 || x->status == 405 || x->status == 400) {

@@ -83,62 +83,49 @@ void oci_fetched_clear(struct oci_fetched *f);
 /* HEAD a manifest: out gets media type, digest and size. Registries that
  * send no Docker-Content-Digest are answered with a GET and a hash.
  * -ENOENT when the tag or digest does not exist. */
-__attribute__((warn_unused_result)) int oci_registry_resolve(struct oci_registry *r,
-                                                             const char *repo,
-                                                             const char *reference,
-                                                             struct oci_desc *out,
-                                                             struct oci_err *err);
+__attribute__((warn_unused_result)) int
+oci_registry_resolve(struct oci_registry *r, const char *repo, const char *reference,
+                     struct oci_desc *out, struct oci_err *err);
 
 /* GET a manifest or index by tag or digest, verified (see above). */
-__attribute__((warn_unused_result)) int oci_registry_get_manifest(struct oci_registry *r,
-                                                                  const char *repo,
-                                                                  const char *reference,
-                                                                  struct oci_fetched *out,
-                                                                  struct oci_err *err);
+__attribute__((warn_unused_result)) int
+oci_registry_get_manifest(struct oci_registry *r, const char *repo, const char *reference,
+                          struct oci_fetched *out, struct oci_err *err);
 
 /* Open a blob for streaming. The reader stays usable until oci_blob_close();
  * the client must outlive it. what names the blob in messages. */
-__attribute__((warn_unused_result)) int oci_registry_blob_open(struct oci_registry *r,
-                                                               const char *repo,
-                                                               const struct oci_desc *d,
-                                                               const char *what,
-                                                               struct oci_blob_reader **out,
-                                                               struct oci_err *err);
+__attribute__((warn_unused_result)) int
+oci_registry_blob_open(struct oci_registry *r, const char *repo, const struct oci_desc *d,
+                       const char *what, struct oci_blob_reader **out, struct oci_err *err);
 
 __attribute__((warn_unused_result)) int oci_registry_blob_exists(struct oci_registry *r,
                                                                  const char *repo,
-                                                                 const char *digest,
-                                                                 bool *exists,
+                                                                 const char *digest, bool *exists,
                                                                  struct oci_err *err);
 
 /* Upload a blob whose digest and size are known, from a file descriptor
  * (read with pread from offset 0, so it may be retried) or from memory
  * (fd < 0). Skips the upload when the registry already has it. */
-__attribute__((warn_unused_result)) int oci_registry_push_blob(struct oci_registry *r,
-                                                               const char *repo, int fd,
-                                                               const void *mem,
-                                                               const struct oci_desc *d,
-                                                               struct oci_err *err);
+__attribute__((warn_unused_result)) int
+oci_registry_push_blob(struct oci_registry *r, const char *repo, int fd, const void *mem,
+                       const struct oci_desc *d, struct oci_err *err);
 
 /* PUT a manifest under reference (a tag, or its own digest). digest_out
  * (may be NULL) receives the digest of the bytes; subject_ack (may be
  * NULL) is set when the registry answered with OCI-Subject (it indexes
  * referrers itself). */
-__attribute__((warn_unused_result)) int oci_registry_put_manifest(
-    struct oci_registry *r, const char *repo, const char *reference, const char *media_type,
-    const char *data, size_t len, char digest_out[OCI_DIGEST_MAX], bool *subject_ack,
-    struct oci_err *err);
+__attribute__((warn_unused_result)) int
+oci_registry_put_manifest(struct oci_registry *r, const char *repo, const char *reference,
+                          const char *media_type, const char *data, size_t len,
+                          char digest_out[OCI_DIGEST_MAX], bool *subject_ack, struct oci_err *err);
 
 /* GET /v2/<repo>/referrers/<digest>[?artifactType=]: an index whose
  * entries, when artifact_type is given, all have that type (filtered here
  * when the registry did not). -EOPNOTSUPP when the registry has no
  * referrers API (then use the "sha256-<hex>" tag index). */
-__attribute__((warn_unused_result)) int oci_registry_referrers(struct oci_registry *r,
-                                                               const char *repo,
-                                                               const char *digest,
-                                                               const char *artifact_type,
-                                                               struct oci_index *out,
-                                                               struct oci_err *err);
+__attribute__((warn_unused_result)) int
+oci_registry_referrers(struct oci_registry *r, const char *repo, const char *digest,
+                       const char *artifact_type, struct oci_index *out, struct oci_err *err);
 
 /* "https" or "http", whichever the client speaks to its host now. */
 const char *oci_registry_scheme(const struct oci_registry *r);

@@ -93,8 +93,8 @@ int oci_repo_get_blob(struct oci_repo *r, const struct oci_desc *d, size_t max, 
 {
 	struct oci_blob_reader *rd = NULL;
 	if (d->size > (int64_t)max) {
-		oci_errf(err, "%s %s is %lld bytes, more than the %zu accepted", what ? what : "blob",
-		         d->digest, (long long)d->size, max);
+		oci_errf(err, "%s %s is %lld bytes, more than the %zu accepted",
+		         what ? what : "blob", d->digest, (long long)d->size, max);
 		return -EFBIG;
 	}
 	int rc = oci_repo_blob_open(r, d, what, &rd, err);
@@ -153,8 +153,8 @@ int oci_repo_put_manifest(struct oci_repo *r, const char *tag, const char *media
 	int rc = oci_digest_buf(data, len, dg);
 	if (rc)
 		return rc;
-	return oci_registry_put_manifest(r->reg, r->ref.repository, tag ? tag : dg, media_type, data,
-	                                 len, digest_out, subject_ack, err);
+	return oci_registry_put_manifest(r->reg, r->ref.repository, tag ? tag : dg, media_type,
+	                                 data, len, digest_out, subject_ack, err);
 }
 
 int oci_repo_referrers(struct oci_repo *r, const char *digest, const char *artifact_type,
@@ -235,7 +235,8 @@ int oci_repo_fetch_image(struct oci_repo *r, const char *reference, const char *
 		size_t which = 0;
 		if ((rc = oci_index_parse(img.raw.data, img.raw.len, img.raw.media_type, &ix, err)))
 			goto out;
-		if ((rc = oci_index_select(&ix, os, arch, variant[0] ? variant : NULL, &which, err)))
+		if ((rc =
+		         oci_index_select(&ix, os, arch, variant[0] ? variant : NULL, &which, err)))
 			goto out;
 		const struct oci_desc *child = &ix.manifests[which];
 		oci_fetched_clear(&img.raw);
@@ -243,7 +244,8 @@ int oci_repo_fetch_image(struct oci_repo *r, const char *reference, const char *
 			goto out;
 		k = OCI_KIND_MANIFEST;
 	} else if (k != OCI_KIND_MANIFEST) {
-		oci_errf(err, "%s is of unsupported media type '%s' (not an image manifest or index)",
+		oci_errf(err,
+		         "%s is of unsupported media type '%s' (not an image manifest or index)",
 		         reference, img.raw.media_type ? img.raw.media_type : "(none)");
 		rc = -EPROTONOSUPPORT;
 		goto out;
@@ -260,7 +262,8 @@ int oci_repo_fetch_image(struct oci_repo *r, const char *reference, const char *
 	if ((rc = oci_repo_get_blob(r, cd, OCI_MAX_CONFIG_BYTES, "image config", &img.config_raw,
 	                            &img.config_len, err)))
 		goto out;
-	if (strcmp(cd->media_type, OCI_MT_CONFIG) == 0 || strcmp(cd->media_type, DOCKER_MT_CONFIG) == 0) {
+	if (strcmp(cd->media_type, OCI_MT_CONFIG) == 0 ||
+	    strcmp(cd->media_type, DOCKER_MT_CONFIG) == 0) {
 		if ((rc = oci_config_parse(img.config_raw, img.config_len, &img.config, err)))
 			goto out;
 	} else if (!(img.config.root = cJSON_CreateObject())) {
@@ -331,7 +334,8 @@ static int copy_blob(struct oci_repo *src, struct oci_repo *dst, const struct oc
 			break;
 		if (write(fd, buf, (size_t)n) != n) {
 			rc = -EIO;
-			oci_errf(err, "writing a temporary copy of %s: %s", d->digest, strerror(errno));
+			oci_errf(err, "writing a temporary copy of %s: %s", d->digest,
+			         strerror(errno));
 			goto out;
 		}
 	}
@@ -359,8 +363,8 @@ static int copy_manifest(struct oci_repo *src, const char *reference, struct oci
 		if ((rc = oci_index_parse(f.data, f.len, f.media_type, &ix, err)))
 			goto out;
 		for (size_t i = 0; i < ix.n_manifests; i++)
-			if ((rc = copy_manifest(src, ix.manifests[i].digest, dst, NULL, depth + 1, NULL,
-			                        err)))
+			if ((rc = copy_manifest(src, ix.manifests[i].digest, dst, NULL, depth + 1,
+			                        NULL, err)))
 				goto out;
 	} else if (k == OCI_KIND_MANIFEST) {
 		if ((rc = oci_manifest_parse(f.data, f.len, f.media_type, &m, err)))

@@ -35,37 +35,32 @@ const struct oci_ref *oci_repo_ref(const struct oci_repo *r);
 const char *oci_repo_name(const struct oci_repo *r);
 
 __attribute__((warn_unused_result)) int oci_repo_resolve(struct oci_repo *r, const char *reference,
-                                                         struct oci_desc *out,
-                                                         struct oci_err *err);
+                                                         struct oci_desc *out, struct oci_err *err);
 __attribute__((warn_unused_result)) int oci_repo_get_manifest(struct oci_repo *r,
                                                               const char *reference,
                                                               struct oci_fetched *out,
                                                               struct oci_err *err);
-__attribute__((warn_unused_result)) int oci_repo_blob_open(struct oci_repo *r,
-                                                           const struct oci_desc *d,
-                                                           const char *what,
-                                                           struct oci_blob_reader **out,
-                                                           struct oci_err *err);
+__attribute__((warn_unused_result)) int
+oci_repo_blob_open(struct oci_repo *r, const struct oci_desc *d, const char *what,
+                   struct oci_blob_reader **out, struct oci_err *err);
 /* A whole blob in memory, verified, at most max bytes. Caller frees *out. */
 __attribute__((warn_unused_result)) int oci_repo_get_blob(struct oci_repo *r,
                                                           const struct oci_desc *d, size_t max,
-                                                          const char *what, char **out,
-                                                          size_t *len, struct oci_err *err);
+                                                          const char *what, char **out, size_t *len,
+                                                          struct oci_err *err);
 /* Store a blob given as a file (digest and size in d) or as memory. */
-__attribute__((warn_unused_result)) int oci_repo_put_blob_file(struct oci_repo *r,
-                                                               const char *path,
+__attribute__((warn_unused_result)) int oci_repo_put_blob_file(struct oci_repo *r, const char *path,
                                                                const struct oci_desc *d,
                                                                struct oci_err *err);
-__attribute__((warn_unused_result)) int oci_repo_put_blob_mem(struct oci_repo *r,
-                                                              const void *buf, size_t len,
-                                                              struct oci_err *err);
+__attribute__((warn_unused_result)) int oci_repo_put_blob_mem(struct oci_repo *r, const void *buf,
+                                                              size_t len, struct oci_err *err);
 /* Store a manifest under tag (NULL: by its digest only). artifact_type is
  * recorded in a layout's index. subject_ack as in oci_registry_put_manifest
  * (always false for layouts). */
-__attribute__((warn_unused_result)) int oci_repo_put_manifest(
-    struct oci_repo *r, const char *tag, const char *media_type, const char *data, size_t len,
-    const char *artifact_type, char digest_out[OCI_DIGEST_MAX], bool *subject_ack,
-    struct oci_err *err);
+__attribute__((warn_unused_result)) int
+oci_repo_put_manifest(struct oci_repo *r, const char *tag, const char *media_type, const char *data,
+                      size_t len, const char *artifact_type, char digest_out[OCI_DIGEST_MAX],
+                      bool *subject_ack, struct oci_err *err);
 /* Referrers API; -EOPNOTSUPP for layouts and registries without it. */
 __attribute__((warn_unused_result)) int oci_repo_referrers(struct oci_repo *r, const char *digest,
                                                            const char *artifact_type,
@@ -77,8 +72,8 @@ __attribute__((warn_unused_result)) int oci_repo_referrers(struct oci_repo *r, c
 struct oci_image {
 	char top_digest[OCI_DIGEST_MAX]; /* what the reference names (index or manifest) */
 	char *top_media_type;
-	struct oci_desc desc;            /* the image manifest's descriptor */
-	struct oci_fetched raw;          /* its bytes */
+	struct oci_desc desc;   /* the image manifest's descriptor */
+	struct oci_fetched raw; /* its bytes */
 	struct oci_manifest manifest;
 	char *config_raw;
 	size_t config_len;
@@ -88,20 +83,15 @@ void oci_image_clear(struct oci_image *img);
 
 /* Fetch the image reference (tag or digest) names; platform "os/arch[/variant]"
  * picks from an index (NULL: linux and this machine's architecture). */
-__attribute__((warn_unused_result)) int oci_repo_fetch_image(struct oci_repo *r,
-                                                             const char *reference,
-                                                             const char *platform,
-                                                             struct oci_image *out,
-                                                             struct oci_err *err);
+__attribute__((warn_unused_result)) int
+oci_repo_fetch_image(struct oci_repo *r, const char *reference, const char *platform,
+                     struct oci_image *out, struct oci_err *err);
 
 /* Copy the image (manifest or index with its manifests, configs and layers)
  * that src_reference names in src to dst under dst_tag (NULL: by digest).
  * Blobs dst already has are not sent again. digest_out gets the top digest. */
-__attribute__((warn_unused_result)) int oci_repo_copy_image(struct oci_repo *src,
-                                                            const char *src_reference,
-                                                            struct oci_repo *dst,
-                                                            const char *dst_tag,
-                                                            char digest_out[OCI_DIGEST_MAX],
-                                                            struct oci_err *err);
+__attribute__((warn_unused_result)) int
+oci_repo_copy_image(struct oci_repo *src, const char *src_reference, struct oci_repo *dst,
+                    const char *dst_tag, char digest_out[OCI_DIGEST_MAX], struct oci_err *err);
 
 #endif

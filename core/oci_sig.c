@@ -128,8 +128,8 @@ static int collect_referrer(struct oci_repo *r, const char *image_digest, const 
 		char src[240], *data = NULL;
 		size_t len = 0;
 		snprintf(src, sizeof(src), "bundle %.71s (%s) layer %zu", digest, via, i);
-		if ((rc = oci_repo_get_blob(r, l, SIGNATURE_MAX_BUNDLE, "signature bundle", &data, &len,
-		                            err)))
+		if ((rc = oci_repo_get_blob(r, l, SIGNATURE_MAX_BUNDLE, "signature bundle", &data,
+		                            &len, err)))
 			goto out;
 		if ((rc = add_candidate(out, SIG_KIND_BUNDLE, data, len, NULL, src)))
 			goto out;
@@ -371,7 +371,8 @@ int oci_sig_push_bundle(struct oci_repo *r, const struct oci_desc *image, const 
 	if (!(m.subject->media_type = strdup(image->media_type)))
 		goto out;
 	if (!(m.annotations = cJSON_CreateObject()) ||
-	    !cJSON_AddStringToObject(m.annotations, "dev.sigstore.bundle.content", "dsse-envelope") ||
+	    !cJSON_AddStringToObject(m.annotations, "dev.sigstore.bundle.content",
+	                             "dsse-envelope") ||
 	    !cJSON_AddStringToObject(m.annotations, "dev.sigstore.bundle.predicateType",
 	                             "https://sigstore.dev/cosign/sign/v1") ||
 	    !cJSON_AddStringToObject(m.annotations, OCI_ANN_CREATED, created))

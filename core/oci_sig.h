@@ -41,11 +41,9 @@ __attribute__((warn_unused_result)) int oci_sig_collect(struct oci_repo *r,
 
 /* Add a simple-signing signature (payload + base64 signature) to the
  * "sha256-<hex>.sig" manifest, keeping the signatures already there. */
-__attribute__((warn_unused_result)) int oci_sig_push_simple(struct oci_repo *r,
-                                                            const char *image_digest,
-                                                            const char *payload, size_t len,
-                                                            const char *signature_b64,
-                                                            struct oci_err *err);
+__attribute__((warn_unused_result)) int
+oci_sig_push_simple(struct oci_repo *r, const char *image_digest, const char *payload, size_t len,
+                    const char *signature_b64, struct oci_err *err);
 
 /* Store a bundle as a referrer of image (its manifest descriptor). Where
  * the registry does not index the subject itself (no OCI-Subject answer,

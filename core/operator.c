@@ -373,6 +373,8 @@ static void write_work(void *ud)
 	struct write_job *j = ud;
 	struct objstore *os = j->op->os;
 	j->rc = os->ops->apply(os, j->obj, MANAGER, true, NULL, j->err, sizeof(j->err));
+	if (j->rc) /* a refused status is retried; its Events would repeat with it */
+		return;
 	const cJSON *ev;
 	cJSON_ArrayForEach(ev, j->events)
 	{
@@ -542,6 +544,10 @@ static void reconcile(struct operator_ *op, struct ocache *c)
 	if (*c->ns)
 		cJSON_AddStringToObject(meta, "namespace", c->ns);
 	cJSON_AddStringToObject(meta, "uid", obj_str(c->obj, "metadata.uid"));
+	/* unresolved: leave the digest out (the CRD's pattern refuses "") */
+	const cJSON *rd = cJSON_GetObjectItemCaseSensitive(status, "resolvedDigest");
+	if (cJSON_IsString(rd) && !*rd->valuestring)
+		cJSON_DeleteItemFromObjectCaseSensitive(status, "resolvedDigest");
 	cJSON_AddItemToObject(j->obj, "status", status);
 	cJSON_Delete(c->applied);
 	c->applied = cmp;

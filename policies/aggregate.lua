@@ -19,14 +19,16 @@
 -- Output: the status to apply:
 --   { resolvedDigest, totalNodes, readyNodes, failedNodes, incompatibleNodes,
 --     failedNodeConditions = { Reason = { "node-1", ... } }, podsUsing,
+--     counts = { nodeCnt, nodeInUseCnt, nodeNotInUseCnt, nodeErrorCnt, podRunningCnt },
 --     conditions = { {type, status, reason, message, lastTransitionTime, observedGeneration} },
 --     lastUpdated }
 -- Node entry states written by the agent: Pending, Pulling, Ready, Incompatible,
--- Failed, Releasing.
+-- Failed, Deleting. A node entry lists the pods that mount the cache
+-- (pods = { { podName, podNamespace, podUID, volumeId } }).
 local M = {}
 
 -- States that count as "still working on it".
-M.progressing_states = { Pending = true, Pulling = true, Releasing = true }
+M.progressing_states = { Pending = true, Pulling = true, Deleting = true }
 
 -- Whether a cache counts as Ready while some nodes have no compatible GPU.
 -- true: Ready means "ready on every node that can use it" (and on at least one).
@@ -34,6 +36,17 @@ M.ignore_incompatible_nodes = true
 
 -- Longest node list spelled out in a message.
 M.max_nodes_in_message = 5
+
+-- Pods in a node entry: a list (what the agent writes) or a count.
+local function pod_count(e)
+  if type(e) ~= "table" then
+    return 0
+  end
+  if type(e.pods) == "table" then
+    return #e.pods
+  end
+  return math.tointeger(e.pods) or 0
+end
 
 local function list_nodes(names)
   table.sort(names)
@@ -69,7 +82,7 @@ function M.evaluate(input)
   local generation = math.tointeger(cache.generation) or 0
   local digest = type(input.digest) == "string" and input.digest or ""
 
-  local total, ready, failed, incompatible, progressing, pods = 0, 0, 0, 0, 0, 0
+  local total, ready, failed, incompatible, progressing, pods, in_use = 0, 0, 0, 0, 0, 0, 0
   local by_reason, failed_names, waiting = {}, {}, {}
   for _, n in ipairs(nodes) do
     if type(n) == "table" and type(n.name) == "string" then
@@ -80,9 +93,13 @@ function M.evaluate(input)
         e = nil
       end
       local state = e and e.state or "Pending"
-      pods = pods + (e and math.tointeger(e.pods) or 0)
+      local node_pods = pod_count(e)
+      pods = pods + node_pods
       if state == "Ready" then
         ready = ready + 1
+        if node_pods > 0 then
+          in_use = in_use + 1
+        end
       elseif state == "Incompatible" then
         incompatible = incompatible + 1
         local reason = e.reason or "NoCompatibleGPU"
@@ -178,6 +195,9 @@ function M.evaluate(input)
     incompatibleNodes = incompatible,
     failedNodeConditions = by_reason,
     podsUsing = pods,
+    -- the CRD's usage counts (the Pods printer column reads podRunningCnt)
+    counts = { nodeCnt = total, nodeInUseCnt = in_use, nodeNotInUseCnt = ready - in_use,
+               nodeErrorCnt = failed + incompatible, podRunningCnt = pods },
     conditions = conds,
     lastUpdated = now,
   }

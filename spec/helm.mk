@@ -14,14 +14,4 @@ $(CHART_RENDER): $(wildcard spec/helm/*.go)
 	$(Q)GO111MODULE=off GOPATH=/usr/share/gocode GOFLAGS= GOCACHE=$(abspath $(BUILD))/gocache \
 		$(GO_1_19) build -o $@ ./spec/helm
 
-# The chart ships copies of policies/*.lua (Helm reads only files inside the
-# chart); spec/e2e/chart.py checks they are identical.
-CHART_POLICY_DIR := charts/gkm/files/policies
-.PHONY: chart-policies
-chart-policies:
-	@mkdir -p $(CHART_POLICY_DIR)
-	@for f in $(CHART_POLICY_DIR)/*.lua; do \
-		[ -e "$$f" ] && [ ! -e "policies/$${f##*/}" ] && rm -v "$$f"; :; done
-	@for f in policies/*.lua; do cmp -s "$$f" "$(CHART_POLICY_DIR)/$${f##*/}" || cp -v "$$f" $(CHART_POLICY_DIR)/; done
-
 spec-extra:: $(CHART_RENDER)

@@ -302,6 +302,7 @@ int cmd_webhook(int argc, char **argv)
 	    {"max-checks", required_argument, 0, OPT_MAX_CHECKS},
 	    {"reload-interval-ms", required_argument, 0, OPT_RELOAD},
 	    CLI_REGISTRY_OPTIONS,
+	    CLI_KEY_OPTION,
 	    {0, 0, 0, 0},
 	};
 	struct webhook w = {.listen = ":8443", .health_listen = ":8081", .reload_ms = 2000};

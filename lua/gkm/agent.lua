@@ -17,12 +17,16 @@
 --   compat = { gpus = { { index, compatible, reason, message } } } or nil,
 --   store = { present = bool },              -- the digest is extracted on this node
 --   pull  = { state = "idle"|"running"|"failed", reason, message },
---   view  = { digest = "sha256:..." or nil },  -- what the cache's view links to now
---   usage = { pods = n },                     -- pods mounting the cache (CSI)
+--   view  = { digest = "sha256:..." or nil,    -- what the cache's view links to now
+--             compatibleGPUs = { "0", ... } },  -- the GPU ids it was published for
+--                                               -- (given while the image is re-read)
+--   usage = { pods = n,                       -- pods mounting the cache (CSI)
+--             list = { { podName, podNamespace, podUID, volumeId } } },
 --   previous = { ...the entry reported last time... } or nil,
 -- }
 -- answer = {
---   entry   = { digest, state, reason, message, pods, lastUpdated,
+--   entry   = { digest (absent until resolved), state, reason, message, lastUpdated,
+--               pods = { { podName, podNamespace, podUID, volumeId } },
 --               compatibleGPUs = { { ids, gpuType } },
 --               incompatibleGPUs = { { ids, gpuType, reason, message } } }
 --             or nil (remove this cache from the node's status),
@@ -74,10 +78,20 @@ local function same_entry(a, b)
   if type(a) ~= "table" or type(b) ~= "table" then
     return false
   end
-  for _, k in ipairs({ "digest", "state", "reason", "message", "pods" }) do
+  for _, k in ipairs({ "digest", "state", "reason", "message" }) do
     if a[k] ~= b[k] then
       return false
     end
+  end
+  local function volumes(x)
+    local out = {}
+    for _, p in ipairs(type(x) == "table" and x or {}) do
+      out[#out + 1] = tostring(p.volumeId)
+    end
+    return table.concat(out, ",")
+  end
+  if volumes(a.pods) ~= volumes(b.pods) then
+    return false
   end
   local function sets(x)
     local out = {}
@@ -91,7 +105,9 @@ end
 
 local function finish(input, entry, actions, requeue_after)
   if entry then
-    entry.pods = (input.usage and math.tointeger(input.usage.pods)) or 0
+    -- the node status lists the pods (the CRD's pods[]), not just a count
+    local usage = type(input.usage) == "table" and input.usage or {}
+    entry.pods = type(usage.list) == "table" and usage.list or {}
     entry.compatibleGPUs = entry.compatibleGPUs or {}
     entry.incompatibleGPUs = entry.incompatibleGPUs or {}
     -- lastUpdated moves only when something else did, so an unchanged
@@ -112,8 +128,10 @@ function M.decide(input)
   if type(cache) ~= "table" or cache.deleting then
     if view.digest then
       if in_use then
-        return finish(input, { digest = view.digest, state = "Releasing", reason = "InUse",
-          message = string.format("deleted; kept until %d pod(s) stop using it", usage.pods) }, {}, 30)
+        -- "Deleting" is the CRD's state for this; look again soon, as the
+        -- usage records are local files that change without an event
+        return finish(input, { digest = view.digest, state = "Deleting", reason = "InUse",
+          message = string.format("deleted; kept until %d pod(s) stop using it", usage.pods) }, {}, 5)
       end
       return finish(input, nil, { { type = "unlink" } })
     end
@@ -122,7 +140,8 @@ function M.decide(input)
 
   local digest = type(cache.digest) == "string" and cache.digest or ""
   if digest == "" then
-    return finish(input, { digest = "", state = "Pending", reason = "DigestNotResolved",
+    -- no digest member: the CRD's pattern allows no empty digest
+    return finish(input, { state = "Pending", reason = "DigestNotResolved",
       message = "waiting for the image digest (set by the admission webhook or the operator)" }, {})
   end
 
@@ -131,8 +150,21 @@ function M.decide(input)
     return finish(input, { digest = digest, state = "Failed", reason = image.reason or "ImageUnavailable",
       message = image.message or "cannot read the image" }, {}, 60)
   end
+  local store = type(input.store) == "table" and input.store or {}
   if image.state ~= "ready" or type(input.compat) ~= "table" then
     local actions = image.state == "fetching" and {} or { { type = "fetch_image" } }
+    -- after a restart the image facts are read again; a view still published
+    -- for this digest means the node was ready, and it stays reported so
+    -- rather than flapping to Pending
+    local ids = {}
+    for _, id in ipairs(type(view.compatibleGPUs) == "table" and view.compatibleGPUs or {}) do
+      ids[#ids + 1] = math.tointeger(tonumber(id)) or id
+    end
+    if store.present and view.digest == digest and #ids > 0 then
+      return finish(input, { digest = digest, state = "Ready", reason = "Ready",
+        message = "extracted and ready; re-reading the image configuration",
+        compatibleGPUs = { { ids = ids } } }, actions)
+    end
     return finish(input, { digest = digest, state = "Pending", reason = "CheckingImage",
       message = "reading the image configuration to check it against this node's GPUs" }, actions)
   end
@@ -149,7 +181,6 @@ function M.decide(input)
   end
 
   local entry = { digest = digest, compatibleGPUs = compatible, incompatibleGPUs = incompatible }
-  local store = type(input.store) == "table" and input.store or {}
   if store.present then
     if view.digest == digest then
       entry.state, entry.reason = "Ready", "Ready"

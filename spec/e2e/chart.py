@@ -302,6 +302,7 @@ def check_references(r):
     cms |= set(r.opts.get("external_configmaps", ()))
     secrets = {d["metadata"]["name"] for d in r.kind("Secret")}
     secrets |= {d["spec"]["secretName"] for d in r.kind("Certificate")}
+    secrets |= set(r.opts.get("external_secrets", ()))
     for w in r.workloads():
         ps = pod_spec(w)
         if ps.get("serviceAccountName") not in sas:
@@ -383,8 +384,7 @@ def allows(rule, verb, group, resource, name):
 def load_calls(r):
     with open(RBAC_CALLS) as fh:
         calls = yaml.safe_load(fh)
-    subst = {"fullname": r.fullname,
-             "trust_keys": r.opts.get("trust_keys", r.fullname + "-trust-keys")}
+    subst = {"fullname": r.fullname}
     for comp, lst in calls.items():
         for c in lst or []:
             if c.get("resourceName"):
@@ -533,8 +533,10 @@ def check_node(r):
     m = mounts_by_path(reg).get("/registration")
     if not m or host(m["name"]) != kubelet + "/plugins_registry":
         probs.append("registrar /registration is not %s/plugins_registry" % kubelet)
-    if flag_value(csi.get("args"), "--driver-name") != "csi.gkm.io":
-        probs.append("csi --driver-name is not csi.gkm.io")
+    for c in (agent, csi):
+        for flag, want in (("--root", state), ("--run-dir", run)):
+            if flag_value(c.get("args"), flag) != want:
+                probs.append("%s: %s=%r, want %s" % (c.get("name"), flag, flag_value(c.get("args"), flag), want))
     # mount propagation: Bidirectional only for the CSI plugin's pods dir
     for c in ps["containers"]:
         for mm in c.get("volumeMounts", []):
@@ -553,24 +555,28 @@ def check_node(r):
             probs.append("%s: %s readOnly=%s, want %s" % (c.get("name"), path, m.get("readOnly"), ro))
         elif ro and m.get("mountPropagation") != "HostToContainer":
             probs.append("%s: read-only %s without HostToContainer" % (c.get("name"), path))
-    # the paths in gkm-config lie inside those mounts
-    cfg = r.config()
-    for key, c in (("store-dir", agent), ("views-dir", agent), ("views-dir", csi),
-                   ("usage-dir", csi), ("usage-dir", agent)):
-        p = cfg.get(key, "")
-        if not any(p == mp or p.startswith(mp.rstrip("/") + "/") for mp in mounts_by_path(c)):
-            probs.append("gkm-config %s=%r is not mounted into %s" % (key, p, c.get("name")))
-    if cfg.get("gpu-source") == "file":
-        p = cfg.get("gpu-file", "")
-        if not any(p == mp or p.startswith(mp.rstrip("/") + "/") for mp in mounts_by_path(agent)):
-            probs.append("gpu-file %r is not mounted into the agent" % p)
+    # the GPU source, and the inventory file the file source reads
+    gpu = r.opts.get("gpu", "nvml")
+    if flag_value(agent.get("args"), "--gpu-source") != gpu:
+        probs.append("agent --gpu-source=%s, want %s" % (flag_value(agent.get("args"), "--gpu-source"), gpu))
+    gf = flag_value(agent.get("args"), "--gpu-file")
+    if gpu == "file":
+        vols_by_mount = {m["mountPath"]: vols.get(m["name"]) or {} for m in agent.get("volumeMounts", [])}
+        src = vols_by_mount.get(gf) or vols_by_mount.get(os.path.dirname(gf or "")) or {}
+        if "gpu_json" in r.opts:
+            if src.get("configMap", {}).get("name") != "gkm-config" or os.path.basename(gf) != "gpus.json":
+                probs.append("agent --gpu-file=%s is not gpus.json of gkm-config" % gf)
+        elif (src.get("hostPath") or {}).get("type") != "File":
+            probs.append("agent --gpu-file=%s is not a host file" % gf)
+    elif gf:
+        probs.append("agent --gpu-file with gpu.source=%s" % gpu)
     # only the agent talks to the API server
     for c in ps["containers"]:
         if token_mounted(ds, c) != (c["name"] == "agent"):
             probs.append("%s: ServiceAccount token mounted=%s" % (c["name"], token_mounted(ds, c)))
-    for c in (agent, csi):
-        if flag_value(c.get("args"), "--node-name") != "$(NODE_NAME)":
-            probs.append("%s: --node-name is not the downward-API node name" % c.get("name"))
+    for c, flag in ((agent, "--node"), (csi, "--node-id")):
+        if flag_value(c.get("args"), flag) != "$(NODE_NAME)":
+            probs.append("%s: %s is not the downward-API node name" % (c.get("name"), flag))
         env = {e["name"]: e for e in c.get("env", [])}
         if ((env.get("NODE_NAME") or {}).get("valueFrom") or {}).get("fieldRef", {}).get("fieldPath") != "spec.nodeName":
             probs.append("%s: NODE_NAME is not spec.nodeName" % c.get("name"))
@@ -606,6 +612,29 @@ def check_webhook(r):
         return ["webhook Deployment or Service %s missing" % name]
     wc = pod_spec(dep)["containers"][0]
     listen = int(flag_value(wc["args"], "--listen").lstrip(":"))
+    wvols = {v["name"]: v for v in pod_spec(dep).get("volumes", [])}
+    for flag, key in (("--tls-cert", "tls.crt"), ("--tls-key", "tls.key")):
+        path = flag_value(wc["args"], flag) or ""
+        m = mounts_by_path(wc).get(os.path.dirname(path))
+        sec = ((wvols.get(m["name"]) if m else None) or {}).get("secret", {}).get("secretName")
+        if sec != name + "-tls" or os.path.basename(path) != key:
+            probs.append("webhook %s=%s is not %s of Secret %s-tls" % (flag, path, key, name))
+    deadline = int(flag_value(wc["args"], "--deadline-ms") or 0)
+    timeouts = {int(wh.get("timeoutSeconds", 0)) for cfg in cfgs for wh in cfg["webhooks"]}
+    if not deadline or any(deadline >= 1000 * x for x in timeouts):
+        probs.append("webhook --deadline-ms=%d is not below timeoutSeconds %s" % (deadline, timeouts))
+    auth = flag_value(wc["args"], "--registry-authfile")
+    if r.opts.get("registry_auth"):
+        m = mounts_by_path(wc).get(os.path.dirname(auth or ""))
+        sec = ((wvols.get(m["name"]) if m else None) or {}).get("secret", {})
+        if sec.get("secretName") != r.opts["registry_auth"] or \
+                {"key": ".dockerconfigjson", "path": os.path.basename(auth)} not in sec.get("items", []):
+            probs.append("webhook --registry-authfile=%s is not .dockerconfigjson of Secret %s" %
+                         (auth, r.opts["registry_auth"]))
+    elif auth:
+        probs.append("webhook --registry-authfile without registry.authSecret")
+    if flag_value(wc["args"], "--registry-plain-http") != r.opts.get("plain_http"):
+        probs.append("webhook --registry-plain-http=%r" % flag_value(wc["args"], "--registry-plain-http"))
     cert_mgr = r.opts.get("cert_manager", False)
     ca_pem = None
     if not cert_mgr:
@@ -694,19 +723,22 @@ def check_config(r):
     probs = []
     cfg = r.config()
     want = {"verify-enabled": str(r.opts.get("verify", True)).lower(),
-            "allow-unsigned-images": "false",
-            "gpu-source": r.opts.get("gpu", "nvml"),
-            "store-dir": r.opts.get("state", "/var/lib/gkm") + "/store",
-            "views-dir": r.opts.get("state", "/var/lib/gkm") + "/caches",
-            "usage-dir": r.opts.get("run", "/run/gkm") + "/usage",
-            "log-level": "info", "policies-configmap": "gkm-policies",
-            "trust-keys-dir": "/etc/gkm/keys"}
-    for k, v in want.items():
-        if cfg.get(k) != v:
-            probs.append("gkm-config %s=%r, want %r" % (k, cfg.get(k), v))
+            "allow-unsigned-images": "false"}
     if "gpu_json" in r.opts:
-        if json.loads(cfg.get("gpus.json", "null")) != r.opts["gpu_json"]:
-            probs.append("gkm-config gpus.json is not the JSON given")
+        want["gpus.json"] = r.opts["gpu_json"]
+    got = dict(cfg)
+    if "gpus.json" in got:
+        got["gpus.json"] = json.loads(got["gpus.json"])
+    if got != want:
+        probs.append("gkm-config data %s, want %s" % (sorted(got), sorted(want)))
+    # --verify-enabled: the agent checks on the node; the operator resolves
+    # digests itself when no webhook does
+    verify = r.opts.get("verify", True)
+    for comp, want_v in (("agent", verify), ("operator", verify and r.opts.get("webhook", True))):
+        w, c = r.container(comp)
+        if c is not None and flag_value(c.get("args"), "--verify-enabled") != str(want_v).lower():
+            probs.append("%s --verify-enabled=%s, want %s" % (
+                comp, flag_value(c.get("args"), "--verify-enabled"), str(want_v).lower()))
     pol = (r.get("ConfigMap", "gkm-policies") or {}).get("data") or {}
     want_pol = {}
     for f in sorted(os.listdir(os.path.join(ROOT, "policies"))):
@@ -724,6 +756,22 @@ def check_config(r):
             probs.append("a trust keys ConfigMap is rendered although existingConfigMap is set")
     elif keys is not None and (tk or {}).get("data") != keys:
         probs.append("trust keys ConfigMap data %r, want %r" % ((tk or {}).get("data"), keys))
+    # settings, policies and keys reach the daemons as mounted ConfigMaps
+    tk_name = r.opts.get("trust_keys", r.fullname + "-trust-keys")
+    for comp, flags in (("operator", (("--policy-dir", "gkm-policies"),)),
+                        ("agent", (("--policy-dir", "gkm-policies"), ("--trust-dir", tk_name))),
+                        ("webhook", (("--config", "gkm-config"), ("--policy-dir", "gkm-policies"),
+                                     ("--trust-dir", tk_name)))):
+        w, c = r.container(comp)
+        if c is None:
+            continue
+        vols = {v["name"]: v for v in pod_spec(w).get("volumes", [])}
+        for flag, cm in flags:
+            path = flag_value(c.get("args"), flag)
+            m = mounts_by_path(c).get(path)
+            got = ((vols.get(m["name"]) if m else None) or {}).get("configMap", {}).get("name")
+            if got != cm:
+                probs.append("%s %s=%s: the mount there is ConfigMap %r, want %r" % (comp, flag, path, got, cm))
     return probs
 
 
@@ -736,16 +784,15 @@ def check_operator(r):
     if dep["spec"]["replicas"] != r.opts.get("replicas", 1):
         probs.append("replicas %r" % dep["spec"]["replicas"])
     args = pod_spec(dep)["containers"][0]["args"]
-    if args[0] != "operator" or "--leader-elect" not in args:
-        probs.append("operator args %s lack --leader-elect" % args)
+    if args[0] != "operator" or flag_value(args, "--leader-elect") != "true":
+        probs.append("operator args %s lack --leader-elect=true" % args)
+    if flag_value(args, "--identity") != "$(POD_NAME)":
+        probs.append("operator --identity is not the pod name")
     lease = flag_value(args, "--lease-name")
     role = r.get("Role", name) or {}
     if not any(lease in (rule.get("resourceNames") or []) and "leases" in rule["resources"]
                for rule in role.get("rules", [])):
         probs.append("--lease-name=%s is not the Lease its Role allows" % lease)
-    for f in ("--lease-duration", "--renew-deadline", "--retry-period"):
-        if not re.match(r"^\d+(ms|s|m)$", flag_value(args, f) or ""):
-            probs.append("%s is not a duration" % f)
     return probs
 
 
@@ -798,8 +845,8 @@ def ec_public_key():
 
 
 def variants():
-    gpu_json = {"gpus": [{"id": "GPU-0", "gpuType": "NVIDIA H100", "arch": "sm_90",
-                          "driverVersion": "550.54.15"}]}
+    with open(os.path.join(ROOT, "spec", "fixtures", "gpu", "inventory", "h100.json")) as fh:
+        gpu_json = json.load(fh)
     pem = ec_public_key()
     return [
         ("default", [], {}),
@@ -815,6 +862,7 @@ def variants():
          {"gpu": "file", "gpu_json": gpu_json}),
         ("GPU source file (host path)", ["--set", "gpu.source=file"], {"gpu": "file"}),
         ("GPU source rocm", ["--set", "gpu.source=rocm"], {"gpu": "rocm"}),
+        ("GPU source auto", ["--set", "gpu.source=auto"], {"gpu": "auto"}),
         ("2 operator replicas", ["--set", "operator.replicas=2"], {"replicas": 2}),
         ("ServiceMonitor", ["--set", "metrics.serviceMonitor.enabled=true",
                             "--set", "metrics.serviceMonitor.labels.release=prom"],
@@ -829,6 +877,13 @@ def variants():
          {"trust_keys_data": {"release.pem": pem.strip() + "\n"}}),
         ("existing trust keys ConfigMap", ["--set", "verification.existingConfigMap=corp-keys"],
          {"trust_keys": "corp-keys", "external_configmaps": ["corp-keys"]}),
+        ("registry credentials and plain-HTTP registries",
+         ["--set", "registry.authSecret=regcred,registry.plainHTTP={registry.local:5000,10.0.0.5}"],
+         {"registry_auth": "regcred", "plain_http": "registry.local:5000,10.0.0.5",
+          "external_secrets": ["regcred"]}),
+        ("trusted keys, verification off", ["-f", write("keys-off.yaml", yaml.safe_dump(
+            {"verification": {"enabled": False, "trustedKeys": {"release": pem}}}))],
+         {"verify": False, "trust_keys_data": {"release.pem": pem.strip() + "\n"}}),
         ("privileged agent", ["--set", "node.agent.privileged=true"], {"agent_privileged": True}),
         ("policy override", ["-f", write("override.yaml", yaml.safe_dump(
             {"policies": {"overrides": {"extra.lua": "return {}\n"}}}))],
@@ -855,7 +910,35 @@ def test_policy_copies():
         with open(os.path.join(src, f), "rb") as x, open(os.path.join(dst, f), "rb") as y:
             if x.read() != y.read():
                 diff.append("%s differs" % f)
-    check("charts/gkm/files/policies is an exact copy of policies/ (run `make chart-policies`)", diff)
+    check("charts/gkm/files/policies holds exactly the files of policies/", diff)
+
+
+def test_values_documented():
+    """Every value in values.yaml has a comment: on its own key or on a key
+    above it (a documented key covers its whole subtree)."""
+    with open(os.path.join(CHART, "values.yaml")) as fh:
+        lines = fh.read().splitlines()
+    keys = []  # (indent, name, has a comment right above, line number)
+    prev = ""
+    for n, line in enumerate(lines, 1):
+        m = re.match(r"^( *)([A-Za-z][\w.-]*):", line)
+        if m:
+            keys.append((len(m.group(1)), m.group(2), prev.lstrip().startswith("#"), n))
+        if line.strip():
+            prev = line
+    bad, stack = [], []  # stack: (indent, documented here or above)
+    for i, (ind, name, doc, n) in enumerate(keys):
+        while stack and stack[-1][0] >= ind:
+            stack.pop()
+        covered = bool(doc or (stack and stack[-1][1]))
+        leaf = i + 1 == len(keys) or keys[i + 1][0] <= ind
+        if leaf and not covered:
+            bad.append("values.yaml:%d: %s has no comment" % (n, name))
+        stack.append((ind, covered))
+    check("values.yaml: every value is documented", sorted(set(bad)))
+    p = render(["--set", "logLevel=debug"], strict=True)
+    t.ok(p.returncode == 0, "values.yaml: the defaults render in --strict mode (no value name is misspelt)",
+         diag=p.stderr)
 
 
 def test_flags_contract(r):
@@ -876,9 +959,298 @@ def test_flags_contract(r):
             check(name, ["%s not in `gkm %s --help`" % (m, args[0]) for m in missing])
 
 
+def free_port():
+    import socket
+    with socket.socket() as so:
+        so.bind(("127.0.0.1", 0))
+        return so.getsockname()[1]
+
+
+def materialize(r, w, c, root):
+    """Lay out what the kubelet would give container c of workload w under
+    root: ConfigMap and Secret volumes as files, hostPath and emptyDir as
+    empty directories. Returns {container path: host path}."""
+    import base64 as b64
+    vols = {v["name"]: v for v in pod_spec(w).get("volumes", [])}
+    paths = {}
+    for m in c.get("volumeMounts", []):
+        v = vols[m["name"]]
+        dst = os.path.join(root, m["mountPath"].lstrip("/"))
+        os.makedirs(dst, exist_ok=True)
+        paths[m["mountPath"]] = dst
+        if "configMap" in v:
+            cm = r.get("ConfigMap", v["configMap"]["name"]) or {}
+            for k, val in (cm.get("data") or {}).items():
+                with open(os.path.join(dst, k), "w") as fh:
+                    fh.write(val)
+        elif "secret" in v:
+            sec = r.get("Secret", v["secret"]["secretName"]) or {}
+            items = v["secret"].get("items")
+            data = {k: b64.b64decode(x) for k, x in (sec.get("data") or {}).items()}
+            for k, x in data.items():
+                if items is None or any(i["key"] == k for i in items):
+                    with open(os.path.join(dst, k), "wb") as fh:
+                        fh.write(x)
+    return paths
+
+
+def container_command(r, w, c, root, env):
+    """The container's args with $(VAR) expanded, mounted paths moved under
+    root, and every listen address on a free loopback port. Returns
+    (argv, {containerPort: real port})."""
+    paths = materialize(r, w, c, root)
+    ports, argv = {}, [GKM_BIN]
+    for a in c.get("args", []):
+        a = re.sub(r"\$\((\w+)\)", lambda m: env.get(m.group(1), m.group(0)), a)
+        m = re.match(r"^(--[\w-]*listen)=:(\d+)$", a)
+        if m:
+            ports[int(m.group(2))] = free_port()
+            a = "%s=127.0.0.1:%d" % (m.group(1), ports[int(m.group(2))])
+        elif "=" in a:
+            flag, val = a.split("=", 1)
+            for mp in sorted(paths, key=len, reverse=True):
+                if val == mp or val.startswith(mp.rstrip("/") + "/"):
+                    val = paths[mp] + val[len(mp):]
+                    break
+            else:
+                if val.startswith("unix:///"):
+                    sock = val[len("unix://"):]
+                    for mp in paths:
+                        if sock.startswith(mp.rstrip("/") + "/"):
+                            val = "unix://" + paths[mp] + sock[len(mp):]
+            a = flag + "=" + val
+        argv.append(a)
+    return argv, ports
+
+
+def http_get(port, path):
+    import http.client
+    try:
+        conn = http.client.HTTPConnection("127.0.0.1", port, timeout=5)
+        conn.request("GET", path)
+        resp = conn.getresponse()
+        resp.read()
+        conn.close()
+        return resp.status
+    except OSError:
+        return None
+
+
+def wait_for(fn, seconds=20):
+    import time
+    deadline = time.monotonic() + seconds
+    while time.monotonic() < deadline:
+        v = fn()
+        if v:
+            return v
+        time.sleep(0.1)
+    return fn()
+
+
+def request_call(req, release_ns):
+    """A request the test API server recorded, as an rbac-calls.yaml call
+    (verb, group, resource, scope, name); None for non-resource paths
+    (discovery, OpenAPI, /version: allowed to every authenticated user)."""
+    import urllib.parse
+    parts = [p for p in req["path"].split("/") if p]
+    if parts[:2] == ["api", "v1"]:
+        group, rest = "", parts[2:]
+    elif parts[:1] == ["apis"] and len(parts) >= 3:
+        group, rest = parts[1], parts[3:]
+    else:
+        return None
+    if not rest:
+        return None
+    ns = None
+    if rest[0] == "namespaces" and len(rest) >= 3:
+        ns, rest = rest[1], rest[2:]
+    resource, name = rest[0], rest[1] if len(rest) > 1 else None
+    if len(rest) > 2:
+        resource += "/" + rest[2]
+    q = urllib.parse.parse_qs(req.get("query", ""))
+    method = req["method"]
+    if method == "GET":
+        verb = "get" if name else ("watch" if req.get("watch") or q.get("watch", [""])[0] in ("1", "true") else "list")
+    else:
+        verb = {"POST": "create", "PUT": "update", "PATCH": "patch",
+                "DELETE": "delete" if name else "deletecollection"}.get(method, method.lower())
+    if not name:
+        for sel in q.get("fieldSelector", []):
+            m = re.match(r"^metadata\.name=([^,]+)$", sel)
+            if m:
+                name = m.group(1)
+    scope = "cluster" if ns is None else ("release" if ns == release_ns else "namespace")
+    return {"verb": verb, "group": group, "resource": resource, "scope": scope, "name": name}
+
+
+def call_listed(call, listed):
+    """Whether a recorded call is one of the listed calls of a component."""
+    ok_scopes = {"cluster": ("cluster",), "release": ("release", "namespace"),
+                 "namespace": ("namespace",)}[call["scope"]]
+    return any(k["verb"] == call["verb"] and k["group"] == call["group"] and
+               k["resource"] == call["resource"] and k["scope"] in ok_scopes and
+               (not k.get("resourceName") or k["resourceName"] == call["name"])
+               for k in listed)
+
+
+def test_daemons_run(renders):
+    """Each built daemon starts with exactly the chart's args and mounts, and
+    answers its liveness and readiness probes on the port the chart probes.
+    Those that call the API server talk to the test API server, and every
+    request they make must be a call of spec/fixtures/rbac-calls.yaml."""
+    for r in renders:
+        run_daemons(r, {"agent"} if r.opts.get("gpu") == "file" else {"operator", "webhook", "csi"})
+
+
+def run_daemons(r, which):
+    env = {"NODE_NAME": "node-1", "POD_NAMESPACE": r.ns, "POD_NAME": "pod-1"}
+    for w in r.workloads():
+        for c in containers(w):
+            args = c.get("args") or []
+            if not args or args[0] not in GKM_SUBCOMMANDS or args[0] not in which:
+                continue
+            name = "gkm %s runs with the chart's args and mounts and passes its probes" % args[0]
+            h = subprocess.run([GKM_BIN, args[0], "--help"], capture_output=True, timeout=30)
+            if h.returncode == 3:
+                t.skip(name, "gkm %s is not built yet" % args[0])
+                continue
+            root = os.path.join(tmp, "run-" + c["name"])
+            argv, ports = container_command(r, w, c, root, env)
+            log = open(os.path.join(tmp, c["name"] + ".log"), "wb")
+            penv = dict(os.environ, **env)
+            penv.pop("KUBERNETES_SERVICE_HOST", None)
+            ks = None
+            if token_mounted(w, c):
+                ks = api_server_for(r)
+                penv["KUBECONFIG"] = ks.kubeconfig
+            proc = subprocess.Popen(argv, stdout=log, stderr=subprocess.STDOUT,
+                                    env=penv, stdin=subprocess.DEVNULL)
+            probs = []
+            try:
+                for kind in ("livenessProbe", "readinessProbe"):
+                    hg = (c.get(kind) or {}).get("httpGet") or {}
+                    port = ports.get(port_of(c, hg.get("port")))
+                    if port is None:
+                        probs.append("%s port %r is not a port the daemon was told to listen on" %
+                                     (kind, hg.get("port")))
+                        continue
+                    st = wait_for(lambda: http_get(port, hg["path"]) == 200 or proc.poll() is not None)
+                    if proc.poll() is not None:
+                        probs.append("exited with %d before answering %s" % (proc.returncode, kind))
+                        break
+                    if http_get(port, hg["path"]) != 200:
+                        probs.append("%s %s did not answer 200" % (kind, hg["path"]))
+                if not probs and args[0] == "webhook":
+                    probs += review_over_tls(r, w, ports)
+                if not probs and ks is not None:
+                    give_work(ks)
+            finally:
+                proc.terminate()
+                try:
+                    proc.wait(15)
+                except subprocess.TimeoutExpired:
+                    proc.kill()
+                    proc.wait()
+                log.close()
+            if ks is not None:
+                calls = load_calls(r).get(c["name"]) or []
+                seen = set()
+                for req in ks.control("requests", {"since": 0})["requests"]:
+                    call = request_call(req, r.ns)
+                    if call is None or "gkm-chart-test" in req.get("userAgent", ""):
+                        continue
+                    key = "%(verb)s %(group)s/%(resource)s %(scope)s %(name)s" % call
+                    if key not in seen and not call_listed(call, calls):
+                        probs.append("made %s (%s %s), not in spec/fixtures/rbac-calls.yaml" %
+                                     (key, req["method"], req["path"]))
+                    seen.add(key)
+                if not seen:
+                    probs.append("made no API request: is it talking to the test API server?")
+                if os.environ.get("GKM_CHART_SHOW_CALLS"):
+                    print("# %s made: %s" % (c["name"], sorted(seen)))
+                ks.cleanup()
+            if probs:
+                with open(os.path.join(tmp, c["name"] + ".log"), "rb") as fh:
+                    probs.append("argv: %s\nlog:\n%s" % (" ".join(argv), fh.read()[-3000:].decode("utf-8", "replace")))
+            check(name, probs)
+
+
+def api_server_for(r):
+    """A fresh test API server with the CRDs, the release namespace and the
+    node the daemons run on."""
+    from kubeserver import KubeServer
+    ks = KubeServer().start()
+    for body in ({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": r.ns}},):
+        ks.request("POST", "/api/v1/namespaces", body, headers={"User-Agent": "gkm-chart-test"})
+    ks.request("POST", "/api/v1/nodes", {"apiVersion": "v1", "kind": "Node", "metadata": {"name": "node-1"}},
+               headers={"User-Agent": "gkm-chart-test"})
+    return ks
+
+
+def give_work(ks):
+    """Caches for a running operator or agent to act on, so that the requests
+    checked against rbac-calls.yaml include their real work (node reports,
+    status writes, Events), not only the start-up lists and watches."""
+    ua = {"User-Agent": "gkm-chart-test"}
+    ks.request("POST", "/api/v1/namespaces",
+               {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": "team-a"}}, headers=ua)
+    image = "127.0.0.1:9/team-a/cache:v1"
+    ks.request("POST", "/apis/gkm.io/v1alpha1/namespaces/team-a/gkmcaches",
+               {"apiVersion": "gkm.io/v1alpha1", "kind": "GKMCache",
+                "metadata": {"name": "kernels", "namespace": "team-a"}, "spec": {"image": image}}, headers=ua)
+    ks.request("POST", "/apis/gkm.io/v1alpha1/clustergkmcaches",
+               {"apiVersion": "gkm.io/v1alpha1", "kind": "ClusterGKMCache",
+                "metadata": {"name": "shared"}, "spec": {"image": image}}, headers=ua)
+
+    def wrote():
+        reqs = ks.control("requests", {"since": 0})["requests"]
+        return any(q["method"] in ("PATCH", "POST", "PUT") and "gkm-chart-test" not in q.get("userAgent", "")
+                   and ("/namespaces/team-a/" in q["path"] or "/status" in q["path"]) for q in reqs)
+    wait_for(wrote, 15)  # bounded; the check is on whatever was sent
+
+
+def review_over_tls(r, w, ports):
+    """POST an AdmissionReview to the webhook the way the API server would:
+    TLS verified with the configuration's caBundle for the Service's name."""
+    import http.client
+    import ssl
+    name = r.fullname + "-webhook"
+    cfg = r.get("ValidatingWebhookConfiguration", name)
+    wh = cfg["webhooks"][0]
+    ca = base64.b64decode(wh["clientConfig"]["caBundle"]).decode()
+    svc = wh["clientConfig"]["service"]
+    ctx = ssl.create_default_context(cadata=ca)
+    c = pod_spec(w)["containers"][0]
+    port = ports[int(flag_value(c["args"], "--listen").lstrip(":"))]
+    review = {"apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview", "request": {
+        "uid": "0b3c6d1e-chart-test", "operation": "CREATE", "namespace": "team-a",
+        "kind": {"group": "gkm.io", "version": "v1alpha1", "kind": "GKMCache"},
+        "resource": {"group": "gkm.io", "version": "v1alpha1", "resource": "gkmcaches"},
+        "object": {"apiVersion": "gkm.io/v1alpha1", "kind": "GKMCache",
+                   "metadata": {"name": "c", "namespace": "team-a"},
+                   "spec": {"image": "Not A Valid Reference!"}}}}
+    try:
+        import socket
+        raw = socket.create_connection(("127.0.0.1", port), timeout=10)
+        tls = ctx.wrap_socket(raw, server_hostname="%s.%s.svc" % (svc["name"], svc["namespace"]))
+        conn = http.client.HTTPSConnection("127.0.0.1", port, timeout=10)
+        conn.sock = tls
+        conn.request("POST", svc["path"], body=json.dumps(review),
+                     headers={"Content-Type": "application/json"})
+        resp = conn.getresponse()
+        body = json.loads(resp.read() or b"null")
+        conn.close()
+    except (OSError, ValueError, ssl.SSLError) as e:
+        return ["AdmissionReview over TLS (caBundle, %s.%s.svc): %r" % (svc["name"], svc["namespace"], e)]
+    out = (body or {}).get("response") or {}
+    if resp.status != 200 or out.get("uid") != review["request"]["uid"] or out.get("allowed") is not False:
+        return ["AdmissionReview for a malformed image: HTTP %d %s" % (resp.status, body)]
+    return []
+
+
 def test_bad_values():
     cases = [
-        ("unknown GPU source", ["--set", "gpu.source=cuda"], "gpu.source must be nvml, rocm or file"),
+        ("unknown GPU source", ["--set", "gpu.source=cuda"], "gpu.source must be auto, nvml, rocm or file"),
         ("3 operator replicas", ["--set", "operator.replicas=3"], "operator.replicas must be 1 or 2"),
         ("2 operators without leader election",
          ["--set", "operator.replicas=2,operator.leaderElection.enabled=false"],
@@ -975,6 +1347,11 @@ def test_renderer():
     p = render([], chart=os.path.join(tmp, "no-chart-here"))
     t.ok(p.returncode == 1 and "Chart.yaml" in p.stderr, "renderer: a directory without Chart.yaml is refused",
          diag=p.stderr)
+    d = copy_chart()
+    os.symlink("..", os.path.join(d, "files", "loop"))
+    p = render([], chart=d)
+    t.ok(p.returncode == 1 and "symbolic link cycle" in p.stderr,
+         "renderer: follows links in the chart, but not round a cycle", diag=p.stderr)
     p = render([], release="Bad_Name")
     t.ok(p.returncode == 1 and "release name" in p.stderr, "renderer: an invalid release name is refused",
          diag=p.stderr)
@@ -1083,6 +1460,26 @@ def test_apply():
                 probs.append("%s: labels stored as %s" % (ident(d), got["metadata"].get("labels")))
         check("kubectl get: every applied object is stored as rendered", probs)
 
+        # the request-to-call mapping the daemon runs rely on, checked on what
+        # kubectl just sent
+        calls = [request_call(q, "gkm") for q in ks.control("requests", {"since": 0})["requests"]]
+        got = {(c["verb"], c["group"], c["resource"], c["scope"], c["name"]) for c in calls if c}
+        want = {("patch", "", "configmaps", "release", "gkm-config"),
+                ("patch", "storage.k8s.io", "csidrivers", "cluster", "csi.gkm.io"),
+                ("patch", "apiextensions.k8s.io", "customresourcedefinitions", "cluster",
+                 "gkmcaches.gkm.io"),
+                ("patch", "", "namespaces", "cluster", "gkm")}
+        agent = load_calls(Rendered("x", docs, "gkm", "gkm", {})).get("agent")
+        t.ok(want <= got and None in calls
+             and call_listed({"verb": "get", "group": "", "resource": "secrets", "scope": "namespace",
+                              "name": "pull"}, agent)
+             and not call_listed({"verb": "patch", "group": "", "resource": "configmaps",
+                                  "scope": "release", "name": "gkm-config"}, agent)
+             and not call_listed({"verb": "list", "group": "", "resource": "secrets", "scope": "namespace",
+                                  "name": None}, agent),
+             "recorded API requests map to rbac-calls.yaml calls (verb, group, resource, scope, name)",
+             diag="missing %s from %s" % (want - got, sorted(got, key=str)))
+
         # an upgrade: switch verification off and apply again
         p2 = render(["--include-crds", "--create-namespace", "--set", "verification.enabled=false"])
         docs2 = [d for d in load_docs(p2.stdout) if (d["apiVersion"], d["kind"]) in served
@@ -1099,7 +1496,8 @@ def main():
         t.ok(False, "the chart renderer is built", diag="%s missing: run make spec-extra" % RENDER)
         return t.finish()
     test_policy_copies()
-    default = None
+    test_values_documented()
+    default, runnable = None, []
     for name, args, opts in variants():
         release, ns = opts.get("release", "gkm"), opts.get("ns", "gkm")
         p = render(args, release=release, ns=ns)
@@ -1113,6 +1511,9 @@ def main():
         r = Rendered(name, docs, release, ns, opts)
         if default is None:
             default = r
+            runnable.append(r)
+        if opts.get("gpu_json"):
+            runnable.append(r)
         for cname, fn in CHECKS:
             try:
                 probs = fn(r)
@@ -1122,6 +1523,7 @@ def main():
             check("%s: %s" % (name, cname), probs)
     if default is not None:
         test_flags_contract(default)
+        test_daemons_run(runnable)
     test_bad_values()
     test_renderer()
     test_apply()

@@ -6,6 +6,7 @@
 set -u
 . "$(dirname "$0")/../lib/tap.sh"
 . "$(dirname "$0")/../lib/registry.sh"
+. "$(dirname "$0")/../lib/poll.sh"
 cd "$GKM_ROOT"
 G=$GKM_BIN
 FX=spec/fixtures/caches/triton
@@ -37,16 +38,6 @@ start_up() { # extra flags...
 		--key "$W/trusted.pub" --poll-ms 100 --policy-dir "$W/policies" \
 		--health-listen "127.0.0.1:$PORT" "$@" >>"$W/up.log" 2>&1 &
 	UP_PID=$!
-}
-wait_for() { # seconds command... : poll until the command succeeds
-	local n=$(($1 * 10))
-	shift
-	while [ $n -gt 0 ]; do
-		"$@" >/dev/null 2>&1 && return 0
-		sleep 0.1
-		n=$((n - 1))
-	done
-	return 1
 }
 field() { # kind name [ns] python-expression-on-obj
 	$G get --state "$S" "$1" "$2" ${3:+-n "$3"} -o json 2>/dev/null |
@@ -81,7 +72,6 @@ ok $? "gkm apply creates the caches"
 start_up
 wait_for 20 curl -sf "http://127.0.0.1:$PORT/readyz"
 ok $? "gkm up becomes ready"
-is() { [ "$("${@:2}")" = "$1" ]; } # want command...: the command prints want
 wait_for 30 is 1 field gkmc vector-add default "o['status']['readyNodes']"
 ok $? "the signed cache becomes ready on the node"
 

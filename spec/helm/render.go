@@ -60,12 +60,23 @@ func main() {
 		fmt.Fprintf(os.Stderr, "usage: gkm-chart-render [flags] CHART_DIR\n")
 		flag.PrintDefaults()
 	}
-	flag.Parse()
-	if flag.NArg() != 1 {
+	// flags may come before or after the chart directory, as with helm
+	var positional []string
+	for args := os.Args[1:]; ; {
+		if err := flag.CommandLine.Parse(args); err != nil {
+			os.Exit(2)
+		}
+		if flag.NArg() == 0 {
+			break
+		}
+		positional = append(positional, flag.Arg(0))
+		args = flag.Args()[1:]
+	}
+	if len(positional) != 1 {
 		flag.Usage()
 		os.Exit(2)
 	}
-	out, notesText, err := render(flag.Arg(0), options{
+	out, notesText, err := render(positional[0], options{
 		release: *release, namespace: *namespace, valueFiles: valueFiles,
 		sets: sets, setStrings: setStrings, apiVersions: apiVersions,
 		includeCRDs: *includeCRDs, strict: *strict, createNamespace: *createNS,
@@ -171,16 +182,26 @@ func render(chartDir string, o options) (string, string, error) {
 	return out.String(), notesText, nil
 }
 
-// cleanError turns Go's "template: x: executing ... error calling fail: msg"
-// into Helm's shorter form so the user reads the chart's own message.
+// cleanError turns Go's nested "template: x: executing ... error calling
+// include: ... error calling fail: msg" into Helm's short form, so the user
+// reads the chart's own message and where it was raised.
 func cleanError(err error) error {
 	s := err.Error()
-	re := regexp.MustCompile(`^template: ([^:]+:\d+:\d+): executing "[^"]*" at <[^>]*>: error calling (fail|required): (.*)$`)
-	if m := re.FindStringSubmatch(s); m != nil {
-		return fmt.Errorf("execution error at (%s): %s", m[1], m[3])
+	for _, marker := range []string{"error calling fail: ", "error calling required: "} {
+		i := strings.LastIndex(s, marker)
+		if i < 0 {
+			continue
+		}
+		locs := errLoc.FindAllStringSubmatch(s[:i], -1)
+		if len(locs) == 0 {
+			break
+		}
+		return fmt.Errorf("execution error at (%s): %s", locs[len(locs)-1][1], s[i+len(marker):])
 	}
 	return err
 }
+
+var errLoc = regexp.MustCompile(`template: ([^:\s]+:\d+:\d+): executing`)
 
 func copyTop(top map[string]interface{}, tname string) map[string]interface{} {
 	data := make(map[string]interface{}, len(top))
@@ -338,32 +359,67 @@ func loadFiles(dir string) (files, error) {
 	special := map[string]bool{"Chart.yaml": true, "values.yaml": true, "values.schema.json": true,
 		"Chart.lock": true, ".helmignore": true}
 	out := files{}
-	err := filepath.Walk(dir, func(p string, info os.FileInfo, err error) error {
-		if err != nil {
-			return err
-		}
-		rel, _ := filepath.Rel(dir, p)
-		rel = filepath.ToSlash(rel)
-		if rel == "." {
-			return nil
-		}
-		if info.IsDir() {
-			if rel == "templates" || rel == "charts" || ignored(ignore, rel+"/") {
-				return filepath.SkipDir
-			}
-			return nil
+	err := walkChart(dir, "", func(rel, p string, isDir bool) (bool, error) {
+		if isDir {
+			return rel == "templates" || rel == "charts" || ignored(ignore, rel+"/"), nil
 		}
 		if special[rel] || ignored(ignore, rel) {
-			return nil
+			return false, nil
 		}
 		b, err := os.ReadFile(p)
 		if err != nil {
-			return err
+			return false, err
 		}
 		out[rel] = b
-		return nil
+		return false, nil
 	})
 	return out, err
+}
+
+// walkChart calls fn for everything below dir (rel: slash-separated path
+// from the walk's start), following symbolic links as Helm's loader does, so
+// a chart may link to files kept elsewhere in its repository. fn returns
+// true to skip a directory. A link cycle is an error.
+func walkChart(dir, rel string, fn func(rel, path string, isDir bool) (bool, error)) error {
+	return walkChartIn(dir, rel, fn, map[string]bool{})
+}
+
+func walkChartIn(dir, rel string, fn func(rel, path string, isDir bool) (bool, error),
+	onPath map[string]bool) error {
+	real, err := filepath.EvalSymlinks(dir)
+	if err != nil {
+		return err
+	}
+	if onPath[real] {
+		return fmt.Errorf("%s: symbolic link cycle", dir)
+	}
+	onPath[real] = true
+	defer delete(onPath, real)
+	entries, err := os.ReadDir(dir)
+	if err != nil {
+		return err
+	}
+	for _, e := range entries {
+		p := filepath.Join(dir, e.Name())
+		r := e.Name()
+		if rel != "" {
+			r = rel + "/" + e.Name()
+		}
+		info, err := os.Stat(p) // follows links
+		if err != nil {
+			return fmt.Errorf("%s: %v", p, err)
+		}
+		skip, err := fn(r, p, info.IsDir())
+		if err != nil {
+			return err
+		}
+		if info.IsDir() && !skip {
+			if err := walkChartIn(p, r, fn, onPath); err != nil {
+				return err
+			}
+		}
+	}
+	return nil
 }
 
 // ignored matches the simple .helmignore forms: "dir/", "*.ext", "name".
@@ -597,24 +653,20 @@ func parseTemplates(chartDir, chartName string, strict bool) (*template.Template
 	root.Funcs(funcMap(root))
 	var names []string
 	tdir := filepath.Join(chartDir, "templates")
-	err := filepath.Walk(tdir, func(p string, info os.FileInfo, err error) error {
-		if err != nil {
-			return err
+	err := walkChart(tdir, "", func(rel, p string, isDir bool) (bool, error) {
+		if isDir {
+			return false, nil
 		}
-		if info.IsDir() {
-			return nil
-		}
-		rel, _ := filepath.Rel(tdir, p)
-		name := chartName + "/templates/" + filepath.ToSlash(rel)
+		name := chartName + "/templates/" + rel
 		b, err := os.ReadFile(p)
 		if err != nil {
-			return err
+			return false, err
 		}
 		if _, err := root.New(name).Parse(string(b)); err != nil {
-			return fmt.Errorf("parse error: %v", err)
+			return false, fmt.Errorf("parse error: %v", err)
 		}
 		names = append(names, name)
-		return nil
+		return false, nil
 	})
 	if err != nil {
 		return nil, nil, err

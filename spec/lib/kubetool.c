@@ -12,6 +12,9 @@
  *       one JSON line per cache change, "synced" once listed, stats at the end
  *   kubetool lease NS NAME IDENTITY [--duration-ms N --renew-ms N --retry-ms N]
  *       prints "leading" / "stopped" / "holder ID" lines until SIGTERM
+ *   kubetool controller BUNDLE_DIR MODULE --manager M [--config JSON]
+ *       runs a Lua controller (kube_controller.h) from the policy bundle in
+ *       BUNDLE_DIR until SIGTERM; prints its stats at the end
  *   kubetool bench APIVERSION KIND NS --expect N
  *       informer throughput and memory: waits until N objects are cached
  *
@@ -26,12 +29,16 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "bundle.h"
+#include "engine.h"
 #include "kube_client.h"
+#include "kube_controller.h"
 #include "kube_config.h"
 #include "kube_informer.h"
 #include "kube_lease.h"
 #include "log.h"
 #include "loop.h"
+#include "workers.h"
 
 static struct kube_client *client;
 
@@ -133,8 +140,8 @@ static int cmd_list(int argc, char **argv)
 	if (argc < 4 || resource(argv[1], argv[2], &r) < 0)
 		return 2;
 	struct kube_list_opts lo = {
-		.label_selector = opt(argc, argv, "--selector"),
-		.field_selector = opt(argc, argv, "--field"),
+	    .label_selector = opt(argc, argv, "--selector"),
+	    .field_selector = opt(argc, argv, "--field"),
 	};
 	const char *lim = opt(argc, argv, "--limit");
 	if (lim)
@@ -151,7 +158,7 @@ static int cmd_list(int argc, char **argv)
 	cJSON *names = cJSON_AddArrayToObject(out, "names");
 	const cJSON *it;
 	cJSON_ArrayForEach(it, items)
-	cJSON_AddItemToArray(names, cJSON_CreateString(kube_obj_name(it)));
+	    cJSON_AddItemToArray(names, cJSON_CreateString(kube_obj_name(it)));
 	cJSON_Delete(items);
 	return print_obj(out);
 }
@@ -175,9 +182,9 @@ static int cmd_write(int argc, char **argv, const char *verb)
 		rc = kube_client_replace(client, &r, NULL, NULL, doc, &out, &e);
 	} else {
 		struct kube_apply_opts ao = {
-			.field_manager = opt(argc, argv, "--manager"),
-			.force = flag(argc, argv, "--force"),
-			.status = flag(argc, argv, "--status"),
+		    .field_manager = opt(argc, argv, "--manager"),
+		    .force = flag(argc, argv, "--force"),
+		    .status = flag(argc, argv, "--status"),
 		};
 		rc = kube_client_apply(client, &r, NULL, NULL, doc, &ao, &out, &e);
 	}
@@ -210,8 +217,11 @@ static int cmd_event(int argc, char **argv)
 	int rc = kube_client_get(client, &r, argv[3], argv[4], &o, &e);
 	if (rc < 0)
 		return fail(&e, rc);
-	struct kube_event ev = {.regarding = o, .reason = argv[5], .message = argv[6],
-	                        .type = opt(argc, argv, "--type"), .component = "kubetool",
+	struct kube_event ev = {.regarding = o,
+	                        .reason = argv[5],
+	                        .message = argv[6],
+	                        .type = opt(argc, argv, "--type"),
+	                        .component = "kubetool",
 	                        .host = "test-node"};
 	rc = kube_client_event(client, &ev, &e);
 	cJSON_Delete(o);
@@ -231,24 +241,25 @@ struct watchctx {
 
 static void print_stats(const struct kube_watch_stats *s)
 {
-	printf("{\"stats\":{\"lists\":%llu,\"relists_gone\":%llu,\"connects\":%llu,\"failures\":%llu,"
-	       "\"events\":%llu,\"bookmarks\":%llu,\"malformed\":%llu,\"skipped\":%llu,\"oversized\":%llu}}\n",
-	       (unsigned long long)s->lists, (unsigned long long)s->relists_gone,
-	       (unsigned long long)s->connects, (unsigned long long)s->failures,
-	       (unsigned long long)s->events, (unsigned long long)s->bookmarks,
-	       (unsigned long long)s->malformed, (unsigned long long)s->skipped,
-	       (unsigned long long)s->oversized);
+	printf(
+	    "{\"stats\":{\"lists\":%llu,\"relists_gone\":%llu,\"connects\":%llu,\"failures\":%llu,"
+	    "\"events\":%llu,\"bookmarks\":%llu,\"malformed\":%llu,\"skipped\":%llu,\"oversized\":%"
+	    "llu}}\n",
+	    (unsigned long long)s->lists, (unsigned long long)s->relists_gone,
+	    (unsigned long long)s->connects, (unsigned long long)s->failures,
+	    (unsigned long long)s->events, (unsigned long long)s->bookmarks,
+	    (unsigned long long)s->malformed, (unsigned long long)s->skipped,
+	    (unsigned long long)s->oversized);
 	fflush(stdout);
 }
 
-static void on_change(struct kube_informer *inf, enum kube_event_type t, const cJSON *old,
-                      const cJSON *obj, void *ud)
+static void on_change(struct kube_informer *inf, enum kube_event_type t, const cJSON *obj, void *ud)
 {
 	struct watchctx *w = ud;
 	w->changes++;
 	printf("{\"type\":\"%s\",\"name\":\"%s\",\"rv\":\"%s\",\"cached\":%zu}\n",
-	       kube_event_type_name(t), kube_obj_name(obj), kube_obj_rv(obj) ? kube_obj_rv(obj) : "",
-	       kube_informer_len(inf));
+	       kube_event_type_name(t), kube_obj_name(obj),
+	       kube_obj_rv(obj) ? kube_obj_rv(obj) : "", kube_informer_len(inf));
 	if (!w->synced_said && kube_informer_synced(inf)) {
 		w->synced_said = true;
 		printf("{\"synced\":%zu}\n", kube_informer_len(inf));
@@ -296,14 +307,14 @@ static int cmd_watch(int argc, char **argv)
 		return 1;
 	struct watchctx w = {0};
 	struct kube_informer_opts o = {
-		.watch = {.resource = r,
-		          .ns = strcmp(argv[3], "-") ? argv[3] : NULL,
-		          .label_selector = opt(argc, argv, "--selector"),
-		          .backoff_initial_ms = 200,
-		          .backoff_max_ms = 2000},
-		.loop = l,
-		.on_change = on_change,
-		.ud = &w,
+	    .watch = {.resource = r,
+	              .ns = strcmp(argv[3], "-") ? argv[3] : NULL,
+	              .label_selector = opt(argc, argv, "--selector"),
+	              .backoff_initial_ms = 200,
+	              .backoff_max_ms = 2000},
+	    .loop = l,
+	    .on_change = on_change,
+	    .ud = &w,
 	};
 	const char *t = opt(argc, argv, "--timeout-s");
 	if (t)
@@ -364,8 +375,12 @@ static int cmd_lease(int argc, char **argv)
 	if (loop_new(&l) < 0)
 		return 1;
 	struct kube_lease_opts o = {
-		.ns = argv[1], .name = argv[2], .identity = argv[3],
-		.on_started = lease_started, .on_stopped = lease_stopped, .on_new_leader = lease_holder,
+	    .ns = argv[1],
+	    .name = argv[2],
+	    .identity = argv[3],
+	    .on_started = lease_started,
+	    .on_stopped = lease_stopped,
+	    .on_new_leader = lease_holder,
 	};
 	const char *v;
 	if ((v = opt(argc, argv, "--duration-ms")))
@@ -385,6 +400,85 @@ static int cmd_lease(int argc, char **argv)
 	rc = loop_run(l);
 	loop_free(l);
 	return rc < 0 ? 1 : 0;
+}
+
+/* ---- controller ---- */
+
+static void ctl_shutdown(struct loop *l, int signo, void *ud)
+{
+	(void)l;
+	(void)signo;
+	struct kube_controller **cp = ud;
+	if (!*cp)
+		return; /* the second run of the loop, to finish posted work */
+	struct kube_controller_stats st = kube_controller_stats(*cp);
+	printf("{\"stats\":{\"reconciles\":%llu,\"reconcile_errors\":%llu,\"actions\":%llu,"
+	       "\"action_errors\":%llu,\"requeues\":%llu}}\n",
+	       (unsigned long long)st.reconciles, (unsigned long long)st.reconcile_errors,
+	       (unsigned long long)st.actions, (unsigned long long)st.action_errors,
+	       (unsigned long long)st.requeues);
+	fflush(stdout);
+	kube_controller_stop(*cp);
+	*cp = NULL;
+}
+
+static int cmd_controller(int argc, char **argv)
+{
+	const char *manager = opt(argc, argv, "--manager");
+	const char *cfg = opt(argc, argv, "--config");
+	if (argc < 3 || !manager)
+		return 2;
+	char err[1024];
+	struct bundle *b = NULL;
+	if (bundle_from_dir(argv[1], &b, err, sizeof(err)) < 0) {
+		fprintf(stderr, "bundle: %s\n", err);
+		return 2;
+	}
+	struct engine_slot slot;
+	engine_slot_init(&slot, &engine_limits_default);
+	struct engine_error ee;
+	int rc = engine_slot_load(&slot, b, &ee);
+	bundle_free(b);
+	if (rc < 0) {
+		fprintf(stderr, "engine: %s\n", ee.message);
+		return 2;
+	}
+	cJSON *config = cfg ? cJSON_Parse(cfg) : NULL;
+	struct loop *l = NULL;
+	struct workers *w = NULL;
+	struct kube_controller *c = NULL;
+	rc = 1;
+	if (loop_new(&l) < 0 || workers_new(l, 2, &w) < 0)
+		goto out;
+	struct kube_controller_opts o = {
+	    .loop = l,
+	    .workers = w,
+	    .client = client,
+	    .engine = &slot,
+	    .module = argv[2],
+	    .config = config,
+	    .field_manager = manager,
+	    .component = "kubetool",
+	    .host = "test-node",
+	};
+	if (kube_controller_start(&o, &c, err, sizeof(err)) < 0) {
+		fprintf(stderr, "controller: %s\n", err);
+		goto out;
+	}
+	printf("{\"started\":\"%s\"}\n", argv[2]);
+	fflush(stdout);
+	loop_on_shutdown(l, ctl_shutdown, &c);
+	rc = loop_run(l) < 0 ? 1 : 0;
+out:
+	if (w) {
+		workers_free(w); /* waits for running actions; their completions are posted */
+		loop_post(l, stop_cb, NULL);
+		loop_run(l); /* run those completions so nothing is left behind */
+	}
+	loop_free(l);
+	cJSON_Delete(config);
+	engine_slot_clear(&slot);
+	return rc;
 }
 
 /* ---- bench: events/s into the informer cache, memory per object ---- */
@@ -410,7 +504,8 @@ static void bench_poll(struct loop *l, void *ud)
 {
 	struct benchctx *b = ud;
 	const struct kube_watch_stats *s = kube_informer_stats(b->inf);
-	if (b->phase == 0 && kube_informer_synced(b->inf) && kube_informer_len(b->inf) >= b->expect) {
+	if (b->phase == 0 && kube_informer_synced(b->inf) &&
+	    kube_informer_len(b->inf) >= b->expect) {
 		double secs = since(&b->t0);
 		struct mallinfo2 m1 = mallinfo2();
 		size_t n = kube_informer_len(b->inf);
@@ -455,9 +550,9 @@ static int cmd_bench(int argc, char **argv)
 	if (we)
 		b.want_events = strtoul(we, NULL, 10);
 	struct kube_informer_opts o = {
-		.watch = {.resource = r, .ns = strcmp(argv[3], "-") ? argv[3] : NULL},
-		.loop = l,
-		.ud = &b,
+	    .watch = {.resource = r, .ns = strcmp(argv[3], "-") ? argv[3] : NULL},
+	    .loop = l,
+	    .ud = &b,
 	};
 	b.m0 = mallinfo2();
 	clock_gettime(CLOCK_MONOTONIC, &b.t0);
@@ -518,6 +613,8 @@ int main(int argc, char **argv)
 		rc = cmd_watch(argc, argv);
 	else if (!strcmp(verb, "lease"))
 		rc = cmd_lease(argc, argv);
+	else if (!strcmp(verb, "controller"))
+		rc = cmd_controller(argc, argv);
 	else if (!strcmp(verb, "bench"))
 		rc = cmd_bench(argc, argv);
 	else {

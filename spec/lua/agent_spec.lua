@@ -38,6 +38,7 @@ describe('agent decisions', function()
     local r = decide({ cache = { kind = 'GKMCache', name = 'c', digest = '' } })
     assert.are.equal('Pending', r.entry.state)
     assert.are.equal('DigestNotResolved', r.entry.reason)
+    assert.is_nil(r.entry.digest) -- the CRD allows no empty digest
     assert.are.same({}, types(r))
   end)
 
@@ -72,6 +73,17 @@ describe('agent decisions', function()
     assert.are.same({}, types(ready))
   end)
 
+  it('stays Ready from its view while it re-reads the image after a restart', function()
+    local r = decide({ image = { state = 'unknown' }, compat = nil, store = { present = true },
+                       view = { digest = D, compatibleGPUs = { '0', '1' } } })
+    assert.are.equal('Ready', r.entry.state)
+    assert.are.same({ { ids = { 0, 1 } } }, r.entry.compatibleGPUs)
+    assert.are.same({ 'fetch_image' }, types(r))
+    local gone = decide({ image = { state = 'unknown' }, compat = nil, store = { present = false },
+                          view = { digest = D, compatibleGPUs = { '0' } } })
+    assert.are.equal('Pending', gone.entry.state)
+  end)
+
   it('reports a failed pull and retries', function()
     local r = decide({ pull = { state = 'failed', reason = 'DigestMismatch', message = 'layer sha256 differs' } })
     assert.are.equal('Failed', r.entry.state)
@@ -80,9 +92,12 @@ describe('agent decisions', function()
   end)
 
   it('keeps a deleted cache while pods use it, then unlinks', function()
-    local r = decide({ cache = false, view = { digest = D }, usage = { pods = 2 } })
-    assert.are.equal('Releasing', r.entry.state)
-    assert.are.equal(2, r.entry.pods)
+    local pods = { { podName = 'p1', podNamespace = 'default', podUID = 'u1', volumeId = 'v1' },
+                   { podName = 'p2', podNamespace = 'default', podUID = 'u2', volumeId = 'v2' } }
+    local r = decide({ cache = false, view = { digest = D }, usage = { pods = 2, list = pods } })
+    assert.are.equal('Deleting', r.entry.state)
+    assert.are.same(pods, r.entry.pods)
+    assert.truthy(r.requeue_after)
     assert.are.same({}, types(r))
     local gone = decide({ cache = false, view = { digest = D }, usage = { pods = 0 } })
     assert.is_nil(gone.entry)
@@ -94,5 +109,8 @@ describe('agent decisions', function()
     local again = decide({ store = { present = true }, view = { digest = D }, now = '2026-11-21T11:00:00Z',
       previous = first.entry })
     assert.are.equal('2026-11-21T10:00:00Z', again.entry.lastUpdated)
+    local mounted = decide({ store = { present = true }, view = { digest = D }, now = '2026-11-21T11:00:00Z',
+      previous = first.entry, usage = { pods = 1, list = { { podName = 'p', volumeId = 'v' } } } })
+    assert.are.equal('2026-11-21T11:00:00Z', mounted.entry.lastUpdated)
   end)
 end)

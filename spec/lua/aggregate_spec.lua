@@ -68,6 +68,19 @@ describe('aggregate policy', function()
     assert.truthy(cond(r, 'Progressing').message:find('n1, n2', 1, true))
   end)
 
+  it('counts the pods the nodes list, in the CRD counts', function()
+    local used = entry('Ready')
+    used.pods = { { podName = 'p1', volumeId = 'v1' }, { podName = 'p2', volumeId = 'v2' } }
+    local r = aggregate({
+      { name = 'n1', entry = used },
+      { name = 'n2', entry = entry('Ready') },
+      { name = 'n3', entry = entry('Failed', 'PullFailed', 'x') },
+    })
+    assert.are.same({ nodeCnt = 3, nodeInUseCnt = 1, nodeNotInUseCnt = 1, nodeErrorCnt = 1,
+                      podRunningCnt = 2 }, r.counts)
+    assert.are.equal(2, r.podsUsing)
+  end)
+
   it('says NoCompatibleNodes when no node can use it', function()
     local r = aggregate({ { name = 'n1', entry = entry('Incompatible', 'BackendMismatch', 'x') } })
     assert.are.equal('NoCompatibleNodes', cond(r, 'Ready').reason)

@@ -23,10 +23,10 @@
 
 struct replay_resp {
 	int status;
-	char *body;      /* owned */
+	char *body; /* owned */
 	size_t len;
-	bool raw;        /* body is the whole response (status line included); close after */
-	bool close_after; /* no Content-Length: close-delimited (streams) */
+	bool raw;          /* body is the whole response (status line included); close after */
+	bool close_after;  /* no Content-Length: close-delimited (streams) */
 	unsigned delay_ms; /* before answering */
 };
 
@@ -52,7 +52,8 @@ struct replay {
 	volatile bool stop;
 };
 
-static inline void replay_push(struct replay *r, int status, const char *body, size_t len, bool close_after)
+static inline void replay_push(struct replay *r, int status, const char *body, size_t len,
+                               bool close_after)
 {
 	pthread_mutex_lock(&r->mu);
 	struct replay_resp *p = &r->resp[r->nresp++];
@@ -121,7 +122,8 @@ static inline void replay_push_fixture(struct replay *r, const cJSON *fx)
 	const cJSON *resp = cJSON_GetObjectItem(fx, "response");
 	int status = cJSON_GetObjectItem(resp, "status")->valueint;
 	const cJSON *body = cJSON_GetObjectItem(resp, "body");
-	const char *path = cJSON_GetObjectItem(cJSON_GetObjectItem(fx, "request"), "path")->valuestring;
+	const char *path =
+	    cJSON_GetObjectItem(cJSON_GetObjectItem(fx, "request"), "path")->valuestring;
 	bool watch = strstr(path, "watch=1") != NULL;
 	if (watch && cJSON_IsArray(body)) {
 		size_t len;
@@ -130,7 +132,8 @@ static inline void replay_push_fixture(struct replay *r, const cJSON *fx)
 		free(s);
 		return;
 	}
-	char *text = cJSON_IsString(body) ? strdup(body->valuestring) : cJSON_PrintUnformatted(body);
+	char *text =
+	    cJSON_IsString(body) ? strdup(body->valuestring) : cJSON_PrintUnformatted(body);
 	replay_push(r, status, text, strlen(text), false);
 	free(text);
 }
@@ -180,9 +183,11 @@ static inline void replay_serve(struct replay *r, int fd)
 			if (!strncasecmp(line, "Content-Length:", 15))
 				clen = strtoul(line + 15, NULL, 10);
 			else if (!strncasecmp(line, "Content-Type:", 13))
-				snprintf(q.content_type, sizeof(q.content_type), "%.120s", line + 14);
+				snprintf(q.content_type, sizeof(q.content_type), "%.120s",
+				         line + 14);
 			else if (!strncasecmp(line, "Authorization:", 14))
-				snprintf(q.authorization, sizeof(q.authorization), "%.250s", line + 15);
+				snprintf(q.authorization, sizeof(q.authorization), "%.250s",
+				         line + 15);
 		}
 		q.body = calloc(1, clen + 1);
 		size_t got = 0;
@@ -215,11 +220,13 @@ static inline void replay_serve(struct replay *r, int fd)
 		int hn;
 		if (p->close_after)
 			hn = snprintf(hdr, sizeof(hdr),
-			              "HTTP/1.1 %d X\r\nContent-Type: application/json\r\nConnection: close\r\n\r\n",
+			              "HTTP/1.1 %d X\r\nContent-Type: "
+			              "application/json\r\nConnection: close\r\n\r\n",
 			              p->status);
 		else
 			hn = snprintf(hdr, sizeof(hdr),
-			              "HTTP/1.1 %d X\r\nContent-Type: application/json\r\nContent-Length: %zu\r\n\r\n",
+			              "HTTP/1.1 %d X\r\nContent-Type: "
+			              "application/json\r\nContent-Length: %zu\r\n\r\n",
 			              p->status, p->len);
 		write_all(fd, hdr, (size_t)hn);
 		write_all(fd, p->body, p->len);
@@ -270,7 +277,8 @@ static inline void replay_stop(struct replay *r)
 	r->stop = true;
 	/* Wake accept() with a connection of our own. */
 	int fd = socket(AF_INET, SOCK_STREAM, 0);
-	struct sockaddr_in a = {.sin_family = AF_INET, .sin_port = htons((uint16_t)r->port),
+	struct sockaddr_in a = {.sin_family = AF_INET,
+	                        .sin_port = htons((uint16_t)r->port),
 	                        .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
 	if (connect(fd, (struct sockaddr *)&a, sizeof(a)) == 0)
 		shutdown(fd, SHUT_RDWR);

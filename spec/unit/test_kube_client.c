@@ -11,6 +11,7 @@
 #include <errno.h>
 
 #include "kube_client.h"
+#include "metrics.h"
 #include "kube_replay.h"
 
 struct env {
@@ -24,7 +25,8 @@ static int setup(void **state)
 {
 	struct env *e = calloc(1, sizeof(*e));
 	e->srv = replay_start();
-	snprintf(e->dir, sizeof(e->dir), "%s/kcfg.XXXXXX", getenv("TMPDIR") ? getenv("TMPDIR") : "/tmp");
+	snprintf(e->dir, sizeof(e->dir), "%s/kcfg.XXXXXX",
+	         getenv("TMPDIR") ? getenv("TMPDIR") : "/tmp");
 	assert_non_null(mkdtemp(e->dir));
 	char path[512];
 	snprintf(path, sizeof(path), "%s/config", e->dir);
@@ -105,8 +107,11 @@ static void assert_same_path(const struct replay_req *q, const cJSON *fx)
 
 static struct kube_resource widgets(void)
 {
-	struct kube_resource r = {.group = "example.com", .version = "v1", .plural = "widgets",
-	                          .kind = "Widget", .namespaced = true};
+	struct kube_resource r = {.group = "example.com",
+	                          .version = "v1",
+	                          .plural = "widgets",
+	                          .kind = "Widget",
+	                          .namespaced = true};
 	return r;
 }
 
@@ -123,6 +128,8 @@ static void test_get(void **state)
 	assert_string_equal(e->srv->req[0].method, "GET");
 	assert_same_path(&e->srv->req[0], fx);
 	assert_string_equal(e->srv->req[0].authorization, "Bearer s3cret");
+	struct metric *m = metrics_counter("gkm_kube_requests_total", "", "verb,code");
+	assert_true(metrics_value(m, METRICS_L("GET", "200")) >= 1);
 	cJSON_Delete(obj);
 	cJSON_Delete(fx);
 }
@@ -191,7 +198,8 @@ static void test_create_malformed_and_media(void **state)
 	cJSON *fx2 = script(e, "35-patch-wrong-type.json");
 	cJSON *out = NULL;
 	struct kube_error err;
-	struct kube_request rq = {.method = "POST", .path = req_path(fx1),
+	struct kube_request rq = {.method = "POST",
+	                          .path = req_path(fx1),
 	                          .content_type = "application/json",
 	                          .body = "{\"apiVersion\": \"example.com/v1\", \"kind\": ",
 	                          .body_len = 41};
@@ -199,8 +207,11 @@ static void test_create_malformed_and_media(void **state)
 	assert_int_equal(err.reason, KUBE_BAD_REQUEST);
 	assert_int_equal(err.http_code, 400);
 	assert_non_null(strstr(err.message, "json parse error"));
-	struct kube_request rq2 = {.method = "PATCH", .path = req_path(fx2),
-	                           .content_type = "text/plain", .body = "{}", .body_len = 2};
+	struct kube_request rq2 = {.method = "PATCH",
+	                           .path = req_path(fx2),
+	                           .content_type = "text/plain",
+	                           .body = "{}",
+	                           .body_len = 2};
 	assert_int_equal(kube_client_do(e->c, &rq2, &out, &err), -EINVAL);
 	assert_int_equal(err.reason, KUBE_UNSUPPORTED_MEDIA);
 	assert_string_equal(err.reason_text, "UnsupportedMediaType");
@@ -211,7 +222,8 @@ static void test_create_malformed_and_media(void **state)
 
 static cJSON *yaml_body(const cJSON *fx)
 {
-	const char *y = cJSON_GetObjectItem(cJSON_GetObjectItem(fx, "request"), "body")->valuestring;
+	const char *y =
+	    cJSON_GetObjectItem(cJSON_GetObjectItem(fx, "request"), "body")->valuestring;
 	cJSON *j = NULL;
 	char err[128];
 	assert_int_equal(kube_config_yaml_to_json(y, strlen(y), &j, err, sizeof(err)), 0);
@@ -234,7 +246,8 @@ static void test_apply_conflict_force(void **state)
 	cJSON_Delete(out);
 	out = NULL;
 	struct kube_apply_opts ob = {.field_manager = "bob"};
-	assert_int_equal(kube_client_apply(e->c, &r, "default", NULL, bob, &ob, &out, &err), -EBUSY);
+	assert_int_equal(kube_client_apply(e->c, &r, "default", NULL, bob, &ob, &out, &err),
+	                 -EBUSY);
 	assert_int_equal(err.reason, KUBE_CONFLICT);
 	assert_int_equal(err.ncauses, 1);
 	assert_string_equal(err.causes[0].reason, "FieldManagerConflict");
@@ -242,7 +255,8 @@ static void test_apply_conflict_force(void **state)
 	assert_string_equal(err.causes[0].message, "conflict with \"alice\"");
 	ob.force = true;
 	assert_int_equal(kube_client_apply(e->c, &r, "default", NULL, bob, &ob, &out, &err), 0);
-	assert_int_equal((int)cJSON_GetObjectItem(cJSON_GetObjectItem(out, "spec"), "size")->valuedouble, 3);
+	assert_int_equal(
+	    (int)cJSON_GetObjectItem(cJSON_GetObjectItem(out, "spec"), "size")->valuedouble, 3);
 	cJSON_Delete(out);
 	const cJSON *fx[] = {f10, f11, f12};
 	for (int i = 0; i < 3; i++) {
@@ -275,7 +289,8 @@ static void test_apply_status(void **state)
 		cJSON *obj = yaml_body(fx), *out = NULL;
 		struct kube_apply_opts o = {.field_manager = mgr[i], .force = true, .status = true};
 		struct kube_error err;
-		assert_int_equal(kube_client_apply(e->c, &r, "default", NULL, obj, &o, &out, &err), 0);
+		assert_int_equal(kube_client_apply(e->c, &r, "default", NULL, obj, &o, &out, &err),
+		                 0);
 		assert_same_path(&e->srv->req[i], fx);
 		cJSON *want = cJSON_GetObjectItem(cJSON_GetObjectItem(fx, "response"), "body");
 		assert_true(cJSON_Compare(out, want, true));
@@ -309,7 +324,9 @@ static void test_list_pages(void **state)
 	cJSON *f36 = fixture("36-get-w5.json");
 	cJSON *last = cJSON_CreateObject();
 	cJSON *items = cJSON_AddArrayToObject(last, "items");
-	cJSON_AddItemToArray(items, cJSON_Duplicate(cJSON_GetObjectItem(cJSON_GetObjectItem(f36, "response"), "body"), true));
+	cJSON_AddItemToArray(
+	    items, cJSON_Duplicate(
+	               cJSON_GetObjectItem(cJSON_GetObjectItem(f36, "response"), "body"), true));
 	cJSON *meta = cJSON_AddObjectToObject(last, "metadata");
 	cJSON_AddStringToObject(meta, "resourceVersion", "332");
 	cJSON_AddStringToObject(meta, "continue", "");
@@ -448,8 +465,11 @@ static void test_event_core(void **state)
 	cJSON *f44 = script(e, "44-event-create-core.json");
 	cJSON *f08 = fixture("08-get.json");
 	const cJSON *w1 = cJSON_GetObjectItem(cJSON_GetObjectItem(f08, "response"), "body");
-	struct kube_event ev = {.regarding = w1, .type = "Normal", .reason = "Pulled",
-	                        .message = "cache extracted", .component = "gkm-agent",
+	struct kube_event ev = {.regarding = w1,
+	                        .type = "Normal",
+	                        .reason = "Pulled",
+	                        .message = "cache extracted",
+	                        .component = "gkm-agent",
 	                        .host = "node-1"};
 	struct kube_error err;
 	assert_int_equal(kube_client_event(e->c, &ev, &err), 0);
@@ -465,10 +485,12 @@ static void test_event_core(void **state)
 	assert_int_equal(strncmp(name, "w1.", 3), 0);
 	assert_true(strlen(name) > 3);
 	for (const char *p = name; *p; p++)
-		assert_true((*p >= 'a' && *p <= 'z') || (*p >= '0' && *p <= '9') || *p == '.' || *p == '-');
+		assert_true((*p >= 'a' && *p <= 'z') || (*p >= '0' && *p <= '9') || *p == '.' ||
+		            *p == '-');
 	assert_string_equal(cJSON_GetObjectItem(sent, "reason")->valuestring, "Pulled");
-	assert_string_equal(cJSON_GetObjectItem(cJSON_GetObjectItem(sent, "source"), "host")->valuestring,
-	                    "node-1");
+	assert_string_equal(
+	    cJSON_GetObjectItem(cJSON_GetObjectItem(sent, "source"), "host")->valuestring,
+	    "node-1");
 	cJSON_Delete(sent);
 	cJSON_Delete(f08);
 	cJSON_Delete(f44);
@@ -524,7 +546,8 @@ static void test_discovery(void **state)
 	assert_int_equal(kube_resource_path(&r, "ignored", "pv1", NULL, path, sizeof(path)), 0);
 	assert_string_equal(path, "/api/v1/persistentvolumes/pv1");
 	/* built-ins need no server */
-	assert_int_equal(kube_client_resource(e->c, "gkm.io/v1alpha1", "GKMCacheNode", &r, &err), 0);
+	assert_int_equal(kube_client_resource(e->c, "gkm.io/v1alpha1", "GKMCacheNode", &r, &err),
+	                 0);
 	assert_int_equal(e->srv->nreq, 2);
 	cJSON_Delete(f06);
 	cJSON_Delete(f47);
@@ -536,7 +559,8 @@ static void test_discovery(void **state)
 static void test_every_fixture(void **state)
 {
 	struct env *e = *state;
-	const char *dir = getenv("KUBE_FIXTURES") ? getenv("KUBE_FIXTURES") : "spec/fixtures/kube-apiserver";
+	const char *dir =
+	    getenv("KUBE_FIXTURES") ? getenv("KUBE_FIXTURES") : "spec/fixtures/kube-apiserver";
 	struct dirent **names;
 	int n = scandir(dir, &names, NULL, alphasort);
 	assert_true(n > 40);
@@ -560,15 +584,17 @@ static void test_every_fixture(void **state)
 		}
 		replay_push_fixture(e->srv, fx);
 		const cJSON *b = cJSON_GetObjectItem(rq, "body");
-		char *body = cJSON_IsNull(b) ? NULL : cJSON_IsString(b) ? strdup(b->valuestring) : cJSON_PrintUnformatted(b);
+		char *body = cJSON_IsNull(b)     ? NULL
+		             : cJSON_IsString(b) ? strdup(b->valuestring)
+		                                 : cJSON_PrintUnformatted(b);
 		const cJSON *hd = cJSON_GetObjectItem(rq, "headers");
 		const cJSON *ct = cJSON_GetObjectItem(hd, "Content-Type");
 		struct kube_request req = {
-			.method = cJSON_GetObjectItem(rq, "method")->valuestring,
-			.path = path,
-			.content_type = ct ? ct->valuestring : NULL,
-			.body = body,
-			.body_len = body ? strlen(body) : 0,
+		    .method = cJSON_GetObjectItem(rq, "method")->valuestring,
+		    .path = path,
+		    .content_type = ct ? ct->valuestring : NULL,
+		    .body = body,
+		    .body_len = body ? strlen(body) : 0,
 		};
 		cJSON *out = NULL;
 		struct kube_error err;
@@ -579,7 +605,9 @@ static void test_every_fixture(void **state)
 			assert_true(cJSON_IsObject(out));
 			assert_true(cJSON_Compare(out, cJSON_GetObjectItem(rs, "body"), true));
 		} else {
-			const char *reason = cJSON_GetObjectItem(cJSON_GetObjectItem(rs, "body"), "reason")->valuestring;
+			const char *reason =
+			    cJSON_GetObjectItem(cJSON_GetObjectItem(rs, "body"), "reason")
+			        ->valuestring;
 			if (rc >= 0)
 				fail_msg("%s: HTTP %d accepted", f, status);
 			assert_null(out);
@@ -620,7 +648,8 @@ static void test_bad_responses(void **state)
 	assert_true(kube_error_retryable(&err));
 	assert_non_null(strstr(err.message, "Bad Gateway"));
 	/* 429 with Retry-After */
-	const char *tmr = "HTTP/1.1 429 Too Many Requests\r\nRetry-After: 7\r\nContent-Length: 0\r\n\r\n";
+	const char *tmr =
+	    "HTTP/1.1 429 Too Many Requests\r\nRetry-After: 7\r\nContent-Length: 0\r\n\r\n";
 	replay_push_raw(e->srv, tmr, strlen(tmr));
 	assert_int_equal(kube_client_get(e->c, &r, "default", "w1", &out, &err), -EAGAIN);
 	assert_int_equal(err.reason, KUBE_TOO_MANY_REQUESTS);
@@ -674,7 +703,8 @@ static void test_query_encoding(void **state)
 	assert_int_equal(kube_query_add(buf, sizeof(buf), "fieldManager", "gkm-agent/node-1"), 0);
 	assert_non_null(strstr(buf, "%21x&fieldManager=gkm-agent%2Fnode-1"));
 	char small[16] = "/x";
-	assert_int_equal(kube_query_add(small, sizeof(small), "limit", "1234567890"), -ENAMETOOLONG);
+	assert_int_equal(kube_query_add(small, sizeof(small), "limit", "1234567890"),
+	                 -ENAMETOOLONG);
 	assert_string_equal(small, "/x");
 	struct kube_resource r;
 	assert_int_equal(kube_resource_builtin("gkm.io/v1alpha1", "GKMCache", &r), 0);
@@ -692,26 +722,26 @@ static void test_query_encoding(void **state)
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
-		cmocka_unit_test_setup_teardown(test_get, setup, teardown),
-		cmocka_unit_test_setup_teardown(test_get_missing, setup, teardown),
-		cmocka_unit_test_setup_teardown(test_create, setup, teardown),
-		cmocka_unit_test_setup_teardown(test_create_invalid, setup, teardown),
-		cmocka_unit_test_setup_teardown(test_create_malformed_and_media, setup, teardown),
-		cmocka_unit_test_setup_teardown(test_apply_conflict_force, setup, teardown),
-		cmocka_unit_test_setup_teardown(test_apply_status, setup, teardown),
-		cmocka_unit_test_setup_teardown(test_replace_stale, setup, teardown),
-		cmocka_unit_test_setup_teardown(test_list_pages, setup, teardown),
-		cmocka_unit_test_setup_teardown(test_list_selectors, setup, teardown),
-		cmocka_unit_test_setup_teardown(test_list_expired_continue_restarts, setup, teardown),
-		cmocka_unit_test_setup_teardown(test_delete_preconditions, setup, teardown),
-		cmocka_unit_test_setup_teardown(test_lease_exchanges, setup, teardown),
-		cmocka_unit_test_setup_teardown(test_event_core, setup, teardown),
-		cmocka_unit_test(test_event_build_rules),
-		cmocka_unit_test_setup_teardown(test_discovery, setup, teardown),
-		cmocka_unit_test_setup_teardown(test_every_fixture, setup, teardown),
-		cmocka_unit_test_setup_teardown(test_bad_responses, setup, teardown),
-		cmocka_unit_test_setup_teardown(test_timeout_and_refused, setup, teardown),
-		cmocka_unit_test(test_query_encoding),
+	    cmocka_unit_test_setup_teardown(test_get, setup, teardown),
+	    cmocka_unit_test_setup_teardown(test_get_missing, setup, teardown),
+	    cmocka_unit_test_setup_teardown(test_create, setup, teardown),
+	    cmocka_unit_test_setup_teardown(test_create_invalid, setup, teardown),
+	    cmocka_unit_test_setup_teardown(test_create_malformed_and_media, setup, teardown),
+	    cmocka_unit_test_setup_teardown(test_apply_conflict_force, setup, teardown),
+	    cmocka_unit_test_setup_teardown(test_apply_status, setup, teardown),
+	    cmocka_unit_test_setup_teardown(test_replace_stale, setup, teardown),
+	    cmocka_unit_test_setup_teardown(test_list_pages, setup, teardown),
+	    cmocka_unit_test_setup_teardown(test_list_selectors, setup, teardown),
+	    cmocka_unit_test_setup_teardown(test_list_expired_continue_restarts, setup, teardown),
+	    cmocka_unit_test_setup_teardown(test_delete_preconditions, setup, teardown),
+	    cmocka_unit_test_setup_teardown(test_lease_exchanges, setup, teardown),
+	    cmocka_unit_test_setup_teardown(test_event_core, setup, teardown),
+	    cmocka_unit_test(test_event_build_rules),
+	    cmocka_unit_test_setup_teardown(test_discovery, setup, teardown),
+	    cmocka_unit_test_setup_teardown(test_every_fixture, setup, teardown),
+	    cmocka_unit_test_setup_teardown(test_bad_responses, setup, teardown),
+	    cmocka_unit_test_setup_teardown(test_timeout_and_refused, setup, teardown),
+	    cmocka_unit_test(test_query_encoding),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -57,16 +57,15 @@ static void notify(struct kube_informer *inf, void *ud)
 	pthread_mutex_unlock(&e->mu);
 }
 
-static void on_change(struct kube_informer *inf, enum kube_event_type t, const cJSON *old,
-                      const cJSON *obj, void *ud)
+static void on_change(struct kube_informer *inf, enum kube_event_type t, const cJSON *obj, void *ud)
 {
 	(void)inf;
 	struct ienv *e = ud;
 	if (!pthread_equal(pthread_self(), e->owner))
 		e->wrong_thread = true;
 	if (e->n < 64)
-		snprintf(e->log[e->n++], sizeof(e->log[0]), "%s %s %s->%s", kube_event_type_name(t),
-		         kube_obj_name(obj), old ? kube_obj_rv(old) : "-", kube_obj_rv(obj));
+		snprintf(e->log[e->n++], sizeof(e->log[0]), "%s %s %s", kube_event_type_name(t),
+		         kube_obj_name(obj), kube_obj_rv(obj));
 }
 
 /* Wait for a notification, then drain; returns deltas applied. */
@@ -87,12 +86,17 @@ static size_t wait_drain(struct ienv *e, struct kube_informer *inf)
 static struct kube_informer_opts widget_informer(struct ienv *e)
 {
 	struct kube_informer_opts o = {
-		.watch = {.resource = {.group = "example.com", .version = "v1", .plural = "widgets",
-		                       .kind = "Widget", .namespaced = true},
-		          .ns = "default", .backoff_initial_ms = 20, .backoff_max_ms = 100},
-		.notify = notify,
-		.on_change = on_change,
-		.ud = e,
+	    .watch = {.resource = {.group = "example.com",
+	                           .version = "v1",
+	                           .plural = "widgets",
+	                           .kind = "Widget",
+	                           .namespaced = true},
+	              .ns = "default",
+	              .backoff_initial_ms = 20,
+	              .backoff_max_ms = 100},
+	    .notify = notify,
+	    .on_change = on_change,
+	    .ud = e,
 	};
 	return o;
 }
@@ -143,24 +147,29 @@ static void test_list_watch_relist(void **state)
 	assert_true(kube_informer_synced(inf));
 	for (int i = 0; i < 5; i++)
 		assert_int_equal(strncmp(e->log[i], "ADDED w", 7), 0);
-	assert_string_equal(e->log[0], "ADDED w1 -->329");
+	assert_string_equal(e->log[0], "ADDED w1 329");
 	assert_int_equal(kube_informer_len(inf), 3);
-	const cJSON *w3 = kube_informer_get(inf, "default", "w3");
+	cJSON *w3 = kube_informer_get(inf, "default", "w3");
 	assert_non_null(w3);
 	assert_string_equal(kube_obj_rv(w3), "333");
 	/* managedFields are not kept */
 	assert_null(cJSON_GetObjectItem(cJSON_GetObjectItem(w3, "metadata"), "managedFields"));
+	cJSON_Delete(w3);
 	assert_null(kube_informer_get(inf, "other", "w3"));
 	assert_null(kube_informer_get(inf, "default", "w1"));
-	assert_non_null(kube_informer_get(inf, "default", "w5"));
+	size_t len = 0;
+	const char *w5 = kube_informer_get_text(inf, "default", "w5", &len);
+	assert_non_null(w5);
+	assert_int_equal(strlen(w5), len);
+	assert_non_null(strstr(w5, "\"name\":\"w5\""));
 	kube_informer_stop(inf);
-	assert_string_equal(e->log[5], "MODIFIED w3 330->333");
-	assert_string_equal(e->log[6], "DELETED w4 331->334");
+	assert_string_equal(e->log[5], "MODIFIED w3 333");
+	assert_string_equal(e->log[6], "DELETED w4 334");
 	/* the relist reports only what changed while we were not watching:
 	 * w2 modified, w1 gone; w3 and w5 unchanged are not reported again;
 	 * w4, deleted by the watch already, is not reported twice */
-	assert_string_equal(e->log[7], "MODIFIED w2 327->400");
-	assert_string_equal(e->log[8], "DELETED w1 329->329");
+	assert_string_equal(e->log[7], "MODIFIED w2 400");
+	assert_string_equal(e->log[8], "DELETED w1 329");
 	assert_int_equal(e->n, 9);
 	assert_false(e->wrong_thread);
 }
@@ -213,9 +222,11 @@ static void test_informer_on_loop(void **state)
 static void test_bad_objects_not_cached(void **state)
 {
 	struct ienv *e = *state;
-	const char *list = "{\"kind\":\"WidgetList\",\"metadata\":{\"resourceVersion\":\"9\"},\"items\":["
-	                   "{\"metadata\":{\"namespace\":\"default\",\"resourceVersion\":\"1\"}},"
-	                   "{\"metadata\":{\"name\":\"ok\",\"namespace\":\"default\",\"resourceVersion\":\"2\"}}]}";
+	const char *list =
+	    "{\"kind\":\"WidgetList\",\"metadata\":{\"resourceVersion\":\"9\"},\"items\":["
+	    "{\"metadata\":{\"namespace\":\"default\",\"resourceVersion\":\"1\"}},"
+	    "{\"metadata\":{\"name\":\"ok\",\"namespace\":\"default\",\"resourceVersion\":\"2\"}}]"
+	    "}";
 	replay_push(e->srv, 200, list, strlen(list), false);
 	struct kube_informer_opts o = widget_informer(e);
 	struct kube_informer *inf = NULL;
@@ -223,7 +234,7 @@ static void test_bad_objects_not_cached(void **state)
 	while (!kube_informer_synced(inf))
 		wait_drain(e, inf);
 	assert_int_equal(kube_informer_len(inf), 1);
-	assert_non_null(kube_informer_get(inf, "default", "ok"));
+	assert_non_null(kube_informer_get_text(inf, "default", "ok", NULL));
 	kube_informer_stop(inf);
 	char key[64];
 	cJSON *cl = cJSON_Parse("{\"metadata\":{\"name\":\"n1\"}}");
@@ -236,9 +247,9 @@ static void test_bad_objects_not_cached(void **state)
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
-		cmocka_unit_test_setup_teardown(test_list_watch_relist, isetup, iteardown),
-		cmocka_unit_test_setup_teardown(test_informer_on_loop, isetup, iteardown),
-		cmocka_unit_test_setup_teardown(test_bad_objects_not_cached, isetup, iteardown),
+	    cmocka_unit_test_setup_teardown(test_list_watch_relist, isetup, iteardown),
+	    cmocka_unit_test_setup_teardown(test_informer_on_loop, isetup, iteardown),
+	    cmocka_unit_test_setup_teardown(test_bad_objects_not_cached, isetup, iteardown),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);
 }

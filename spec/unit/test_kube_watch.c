@@ -65,7 +65,9 @@ static void test_parser_recorded_any_chunking(void **state)
 		char err[256];
 		for (size_t off = 0; off < len; off += chunk) {
 			size_t n = len - off < chunk ? len - off : chunk;
-			assert_int_equal(kube_watch_parser_feed(&p, stream + off, n, collect, &s, err, sizeof(err)), 0);
+			assert_int_equal(kube_watch_parser_feed(&p, stream + off, n, collect, &s,
+			                                        err, sizeof(err)),
+			                 0);
 		}
 		assert_int_equal(s.n, 4);
 		assert_string_equal(s.log[0], "MODIFIED w3 333");
@@ -102,28 +104,41 @@ static void test_parser_bad_input(void **state)
 	kube_watch_parser_init(&p, 256);
 	char err[256];
 	/* blank keep-alive lines and CRLF */
-	const char *ok = "\n  \r\n{\"type\":\"ADDED\",\"object\":{\"metadata\":{\"name\":\"a\",\"resourceVersion\":\"1\"}}}\r\n";
-	assert_int_equal(kube_watch_parser_feed(&p, ok, strlen(ok), collect, &s, err, sizeof(err)), 0);
+	const char *ok = "\n  "
+	                 "\r\n{\"type\":\"ADDED\",\"object\":{\"metadata\":{\"name\":\"a\","
+	                 "\"resourceVersion\":\"1\"}}}\r\n";
+	assert_int_equal(kube_watch_parser_feed(&p, ok, strlen(ok), collect, &s, err, sizeof(err)),
+	                 0);
 	assert_int_equal(s.n, 1);
 	/* JSON but not an event: skipped, counted, parsing goes on */
-	const char *odd = "{\"type\":\"EXPLODED\",\"object\":{}}\n{\"type\":\"ADDED\",\"object\":7}\n"
-	                  "{\"type\":\"ADDED\",\"object\":{\"metadata\":{\"name\":\"b\",\"resourceVersion\":\"2\"}}}\n";
-	assert_int_equal(kube_watch_parser_feed(&p, odd, strlen(odd), collect, &s, err, sizeof(err)), 0);
+	const char *odd =
+	    "{\"type\":\"EXPLODED\",\"object\":{}}\n{\"type\":\"ADDED\",\"object\":7}\n"
+	    "{\"type\":\"ADDED\",\"object\":{\"metadata\":{\"name\":\"b\",\"resourceVersion\":"
+	    "\"2\"}}}\n";
+	assert_int_equal(
+	    kube_watch_parser_feed(&p, odd, strlen(odd), collect, &s, err, sizeof(err)), 0);
 	assert_int_equal(s.n, 2);
 	assert_int_equal(p.skipped, 2);
 	/* oversized: dropped to its newline (split over feeds), the next event survives */
 	char big[600];
 	memset(big, 'x', sizeof(big));
-	assert_int_equal(kube_watch_parser_feed(&p, "{\"type\":\"ADDED\",\"object\":{\"x\":\"", 32, collect, &s, err, sizeof(err)), 0);
-	assert_int_equal(kube_watch_parser_feed(&p, big, sizeof(big), collect, &s, err, sizeof(err)), 0);
-	const char *tail = "\"}}\n{\"type\":\"DELETED\",\"object\":{\"metadata\":{\"name\":\"c\",\"resourceVersion\":\"3\"}}}\n";
-	assert_int_equal(kube_watch_parser_feed(&p, tail, strlen(tail), collect, &s, err, sizeof(err)), 0);
+	assert_int_equal(kube_watch_parser_feed(&p, "{\"type\":\"ADDED\",\"object\":{\"x\":\"", 32,
+	                                        collect, &s, err, sizeof(err)),
+	                 0);
+	assert_int_equal(
+	    kube_watch_parser_feed(&p, big, sizeof(big), collect, &s, err, sizeof(err)), 0);
+	const char *tail = "\"}}\n{\"type\":\"DELETED\",\"object\":{\"metadata\":{\"name\":\"c\","
+	                   "\"resourceVersion\":\"3\"}}}\n";
+	assert_int_equal(
+	    kube_watch_parser_feed(&p, tail, strlen(tail), collect, &s, err, sizeof(err)), 0);
 	assert_int_equal(p.oversized, 1);
 	assert_int_equal(s.n, 3);
 	assert_string_equal(s.log[2], "DELETED c 3");
 	/* not JSON: an error naming the problem */
 	const char *junk = "{\"type\":\"ADDED\",\"obj\n";
-	assert_int_equal(kube_watch_parser_feed(&p, junk, strlen(junk), collect, &s, err, sizeof(err)), -EBADMSG);
+	assert_int_equal(
+	    kube_watch_parser_feed(&p, junk, strlen(junk), collect, &s, err, sizeof(err)),
+	    -EBADMSG);
 	assert_non_null(strstr(err, "not a JSON object"));
 	kube_watch_parser_free(&p);
 }
@@ -143,7 +158,8 @@ static void test_backoff(void **state)
 	}
 	assert_true(prev_max <= 7500);
 	/* jitter: not all the same */
-	unsigned a1 = kube_backoff_ms(5, 100, 5000, &seed), a2 = kube_backoff_ms(5, 100, 5000, &seed),
+	unsigned a1 = kube_backoff_ms(5, 100, 5000, &seed),
+	         a2 = kube_backoff_ms(5, 100, 5000, &seed),
 	         a3 = kube_backoff_ms(5, 100, 5000, &seed);
 	assert_false(a1 == a2 && a2 == a3);
 }
@@ -198,11 +214,14 @@ static int wteardown(void **state)
 static struct kube_watch_opts widget_watch(void)
 {
 	struct kube_watch_opts o = {
-		.resource = {.group = "example.com", .version = "v1", .plural = "widgets",
-		             .kind = "Widget", .namespaced = true},
-		.ns = "default",
-		.backoff_initial_ms = 20,
-		.backoff_max_ms = 200,
+	    .resource = {.group = "example.com",
+	                 .version = "v1",
+	                 .plural = "widgets",
+	                 .kind = "Widget",
+	                 .namespaced = true},
+	    .ns = "default",
+	    .backoff_initial_ms = 20,
+	    .backoff_max_ms = 200,
 	};
 	return o;
 }
@@ -282,8 +301,10 @@ static void test_watch_http_410_relists(void **state)
 {
 	struct wenv *e = *state;
 	push_file(e->srv, "29-list-for-rv.json");
-	const char *gone = "{\"kind\":\"Status\",\"apiVersion\":\"v1\",\"metadata\":{},\"status\":\"Failure\","
-	                   "\"message\":\"too old resource version: 332 (400)\",\"reason\":\"Expired\",\"code\":410}";
+	const char *gone =
+	    "{\"kind\":\"Status\",\"apiVersion\":\"v1\",\"metadata\":{},\"status\":\"Failure\","
+	    "\"message\":\"too old resource version: 332 "
+	    "(400)\",\"reason\":\"Expired\",\"code\":410}";
 	replay_push(e->srv, 410, gone, strlen(gone), false);
 	push_file(e->srv, "26-list-label-selector.json");
 	struct kube_watch_opts o = widget_watch();
@@ -304,14 +325,18 @@ static void test_watch_truncated_and_malformed(void **state)
 	struct wenv *e = *state;
 	push_file(e->srv, "29-list-for-rv.json");
 	/* a stream cut in the middle of an event */
-	const char *cut = "HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nConnection: close\r\n\r\n"
-	                  "{\"type\":\"MODIFIED\",\"object\":{\"metadata\":{\"name\":\"w1\",\"namespace\":\"default\",\"resourceVersion\":\"340\"}}}\n"
-	                  "{\"type\":\"MODIFIED\",\"object\":{\"metadata\":{\"name\":\"w2\",\"names";
+	const char *cut =
+	    "HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nConnection: close\r\n\r\n"
+	    "{\"type\":\"MODIFIED\",\"object\":{\"metadata\":{\"name\":\"w1\",\"namespace\":"
+	    "\"default\",\"resourceVersion\":\"340\"}}}\n"
+	    "{\"type\":\"MODIFIED\",\"object\":{\"metadata\":{\"name\":\"w2\",\"names";
 	replay_push_raw(e->srv, cut, strlen(cut));
 	/* then a line of garbage between two events */
-	const char *bad = "{\"type\":\"MODIFIED\",\"object\":{\"metadata\":{\"name\":\"w2\",\"namespace\":\"default\",\"resourceVersion\":\"341\"}}}\n"
+	const char *bad = "{\"type\":\"MODIFIED\",\"object\":{\"metadata\":{\"name\":\"w2\","
+	                  "\"namespace\":\"default\",\"resourceVersion\":\"341\"}}}\n"
 	                  "this is not json\n"
-	                  "{\"type\":\"MODIFIED\",\"object\":{\"metadata\":{\"name\":\"w3\",\"namespace\":\"default\",\"resourceVersion\":\"342\"}}}\n";
+	                  "{\"type\":\"MODIFIED\",\"object\":{\"metadata\":{\"name\":\"w3\","
+	                  "\"namespace\":\"default\",\"resourceVersion\":\"342\"}}}\n";
 	replay_push(e->srv, 200, bad, strlen(bad), true);
 	struct kube_watch_opts o = widget_watch();
 	struct kube_watch_handler h = {h_replace, h_event, &e->seen};
@@ -340,10 +365,14 @@ static void test_watch_oversized_event_skipped(void **state)
 	push_file(e->srv, "29-list-for-rv.json");
 	size_t big = 8192;
 	char *s = malloc(big + 512);
-	int n = snprintf(s, 512, "{\"type\":\"MODIFIED\",\"object\":{\"metadata\":{\"name\":\"huge\",\"resourceVersion\":\"350\"},\"data\":\"");
+	int n = snprintf(s, 512,
+	                 "{\"type\":\"MODIFIED\",\"object\":{\"metadata\":{\"name\":\"huge\","
+	                 "\"resourceVersion\":\"350\"},\"data\":\"");
 	memset(s + n, 'z', big);
 	n += (int)big;
-	n += snprintf(s + n, 512, "\"}}\n{\"type\":\"ADDED\",\"object\":{\"metadata\":{\"name\":\"w9\",\"resourceVersion\":\"351\"}}}\n");
+	n += snprintf(s + n, 512,
+	              "\"}}\n{\"type\":\"ADDED\",\"object\":{\"metadata\":{\"name\":\"w9\","
+	              "\"resourceVersion\":\"351\"}}}\n");
 	replay_push(e->srv, 200, s, (size_t)n, true);
 	free(s);
 	struct kube_watch_opts o = widget_watch();
@@ -405,16 +434,18 @@ static void test_watch_stop_is_prompt_while_streaming(void **state)
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
-		cmocka_unit_test(test_parser_recorded_any_chunking),
-		cmocka_unit_test(test_parser_error_event),
-		cmocka_unit_test(test_parser_bad_input),
-		cmocka_unit_test(test_backoff),
-		cmocka_unit_test_setup_teardown(test_watch_resume_and_relist_on_410_event, wsetup, wteardown),
-		cmocka_unit_test_setup_teardown(test_watch_http_410_relists, wsetup, wteardown),
-		cmocka_unit_test_setup_teardown(test_watch_truncated_and_malformed, wsetup, wteardown),
-		cmocka_unit_test_setup_teardown(test_watch_oversized_event_skipped, wsetup, wteardown),
-		cmocka_unit_test_setup_teardown(test_watch_server_down_backs_off, wsetup, wteardown),
-		cmocka_unit_test_setup_teardown(test_watch_stop_is_prompt_while_streaming, wsetup, wteardown),
+	    cmocka_unit_test(test_parser_recorded_any_chunking),
+	    cmocka_unit_test(test_parser_error_event),
+	    cmocka_unit_test(test_parser_bad_input),
+	    cmocka_unit_test(test_backoff),
+	    cmocka_unit_test_setup_teardown(test_watch_resume_and_relist_on_410_event, wsetup,
+	                                    wteardown),
+	    cmocka_unit_test_setup_teardown(test_watch_http_410_relists, wsetup, wteardown),
+	    cmocka_unit_test_setup_teardown(test_watch_truncated_and_malformed, wsetup, wteardown),
+	    cmocka_unit_test_setup_teardown(test_watch_oversized_event_skipped, wsetup, wteardown),
+	    cmocka_unit_test_setup_teardown(test_watch_server_down_backs_off, wsetup, wteardown),
+	    cmocka_unit_test_setup_teardown(test_watch_stop_is_prompt_while_streaming, wsetup,
+	                                    wteardown),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);
 }

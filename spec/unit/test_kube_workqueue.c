@@ -16,7 +16,8 @@
 
 static struct kube_workqueue *mk(unsigned flight, unsigned base, unsigned max)
 {
-	struct kube_workqueue_opts o = {.max_in_flight = flight, .base_delay_ms = base, .max_delay_ms = max};
+	struct kube_workqueue_opts o = {
+	    .max_in_flight = flight, .base_delay_ms = base, .max_delay_ms = max};
 	struct kube_workqueue *q = NULL;
 	assert_int_equal(kube_workqueue_new(&o, &q), 0);
 	return q;
@@ -210,8 +211,9 @@ static void test_selector_errors(void **state)
 	(void)state;
 	struct kube_selector *s = NULL;
 	char err[256];
-	const char *bad[] = {"app=", "=x", "app=demo,", "a b", "tier in db", "tier in (a,b",
-	                     "Bad_Prefix.io/x=1", "app=-x", "x=(y)", "a=b=c"};
+	const char *bad[] = {"app=",       "=x",           "app=demo,",         "a b",
+	                     "tier in db", "tier in (a,b", "Bad_Prefix.io/x=1", "app=-x",
+	                     "x=(y)",      "a=b=c"};
 	/* "app=" is a valid empty value in Kubernetes */
 	assert_int_equal(kube_selector_parse(bad[0], &s, err, sizeof(err)), 0);
 	kube_selector_free(s);
@@ -258,15 +260,15 @@ static void test_selector_from_map(void **state)
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
-		cmocka_unit_test(test_dedup),
-		cmocka_unit_test(test_add_while_processing),
-		cmocka_unit_test(test_bounded_concurrency),
-		cmocka_unit_test(test_add_after_earliest_wins),
-		cmocka_unit_test(test_rate_limited),
-		cmocka_unit_test(test_many_keys),
-		cmocka_unit_test(test_selector_match),
-		cmocka_unit_test(test_selector_errors),
-		cmocka_unit_test(test_selector_from_map),
+	    cmocka_unit_test(test_dedup),
+	    cmocka_unit_test(test_add_while_processing),
+	    cmocka_unit_test(test_bounded_concurrency),
+	    cmocka_unit_test(test_add_after_earliest_wins),
+	    cmocka_unit_test(test_rate_limited),
+	    cmocka_unit_test(test_many_keys),
+	    cmocka_unit_test(test_selector_match),
+	    cmocka_unit_test(test_selector_errors),
+	    cmocka_unit_test(test_selector_from_map),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -33,10 +33,11 @@ static void test_challenges(void **state)
 	assert_string_equal(c.scope, "repository:a/b:pull,push");
 	oci_challenge_clear(&c);
 	/* several challenges in one header: Bearer wins; escapes in quoted strings */
-	assert_int_equal(oci_challenge_parse("Basic realm=\"x\", Bearer realm=\"https://a/t?x=\\\"y\\\"\","
-	                                     "error=\"insufficient_scope\"",
-	                                     &c, &e),
-	                 0);
+	assert_int_equal(
+	    oci_challenge_parse("Basic realm=\"x\", Bearer realm=\"https://a/t?x=\\\"y\\\"\","
+	                        "error=\"insufficient_scope\"",
+	                        &c, &e),
+	    0);
 	assert_int_equal(c.scheme, OCI_AUTH_BEARER);
 	assert_string_equal(c.realm, "https://a/t?x=\"y\"");
 	assert_string_equal(c.error, "insufficient_scope");
@@ -70,10 +71,10 @@ static void test_credentials(void **state)
 	/* "alice:pa:ss" -> a password may hold ':' */
 	lookup_ok("{\"auths\":{\"reg.example:5000\":{\"auth\":\"YWxpY2U6cGE6c3M=\"}}}",
 	          "reg.example:5000", "alice", "pa:ss");
-	lookup_ok("{\"auths\":{\"https://index.docker.io/v1/\":{\"auth\":\"Ym9iOnB3\"}}}", "docker.io",
-	          "bob", "pw");
-	lookup_ok("{\"auths\":{\"quay.io\":{\"username\":\"u\",\"password\":\"p\"}}}", "quay.io", "u",
-	          "p");
+	lookup_ok("{\"auths\":{\"https://index.docker.io/v1/\":{\"auth\":\"Ym9iOnB3\"}}}",
+	          "docker.io", "bob", "pw");
+	lookup_ok("{\"auths\":{\"quay.io\":{\"username\":\"u\",\"password\":\"p\"}}}", "quay.io",
+	          "u", "p");
 	lookup_ok("{\"quay.io\":{\"auth\":\"dTpw\"}}", "quay.io", "u", "p"); /* .dockercfg */
 	/* a Secret: data holds base64 of {"auths":{"r:1":{"auth":"dTpw"}}} */
 	lookup_ok("{\"kind\":\"Secret\",\"type\":\"kubernetes.io/dockerconfigjson\",\"data\":{"
@@ -128,11 +129,12 @@ static void test_manifests(void **state)
 	(void)state;
 	struct oci_manifest m = {0};
 	struct oci_err e = {{0}};
-	const char *good = "{\"schemaVersion\":2,\"mediaType\":\"" OCI_MT_MANIFEST "\","
-	                   "\"config\":{\"mediaType\":\"" OCI_MT_CONFIG "\",\"digest\":\"" D1 "\",\"size\":7},"
-	                   "\"layers\":[{\"mediaType\":\"" OCI_MT_LAYER_GZIP "\",\"digest\":\"" D1 "\","
-	                   "\"size\":42,\"annotations\":{\"k\":\"v\"}}],"
-	                   "\"subject\":{\"mediaType\":\"" OCI_MT_MANIFEST "\",\"digest\":\"" D1 "\",\"size\":1}}";
+	const char *good =
+	    "{\"schemaVersion\":2,\"mediaType\":\"" OCI_MT_MANIFEST "\","
+	    "\"config\":{\"mediaType\":\"" OCI_MT_CONFIG "\",\"digest\":\"" D1 "\",\"size\":7},"
+	    "\"layers\":[{\"mediaType\":\"" OCI_MT_LAYER_GZIP "\",\"digest\":\"" D1 "\","
+	    "\"size\":42,\"annotations\":{\"k\":\"v\"}}],"
+	    "\"subject\":{\"mediaType\":\"" OCI_MT_MANIFEST "\",\"digest\":\"" D1 "\",\"size\":1}}";
 	assert_int_equal(oci_manifest_parse(good, strlen(good), NULL, &m, &e), 0);
 	assert_int_equal(m.n_layers, 1);
 	assert_int_equal(m.layers[0].size, 42);
@@ -150,16 +152,20 @@ static void test_manifests(void **state)
 		const char *doc, *msg;
 	} bad[] = {
 	    {"{\"schemaVersion\":1}", "schemaVersion is not 2"},
-	    {"{\"schemaVersion\":2,\"config\":{\"mediaType\":\"x\",\"digest\":\"sha256:12\",\"size\":1},"
+	    {"{\"schemaVersion\":2,\"config\":{\"mediaType\":\"x\",\"digest\":\"sha256:12\","
+	     "\"size\":1},"
 	     "\"layers\":[]}",
 	     "invalid digest 'sha256:12'"},
-	    {"{\"schemaVersion\":2,\"config\":{\"mediaType\":\"x\",\"digest\":\"" D1 "\",\"size\":-1},"
+	    {"{\"schemaVersion\":2,\"config\":{\"mediaType\":\"x\",\"digest\":\"" D1
+	     "\",\"size\":-1},"
 	     "\"layers\":[]}",
 	     "invalid size"},
-	    {"{\"schemaVersion\":2,\"config\":{\"mediaType\":\"x\",\"digest\":\"" D1 "\",\"size\":1.5},"
+	    {"{\"schemaVersion\":2,\"config\":{\"mediaType\":\"x\",\"digest\":\"" D1
+	     "\",\"size\":1.5},"
 	     "\"layers\":[]}",
 	     "invalid size"},
-	    {"{\"schemaVersion\":2,\"config\":{\"mediaType\":\"x\",\"digest\":\"" D1 "\",\"size\":1}}",
+	    {"{\"schemaVersion\":2,\"config\":{\"mediaType\":\"x\",\"digest\":\"" D1
+	     "\",\"size\":1}}",
 	     "no layers array"},
 	    {"{\"schemaVersion\":2,\"mediaType\":\"application/vnd.example\"}",
 	     "unsupported manifest media type"},
@@ -213,8 +219,8 @@ static struct oci_blob_reader *reader_for(const char *data, size_t len, const ch
 	assert_int_equal(write(p[1], data, len), (ssize_t)len);
 	close(p[1]);
 	struct oci_blob_reader *r = NULL;
-	assert_int_equal(oci_blob_reader_new(&oci_blob_fd_source, (void *)(intptr_t)p[0], digest, size,
-	                                     "layer 0", &r),
+	assert_int_equal(oci_blob_reader_new(&oci_blob_fd_source, (void *)(intptr_t)p[0], digest,
+	                                     size, "layer 0", &r),
 	                 0);
 	return r;
 }
@@ -228,8 +234,8 @@ static void test_blob_reader(void **state)
 	char *out = NULL;
 	size_t len = 0;
 	struct oci_err e = {{0}};
-	assert_int_equal(oci_blob_slurp(reader_for(data, strlen(data), dg, (int64_t)strlen(data)), 100,
-	                                &out, &len, &e),
+	assert_int_equal(oci_blob_slurp(reader_for(data, strlen(data), dg, (int64_t)strlen(data)),
+	                                100, &out, &len, &e),
 	                 0);
 	assert_string_equal(out, data);
 	free(out);

@@ -56,8 +56,8 @@ static void test_docker_hub_defaults(void **state)
 	expect_ref("org/cache:v1", "docker.io", "org/cache", "v1", NULL, "docker.io/org/cache:v1");
 	expect_ref("docker.io/ubuntu:22.04", "docker.io", "library/ubuntu", "22.04", NULL,
 	           "docker.io/library/ubuntu:22.04");
-	expect_ref("index.docker.io/library/busybox", "docker.io", "library/busybox", "latest", NULL,
-	           "docker.io/library/busybox:latest");
+	expect_ref("index.docker.io/library/busybox", "docker.io", "library/busybox", "latest",
+	           NULL, "docker.io/library/busybox:latest");
 	expect_ref("docker://quay.io/x/y:z", "quay.io", "x/y", "z", NULL, "quay.io/x/y:z");
 	/* no dot, no port, not localhost: a path, not a host */
 	expect_ref("localhostx/a", "docker.io", "localhostx/a", "latest", NULL,
@@ -131,7 +131,8 @@ static void test_errors_name_the_problem(void **state)
 	expect_bad("quay.io/a-", "invalid repository path component 'a-'");
 	expect_bad("quay.io/a:-bad", "invalid tag '-bad'");
 	expect_bad("quay.io/a@sha256:abc", "wrong length");
-	expect_bad("quay.io/a@md5:0123456789abcdef0123456789abcdef", "unsupported digest algorithm 'md5'");
+	expect_bad("quay.io/a@md5:0123456789abcdef0123456789abcdef",
+	           "unsupported digest algorithm 'md5'");
 	expect_bad("quay.io/a@sha256", "want algorithm:hex");
 	expect_bad("host.io:99999/a", "invalid port '99999'");
 	expect_bad("host.io:/a", "invalid port ''");

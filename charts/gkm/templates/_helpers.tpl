@@ -74,10 +74,20 @@ app.kubernetes.io/component: {{ .component }}
 {{- if not (has .ctx.Values.logFormat (list "json" "text")) -}}
 {{- fail (printf "logFormat must be json or text, got %q" .ctx.Values.logFormat) -}}
 {{- end -}}
-- --config-dir=/etc/gkm/config
 - --health-listen=:{{ .port }}
 - --log-level={{ include "gkm.logLevel" . }}
 - --log-format={{ .ctx.Values.logFormat }}
+{{- end -}}
+
+{{/* The policies (gkm-policies) as files: every daemon that runs policies
+gets --policy-dir on this mount and reloads when the files change, so none
+of them needs RBAC on ConfigMaps. */}}
+{{- define "gkm.policyMount" -}}
+- {name: policies, mountPath: /etc/gkm/policies, readOnly: true}
+{{- end -}}
+{{- define "gkm.policyVolume" -}}
+- name: policies
+  configMap: {name: gkm-policies}
 {{- end -}}
 
 {{/* Liveness and readiness probes on the health port named by .port. */}}
