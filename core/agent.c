@@ -43,6 +43,7 @@ struct cache {
 
 	char view_digest[80]; /* what the published view names ("" if none) */
 	cJSON *entry;         /* last node status entry, NULL if none */
+	bool extracted;       /* a pull of this cache extracted digest: its link is no hit */
 };
 
 /* One node object: ClusterGKMCacheNode (ns "") or GKMCacheNode in ns. */
@@ -72,13 +73,24 @@ struct agent {
 	bool gc_running, gc_again;
 };
 
-static struct metric *m_reconciles, *m_pulls, *m_pull_bytes, *m_hits, *m_verdicts, *m_extract_s;
+static struct metric *m_reconciles, *m_errors, *m_pulls, *m_pull_bytes, *m_hits, *m_verdicts,
+    *m_extract_s;
+
+/* kind: policy, gpu_probe, image, pull, view, status_write */
+static void count_error(const char *kind)
+{
+	metrics_add(m_errors, METRICS_L(kind), 1);
+}
 
 static void init_metrics(void)
 {
 	static const double secs[] = {0.1, 0.5, 1, 2.5, 5, 10, 30, 60, 120, 300};
 	m_reconciles = metrics_counter("gkm_agent_reconciles_total",
 	                               "Agent reconciles of a cache, by result", "result");
+	m_errors = metrics_counter("gkm_agent_errors_total",
+	                           "Agent failures, by kind (policy, gpu_probe, image, pull, view, "
+	                           "status_write)",
+	                           "kind");
 	m_pulls =
 	    metrics_counter("gkm_pulls_total", "Image pulls into the store, by result", "result");
 	m_pull_bytes = metrics_counter("gkm_pull_bytes_total",
@@ -90,6 +102,9 @@ static void init_metrics(void)
 	m_extract_s =
 	    metrics_histogram("gkm_extraction_seconds", "Time to pull, verify and extract an image",
 	                      NULL, secs, sizeof(secs) / sizeof(secs[0]));
+	/* unlabelled series exist from the start, so a scrape shows them at 0 */
+	metrics_add(m_pull_bytes, NULL, 0);
+	metrics_add(m_hits, NULL, 0);
 }
 
 /* ---- caches ---- */
@@ -361,6 +376,7 @@ static void fetch_image_done(struct loop *l, void *ud)
 			continue;
 		snprintf(c->image_digest, sizeof(c->image_digest), "%s", j->digest);
 		if (j->rc) {
+			count_error("image");
 			c->image = IMG_FAILED;
 			snprintf(c->image_reason, sizeof(c->image_reason), "%s", j->reason);
 			snprintf(c->image_message, sizeof(c->image_message), "%s", j->message);
@@ -407,13 +423,15 @@ static void pull_done(struct loop *l, void *ud)
 		metrics_add(m_pull_bytes, NULL, (double)j->bytes);
 		metrics_observe(m_extract_s, NULL, j->seconds);
 	}
-	if (!j->rc && j->present)
-		metrics_add(m_hits, NULL, 1);
+	if (j->rc)
+		count_error("pull");
 	(void)c;
 	/* one pull serves every cache of the digest */
 	for (struct cache *o = a->stopping ? NULL : a->caches; o; o = o->next) {
 		if (strcmp(o->digest, j->digest) != 0)
 			continue;
+		/* a digest the store already held counts as a hit when it is linked */
+		o->extracted = !j->rc && !j->present;
 		if (j->rc) {
 			o->pull = PULL_FAILED;
 			o->pull_failures++;
@@ -585,6 +603,7 @@ static void status_done(struct loop *l, void *ud)
 	a->jobs--;
 	sj->n->writing = false;
 	if (sj->rc) {
+		count_error("status_write");
 		log_warn("node status write failed; will retry", "node", a->node, "namespace",
 		         sj->n->ns, "error", sj->err);
 		if (sj->rc == -ENOENT) /* the object was deleted: create it again */
@@ -763,6 +782,7 @@ static cJSON *compat_verdicts(struct agent *a, struct cache *c)
 	cJSON_AddItemToObject(in, "gpus", gpus ? cJSON_Duplicate(gpus, 1) : cJSON_CreateArray());
 	struct engine_error err;
 	if (engine_call(a->policies->current, "compat", in, &out, &err) != ENGINE_OK) {
+		count_error("policy");
 		log_error("compat policy failed", "cache", c->key, "error", err.message);
 		out = NULL;
 	}
@@ -892,10 +912,16 @@ static int do_link(struct agent *a, struct cache *c, const cJSON *entry)
 	r.message = "";
 	obj_now(r.updated, sizeof(r.updated));
 	int rc = cache_view_publish(a->root, c->ns, c->name, &r);
-	if (rc == 0)
+	if (rc == 0) {
+		bool relink = !strcmp(c->view_digest, c->digest);
 		snprintf(c->view_digest, sizeof(c->view_digest), "%s", c->digest);
-	else
+		if (!relink && !c->extracted)
+			metrics_add(m_hits, NULL, 1);
+		c->extracted = false;
+	} else {
+		count_error("view");
 		log_error("cannot publish the cache view", "cache", c->key, "error", strerror(-rc));
+	}
 	return rc;
 }
 
@@ -926,6 +952,7 @@ static void reconcile(struct agent *a, const char *key)
 	cJSON_Delete(in);
 	if (st != ENGINE_OK) {
 		metrics_add(m_reconciles, METRICS_L("policy_error"), 1);
+		count_error("policy");
 		log_error("agent decision failed", "cache", key, "error", err.message);
 		kube_workqueue_add_rate_limited(a->queue, key, loop_now_ms());
 		return;
@@ -968,6 +995,8 @@ static void reconcile(struct agent *a, const char *key)
 			if (cache_view_unpublish(a->root, c->ns, c->name) == 0) {
 				c->view_digest[0] = '\0';
 				released = true;
+			} else {
+				count_error("view");
 			}
 		}
 	}
@@ -1035,6 +1064,7 @@ static int probe(struct agent *a, cJSON **out)
 	else
 		rc = gpu_probe_auto(a->o.nvml_lib, a->o.sysfs_root, &p, err, sizeof(err));
 	if (rc) {
+		count_error("gpu_probe");
 		log_error("GPU probe failed", "source", src, "error", err);
 		return rc;
 	}

@@ -124,7 +124,8 @@ static const struct option all_opts[] = {
 	"  --policy-configmap N   the ConfigMap of Lua policies (default gkm-policies)\n"
 #define HELP_COMMON                                                                                \
 	"  --policy-dir DIR       Lua policies from a directory instead (reloaded on change)\n"    \
-	"  --health-listen ADDR   /healthz, /readyz, /metrics (default :8081; \"\" for none)\n"
+	"  --health-listen ADDR   /healthz, /readyz, /metrics (default :8081, gkm up: none;\n"     \
+	"                         \"\" for none)\n"
 #define HELP_NODE                                                                                  \
 	"  --node NAME            this node's name (default $NODE_NAME, else the host name)\n"     \
 	"  --gpu-source SRC       auto, nvml, rocm or file (default auto)\n"                       \

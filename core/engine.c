@@ -70,6 +70,18 @@ static struct metric *lua_errors(void)
 	return m;
 }
 
+/* The kind label: engine_status_name() in snake case, as label values go. */
+static void count_lua_error(enum engine_status st)
+{
+	char kind[32];
+	const char *name = engine_status_name(st);
+	size_t i = 0;
+	for (; name[i] && i + 1 < sizeof(kind); i++)
+		kind[i] = name[i] == ' ' ? '_' : name[i];
+	kind[i] = '\0';
+	metrics_add(lua_errors(), METRICS_L(kind), 1);
+}
+
 static void set_error(struct engine_error *err, enum engine_status st, const char *fmt, ...)
     __attribute__((format(printf, 3, 4)));
 static void set_error(struct engine_error *err, enum engine_status st, const char *fmt, ...)
@@ -169,7 +181,7 @@ static enum engine_status run_protected(struct engine *e, struct run *r, struct 
 		r->output = NULL;
 		/* give back what a failed run left behind (a memory bomb's garbage) */
 		lua_gc(L, LUA_GCCOLLECT, 0);
-		metrics_add(lua_errors(), METRICS_L(engine_status_name(st)), 1);
+		count_lua_error(st);
 	}
 	return st;
 }
@@ -274,7 +286,7 @@ enum engine_status engine_call_fn(struct engine *e, const char *module, const ch
 	if (validate && validate(result, verr, sizeof(verr)) != 0) {
 		set_error(err, ENGINE_BAD_RETURN, "%s.%s returned an invalid result: %s", module,
 		          function, verr);
-		metrics_add(lua_errors(), METRICS_L(engine_status_name(ENGINE_BAD_RETURN)), 1);
+		count_lua_error(ENGINE_BAD_RETURN);
 		cJSON_Delete(result);
 		return ENGINE_BAD_RETURN;
 	}

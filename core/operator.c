@@ -46,7 +46,13 @@ struct operator_ {
 	unsigned long writes, skipped;
 };
 
-static struct metric *m_reconciles, *m_writes;
+static struct metric *m_reconciles, *m_writes, *m_errors;
+
+/* kind: policy, status_write, resolve, cleanup */
+static void count_error(const char *kind)
+{
+	metrics_add(m_errors, METRICS_L(kind), 1);
+}
 
 static void init_metrics(void)
 {
@@ -55,6 +61,9 @@ static void init_metrics(void)
 	m_writes = metrics_counter("gkm_operator_status_writes_total",
 	                           "Cache status writes, by result (written, unchanged, failed)",
 	                           "result");
+	m_errors = metrics_counter(
+	    "gkm_operator_errors_total",
+	    "Operator failures, by kind (policy, status_write, resolve, cleanup)", "kind");
 }
 
 static struct ocache *find_cache(struct operator_ *op, const char *key, bool create)
@@ -220,12 +229,14 @@ static void delete_work(void *ud)
 	char err[256];
 	int rc = d->op->os->ops->remove(d->op->os, GKM_API_VERSION, d->kind, d->ns, d->name, err,
 	                                sizeof(err));
-	if (rc && rc != -ENOENT)
+	if (rc && rc != -ENOENT) {
+		count_error("cleanup");
 		log_warn("cannot delete a node object of a deleted node", "name", d->name, "error",
 		         err);
-	else
+	} else {
 		log_info("deleted the node object of a node that is gone", "kind", d->kind,
 		         "namespace", d->ns, "node", d->name);
+	}
 }
 
 static void delete_done(struct loop *l, void *ud)
@@ -321,9 +332,11 @@ static void resolve_done(struct loop *l, void *ud)
 		snprintf(c->resolved_for, sizeof(c->resolved_for), "%s", j->image);
 		snprintf(c->resolved, sizeof(c->resolved), "%s", j->rc ? "" : j->digest);
 		snprintf(c->resolve_error, sizeof(c->resolve_error), "%s", j->rc ? j->err : "");
-		if (j->rc)
+		if (j->rc) {
+			count_error("resolve");
 			log_warn("cannot resolve the image digest", "cache", j->key, "image",
 			         j->image, "error", j->err);
+		}
 		mark(j->op, j->key);
 		forget_if_gone(j->op, c);
 	}
@@ -399,6 +412,7 @@ static void write_done(struct loop *l, void *ud)
 			cJSON_Delete(c->applied);
 			c->applied = NULL;
 			if (j->rc != -ENOENT) {
+				count_error("status_write");
 				log_warn("cache status write failed; will retry", "cache", j->key,
 				         "error", j->err);
 				mark(j->op, j->key);
@@ -502,6 +516,7 @@ static void reconcile(struct operator_ *op, struct ocache *c)
 	cJSON_Delete(in);
 	if (st != ENGINE_OK) {
 		metrics_add(m_reconciles, METRICS_L("policy_error"), 1);
+		count_error("policy");
 		log_error("aggregate policy failed", "cache", c->key, "error", err.message);
 		return;
 	}
