@@ -945,7 +945,7 @@ int kube_client_stream(struct kube_client *c, const struct kube_stream *s, struc
 	long code = 0;
 	curl_easy_getinfo(h->curl, CURLINFO_RESPONSE_CODE, &code);
 	metrics_add(metrics_counter("gkm_kube_watch_streams_total",
-	                            "Watch streams opened, by HTTP status (0: no response)",
+	                            "Watch streams that ended, by the HTTP status they had (0: no response)",
 	                            "code"),
 	            METRICS_L(code == 200   ? "200"
 	                      : code == 0   ? "0"

@@ -445,7 +445,8 @@ static cJSON *transitions(const cJSON *old, const cJSON *now)
 	    {"Ready", "True", "Normal", "CacheReady"},
 	    {"Error", "True", "Warning", "NodesFailed"},
 	    {"Verified", "True", "Normal", "Verified"},
-	    {"Verified", "False", "Warning", "VerificationDisabled"},
+	    /* NULL: the condition's own reason (VerificationDisabled, Unsigned, ...) */
+	    {"Verified", "False", "Warning", NULL},
 	};
 	cJSON *events = cJSON_CreateArray();
 	for (size_t i = 0; i < sizeof(rules) / sizeof(rules[0]); i++) {
@@ -457,7 +458,8 @@ static cJSON *transitions(const cJSON *old, const cJSON *now)
 			continue;
 		cJSON *e = cJSON_CreateObject();
 		cJSON_AddStringToObject(e, "type", rules[i].event_type);
-		cJSON_AddStringToObject(e, "reason", rules[i].reason);
+		cJSON_AddStringToObject(e, "reason",
+		                        rules[i].reason ? rules[i].reason : obj_str(n, "reason"));
 		cJSON_AddStringToObject(e, "message", obj_str(n, "message"));
 		cJSON_AddItemToArray(events, e);
 	}
