@@ -449,7 +449,8 @@ static void pull_done(struct loop *l, void *ud)
 			o->targets_need_pull = false;
 			o->image = IMG_READY;
 			cJSON_Delete(o->targets);
-			o->targets = j->targets ? cJSON_Duplicate(j->targets, 1) : cJSON_CreateArray();
+			o->targets =
+			    j->targets ? cJSON_Duplicate(j->targets, 1) : cJSON_CreateArray();
 		}
 		enqueue(a, o->key, 0);
 	}
@@ -483,7 +484,8 @@ static void start_waiting_pulls(struct agent *a)
 {
 	uint64_t now = loop_now_ms();
 	for (struct cache *c = a->caches; c && a->pulls_running < a->o.max_pulls; c = c->next)
-		if (c->pull == PULL_WAITING && c->pull_not_before <= now && !digest_busy(a, c, true))
+		if (c->pull == PULL_WAITING && c->pull_not_before <= now &&
+		    !digest_busy(a, c, true))
 			start_pull(a, c);
 }
 
@@ -932,7 +934,8 @@ static void entry_lists(cJSON *entry)
 	for (size_t i = 0; entry && i < sizeof(lists) / sizeof(lists[0]); i++) {
 		cJSON *v = cJSON_GetObjectItemCaseSensitive(entry, lists[i]);
 		if (cJSON_IsObject(v) && !v->child)
-			cJSON_ReplaceItemInObjectCaseSensitive(entry, lists[i], cJSON_CreateArray());
+			cJSON_ReplaceItemInObjectCaseSensitive(entry, lists[i],
+			                                       cJSON_CreateArray());
 	}
 }
 

@@ -89,36 +89,36 @@ enum {
 };
 
 static const struct option all_opts[] = {
-	CLI_COMMON_OPTIONS,
-	CLI_REGISTRY_OPTIONS,
-	CLI_KEY_OPTION,
-	{"state", required_argument, 0, OPT_STATE},
-	{"kubeconfig", required_argument, 0, OPT_KUBECONFIG},
-	{"context", required_argument, 0, OPT_CONTEXT},
-	{"namespace", required_argument, 0, OPT_NAMESPACE},
-	{"policy-configmap", required_argument, 0, OPT_POLICY_CM},
-	{"poll-ms", required_argument, 0, OPT_POLL},
-	{"policy-dir", required_argument, 0, OPT_POLICY_DIR},
-	{"health-listen", required_argument, 0, OPT_HEALTH},
-	{"node", required_argument, 0, OPT_NODE},
-	{"root", required_argument, 0, OPT_ROOT},
-	{"run-dir", required_argument, 0, OPT_RUN_DIR},
-	{"gpu-source", required_argument, 0, OPT_GPU_SOURCE},
-	{"gpu-file", required_argument, 0, OPT_GPU_FILE},
-	{"sysfs-root", required_argument, 0, OPT_SYSFS},
-	{"nvml-library", required_argument, 0, OPT_NVML},
-	{"max-pulls", required_argument, 0, OPT_MAX_PULLS},
-	{"trust-dir", required_argument, 0, OPT_TRUST_DIR},
-	{"verify-enabled", required_argument, 0, OPT_VERIFY},
-	{"leader-elect", required_argument, 0, OPT_LEADER},
-	{"identity", required_argument, 0, OPT_IDENTITY},
-	{"lease-name", required_argument, 0, OPT_LEASE},
-	{0, 0, 0, 0},
+    CLI_COMMON_OPTIONS,
+    CLI_REGISTRY_OPTIONS,
+    CLI_KEY_OPTION,
+    {"state", required_argument, 0, OPT_STATE},
+    {"kubeconfig", required_argument, 0, OPT_KUBECONFIG},
+    {"context", required_argument, 0, OPT_CONTEXT},
+    {"namespace", required_argument, 0, OPT_NAMESPACE},
+    {"policy-configmap", required_argument, 0, OPT_POLICY_CM},
+    {"poll-ms", required_argument, 0, OPT_POLL},
+    {"policy-dir", required_argument, 0, OPT_POLICY_DIR},
+    {"health-listen", required_argument, 0, OPT_HEALTH},
+    {"node", required_argument, 0, OPT_NODE},
+    {"root", required_argument, 0, OPT_ROOT},
+    {"run-dir", required_argument, 0, OPT_RUN_DIR},
+    {"gpu-source", required_argument, 0, OPT_GPU_SOURCE},
+    {"gpu-file", required_argument, 0, OPT_GPU_FILE},
+    {"sysfs-root", required_argument, 0, OPT_SYSFS},
+    {"nvml-library", required_argument, 0, OPT_NVML},
+    {"max-pulls", required_argument, 0, OPT_MAX_PULLS},
+    {"trust-dir", required_argument, 0, OPT_TRUST_DIR},
+    {"verify-enabled", required_argument, 0, OPT_VERIFY},
+    {"leader-elect", required_argument, 0, OPT_LEADER},
+    {"identity", required_argument, 0, OPT_IDENTITY},
+    {"lease-name", required_argument, 0, OPT_LEASE},
+    {0, 0, 0, 0},
 };
 
 #define HELP_KUBE                                                                                  \
-	"  --kubeconfig FILE      kubeconfig (default: in-cluster, else $KUBECONFIG)\n"           \
-	"  --context NAME         kubeconfig context (default: the current one)\n"                \
+	"  --kubeconfig FILE      kubeconfig (default: in-cluster, else $KUBECONFIG)\n"            \
+	"  --context NAME         kubeconfig context (default: the current one)\n"                 \
 	"  --namespace NS         where gkm runs: its policies ConfigMap and Lease\n"              \
 	"                         (default $POD_NAMESPACE, else gkm-system)\n"                     \
 	"  --policy-configmap N   the ConfigMap of Lua policies (default gkm-policies)\n"
@@ -156,8 +156,8 @@ static const char usage_operator[] =
     "  --identity ID          this replica's identity (default $POD_NAME, else host name)\n"
     "  --lease-name NAME      the Lease (default gkm-operator)\n"
     "  --verify-enabled BOOL  whether the webhook verifies signatures (default true);\n"
-    "                         false: the operator resolves digests itself\n" HELP_KUBE
-        HELP_COMMON CLI_REGISTRY_HELP;
+    "                         false: the operator resolves digests itself\n" HELP_KUBE HELP_COMMON
+        CLI_REGISTRY_HELP;
 
 static const char usage_up[] =
     "Usage: gkm up [--state DIR] [flags]\n\n"
@@ -268,19 +268,20 @@ static int parse(struct dflags *f, int argc, char **argv, const char *usage)
 			break;
 		case OPT_NAMESPACE:
 			if (!obj_valid_label(optarg))
-				return cli_usage_error(f->cmd, "--namespace '%s' is not a namespace name",
-				                       optarg);
+				return cli_usage_error(
+				    f->cmd, "--namespace '%s' is not a namespace name", optarg);
 			f->ns = optarg;
 			break;
 		case OPT_POLICY_CM:
 			if (!obj_valid_name(optarg))
-				return cli_usage_error(f->cmd, "--policy-configmap '%s' is not a valid name",
-				                       optarg);
+				return cli_usage_error(
+				    f->cmd, "--policy-configmap '%s' is not a valid name", optarg);
 			f->policy_cm = optarg;
 			break;
 		case OPT_POLL:
 			if (cli_parse_u64(optarg, 60000, &v) != 0 || v < 10)
-				return cli_usage_error(f->cmd, "--poll-ms wants 10 to 60000, got '%s'", optarg);
+				return cli_usage_error(
+				    f->cmd, "--poll-ms wants 10 to 60000, got '%s'", optarg);
 			f->poll_ms = (unsigned)v;
 			break;
 		case OPT_POLICY_DIR:
@@ -291,7 +292,8 @@ static int parse(struct dflags *f, int argc, char **argv, const char *usage)
 			break;
 		case OPT_NODE:
 			if (!obj_valid_name(optarg))
-				return cli_usage_error(f->cmd, "--node '%s' is not a valid node name", optarg);
+				return cli_usage_error(
+				    f->cmd, "--node '%s' is not a valid node name", optarg);
 			snprintf(f->node, sizeof(f->node), "%s", optarg);
 			break;
 		case OPT_ROOT:
@@ -301,9 +303,10 @@ static int parse(struct dflags *f, int argc, char **argv, const char *usage)
 			f->ao.run_dir = optarg;
 			break;
 		case OPT_GPU_SOURCE:
-			if (strcmp(optarg, "auto") && strcmp(optarg, "nvml") && strcmp(optarg, "rocm") &&
-			    strcmp(optarg, "file"))
-				return cli_usage_error(f->cmd, "--gpu-source wants auto, nvml, rocm or file");
+			if (strcmp(optarg, "auto") && strcmp(optarg, "nvml") &&
+			    strcmp(optarg, "rocm") && strcmp(optarg, "file"))
+				return cli_usage_error(
+				    f->cmd, "--gpu-source wants auto, nvml, rocm or file");
 			f->ao.gpu_source = optarg;
 			break;
 		case OPT_GPU_FILE:
@@ -317,7 +320,8 @@ static int parse(struct dflags *f, int argc, char **argv, const char *usage)
 			break;
 		case OPT_MAX_PULLS:
 			if (cli_parse_u64(optarg, 64, &v) != 0 || v == 0)
-				return cli_usage_error(f->cmd, "--max-pulls wants 1 to 64, got '%s'", optarg);
+				return cli_usage_error(
+				    f->cmd, "--max-pulls wants 1 to 64, got '%s'", optarg);
 			f->ao.max_pulls = (unsigned)v;
 			break;
 		case OPT_TRUST_DIR:
@@ -336,7 +340,8 @@ static int parse(struct dflags *f, int argc, char **argv, const char *usage)
 			break;
 		case OPT_LEASE:
 			if (!obj_valid_name(optarg))
-				return cli_usage_error(f->cmd, "--lease-name '%s' is not a valid name", optarg);
+				return cli_usage_error(
+				    f->cmd, "--lease-name '%s' is not a valid name", optarg);
 			f->lease_name = optarg;
 			break;
 		default:
@@ -345,7 +350,8 @@ static int parse(struct dflags *f, int argc, char **argv, const char *usage)
 				return EXIT_USAGE;
 			if (rc > 0) {
 				if (c == CLI_OPT_KEY && !(f->role & ROLE_AGENT))
-					return cli_usage_error(f->cmd, "--key is for commands that extract");
+					return cli_usage_error(
+					    f->cmd, "--key is for commands that extract");
 				break;
 			}
 			switch (cli_common(c, optarg, f->cmd, usage)) {
@@ -395,7 +401,8 @@ static int load_keys(struct daemon *d)
 		if (fsutil_read_file(path, 1u << 20, &pem, &len) != 0)
 			continue;
 		if (sig_keyset_add_pem(d->keys, pem, len, why, sizeof(why)) != 0)
-			log_warn("ignoring a file without usable public keys", "path", path, "reason", why);
+			log_warn("ignoring a file without usable public keys", "path", path,
+			         "reason", why);
 		free(pem);
 	}
 	closedir(dir);
@@ -466,7 +473,8 @@ static void on_policies(void *ud, bool applied, const char *error)
 {
 	struct daemon *d = ud;
 	if (!applied)
-		log_error("policy change refused; the previous policies stay in force", "error", error);
+		log_error("policy change refused; the previous policies stay in force", "error",
+		          error);
 	if (applied && d->agent)
 		agent_policies_changed(d->agent);
 	if (applied && d->op)
@@ -594,8 +602,12 @@ static int run(struct dflags *f)
 	if (f->role != ROLE_UP && !f->policy_dir) {
 		char sel[300];
 		snprintf(sel, sizeof(sel), "metadata.name=%s", f->policy_cm);
-		struct objstore_watch cw = {.api_version = "v1", .kind = "ConfigMap", .namespace_ = f->ns,
-		                            .field_selector = sel, .on_event = on_policy_cm, .ud = &d};
+		struct objstore_watch cw = {.api_version = "v1",
+		                            .kind = "ConfigMap",
+		                            .namespace_ = f->ns,
+		                            .field_selector = sel,
+		                            .on_event = on_policy_cm,
+		                            .ud = &d};
 		if ((rc = d.os->ops->watch(d.os, &cw))) {
 			fprintf(stderr, "%s: cannot watch ConfigMap %s/%s: %s\n", f->cmd, f->ns,
 			        f->policy_cm, strerror(-rc));
@@ -603,7 +615,8 @@ static int run(struct dflags *f)
 		}
 	}
 	if (f->health_listen && (rc = health_start(f->health_listen, &d.health))) {
-		fprintf(stderr, "%s: cannot listen on %s: %s\n", f->cmd, f->health_listen, strerror(-rc));
+		fprintf(stderr, "%s: cannot listen on %s: %s\n", f->cmd, f->health_listen,
+		        strerror(-rc));
 		goto out;
 	}
 	if (f->role & ROLE_AGENT) {
@@ -624,16 +637,20 @@ static int run(struct dflags *f)
 		                           .verification_enabled = f->ao.keys != NULL,
 		                           .registry = &f->reg.reg};
 		if ((rc = operator_start(d.loop, d.workers, d.os, &d.slot, &oo, &d.op))) {
-			fprintf(stderr, "%s: cannot start the operator: %s\n", f->cmd, strerror(-rc));
+			fprintf(stderr, "%s: cannot start the operator: %s\n", f->cmd,
+			        strerror(-rc));
 			goto out;
 		}
 	} else if (f->role == ROLE_OPERATOR) {
 		if (!f->leader_elect) {
 			start_operator_on_loop(d.loop, &d);
 		} else {
-			struct kube_lease_opts lo = {.ns = f->ns, .name = f->lease_name,
-			                             .identity = f->identity, .on_started = lease_started,
-			                             .on_stopped = lease_stopped, .ud = &d};
+			struct kube_lease_opts lo = {.ns = f->ns,
+			                             .name = f->lease_name,
+			                             .identity = f->identity,
+			                             .on_started = lease_started,
+			                             .on_stopped = lease_stopped,
+			                             .ud = &d};
 			if ((rc = kube_lease_start(objstore_kube_client(d.os), &lo, &d.lease))) {
 				fprintf(stderr, "%s: cannot start leader election: %s\n", f->cmd,
 				        strerror(-rc));

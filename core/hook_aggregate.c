@@ -29,7 +29,8 @@ static int check_condition(const cJSON *c, char *err, size_t errlen)
 	}
 	const char *status = cJSON_GetObjectItemCaseSensitive(c, "status")->valuestring;
 	if (strcmp(status, "True") && strcmp(status, "False") && strcmp(status, "Unknown"))
-		return policy_check_fail(err, errlen, "a condition status must be True, False or Unknown");
+		return policy_check_fail(err, errlen,
+		                         "a condition status must be True, False or Unknown");
 	if (!policy_check_reason(cJSON_GetObjectItemCaseSensitive(c, "reason")->valuestring) ||
 	    !policy_check_reason(cJSON_GetObjectItemCaseSensitive(c, "type")->valuestring))
 		return policy_check_fail(err, errlen,
@@ -39,7 +40,8 @@ static int check_condition(const cJSON *c, char *err, size_t errlen)
 
 static int validate_aggregate(const cJSON *r, char *err, size_t errlen)
 {
-	static const char *const counts[] = {"totalNodes", "readyNodes", "failedNodes", "podsUsing"};
+	static const char *const counts[] = {"totalNodes", "readyNodes", "failedNodes",
+	                                     "podsUsing"};
 	if (!cJSON_IsObject(r))
 		return policy_check_fail(err, errlen, "want a status table");
 	for (size_t i = 0; i < sizeof(counts) / sizeof(counts[0]); i++)
@@ -47,7 +49,8 @@ static int validate_aggregate(const cJSON *r, char *err, size_t errlen)
 			return -1;
 	if (!cJSON_IsString(cJSON_GetObjectItemCaseSensitive(r, "resolvedDigest")) ||
 	    !cJSON_IsString(cJSON_GetObjectItemCaseSensitive(r, "lastUpdated")))
-		return policy_check_fail(err, errlen, "'resolvedDigest' and 'lastUpdated' must be strings");
+		return policy_check_fail(err, errlen,
+		                         "'resolvedDigest' and 'lastUpdated' must be strings");
 	const cJSON *conds = cJSON_GetObjectItemCaseSensitive(r, "conditions"), *c;
 	if (!(cJSON_IsArray(conds) || (cJSON_IsObject(conds) && !conds->child)))
 		return policy_check_fail(err, errlen, "'conditions' must be a list");
@@ -58,12 +61,15 @@ static int validate_aggregate(const cJSON *r, char *err, size_t errlen)
 	}
 	const cJSON *fnc = cJSON_GetObjectItemCaseSensitive(r, "failedNodeConditions"), *reason, *n;
 	if (fnc && !cJSON_IsObject(fnc) && !cJSON_IsArray(fnc))
-		return policy_check_fail(err, errlen, "'failedNodeConditions' must map reasons to nodes");
+		return policy_check_fail(err, errlen,
+		                         "'failedNodeConditions' must map reasons to nodes");
 	cJSON_ArrayForEach(reason, fnc)
 	{
-		if (!reason->string || !policy_check_reason(reason->string) || !cJSON_IsArray(reason))
-			return policy_check_fail(err, errlen, "'failedNodeConditions' must map CamelCase "
-			                                      "reasons to lists of node names");
+		if (!reason->string || !policy_check_reason(reason->string) ||
+		    !cJSON_IsArray(reason))
+			return policy_check_fail(err, errlen,
+			                         "'failedNodeConditions' must map CamelCase "
+			                         "reasons to lists of node names");
 		cJSON_ArrayForEach(n, reason)
 		{
 			if (!cJSON_IsString(n))

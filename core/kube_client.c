@@ -944,9 +944,10 @@ int kube_client_stream(struct kube_client *c, const struct kube_stream *s, struc
 	CURLcode cc = curl_easy_perform(h->curl);
 	long code = 0;
 	curl_easy_getinfo(h->curl, CURLINFO_RESPONSE_CODE, &code);
-	metrics_add(metrics_counter("gkm_kube_watch_streams_total",
-	                            "Watch streams that ended, by the HTTP status they had (0: no response)",
-	                            "code"),
+	metrics_add(metrics_counter(
+	                "gkm_kube_watch_streams_total",
+	                "Watch streams that ended, by the HTTP status they had (0: no response)",
+	                "code"),
 	            METRICS_L(code == 200   ? "200"
 	                      : code == 0   ? "0"
 	                      : code == 410 ? "410"

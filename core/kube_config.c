@@ -1,4 +1,5 @@
 /* kubeconfig and in-cluster configuration (see kube_config.h). */
+#include "fsutil.h"
 #include "kube_config.h"
 #include "yamljson.h"
 
@@ -16,8 +17,8 @@
 #include "log.h"
 
 #define CONFIG_MAX_BYTES (1u << 20) /* kubeconfig, token, CA and key files */
-#define TOKEN_RECHECK_MS 1000ull /* stat() the token file at most this often */
-#define TOKEN_REREAD_MS 60000ull /* and read it at least this often */
+#define TOKEN_RECHECK_MS 1000ull    /* stat() the token file at most this often */
+#define TOKEN_REREAD_MS 60000ull    /* and read it at least this often */
 
 static void seterr(char *err, size_t errlen, const char *fmt, ...)
     __attribute__((format(printf, 3, 4)));
@@ -40,56 +41,6 @@ static unsigned long long mono_ms(void)
 }
 
 /* Read a whole small file. *out is NUL-terminated (the NUL is not counted). */
-static int read_file(const char *path, size_t max, char **out, size_t *outlen)
-{
-	int fd = open(path, O_RDONLY | O_CLOEXEC);
-	if (fd < 0)
-		return -errno;
-	char *buf = NULL;
-	size_t len = 0, cap = 0;
-	int rc = 0;
-	for (;;) {
-		if (len + 4096 + 1 > cap) {
-			size_t ncap = cap ? cap * 2 : 8192;
-			char *n = realloc(buf, ncap);
-			if (!n) {
-				rc = -ENOMEM;
-				goto out;
-			}
-			buf = n;
-			cap = ncap;
-		}
-		ssize_t r = read(fd, buf + len, cap - len - 1);
-		if (r < 0) {
-			if (errno == EINTR)
-				continue;
-			rc = -errno;
-			goto out;
-		}
-		if (r == 0)
-			break;
-		len += (size_t)r;
-		if (len > max) {
-			rc = -EFBIG;
-			goto out;
-		}
-	}
-	if (!buf) {
-		buf = malloc(1);
-		if (!buf) {
-			rc = -ENOMEM;
-			goto out;
-		}
-	}
-	buf[len] = '\0';
-	*out = buf;
-	*outlen = len;
-	buf = NULL;
-out:
-	free(buf);
-	close(fd);
-	return rc;
-}
 
 /* ---- YAML -> cJSON ---- */
 
@@ -253,7 +204,7 @@ static int token_reload(struct kube_config *c, const struct stat *st)
 {
 	char *tok = NULL;
 	size_t len = 0;
-	int rc = read_file(c->token_file, 64 * 1024, &tok, &len);
+	int rc = fsutil_read_file(c->token_file, 64 * 1024, &tok, &len);
 	if (rc < 0)
 		return rc;
 	if (strlen(tok) != len) {
@@ -383,8 +334,9 @@ int kube_config_load_file(const char *path, const char *context, struct kube_con
 			path = home_path;
 		}
 	}
+	// cppcheck-suppress nullPointerRedundantCheck ; every branch above sets path
 	snprintf(where, sizeof(where), "kubeconfig %s", path);
-	rc = read_file(path, CONFIG_MAX_BYTES, &text, &len);
+	rc = fsutil_read_file(path, CONFIG_MAX_BYTES, &text, &len);
 	if (rc < 0) {
 		seterr(err, errlen, "%s: %s", where, strerror(-rc));
 		goto out;
@@ -573,7 +525,7 @@ int kube_config_load_incluster(const char *sa_dir, struct kube_config **out, cha
 	}
 	char nspath[PATH_MAX];
 	snprintf(nspath, sizeof(nspath), "%s/namespace", sa_dir);
-	if (read_file(nspath, 4096, &nsbuf, &nslen) == 0) {
+	if (fsutil_read_file(nspath, 4096, &nsbuf, &nslen) == 0) {
 		rtrim(nsbuf);
 		c->namespace = nsbuf;
 		nsbuf = NULL;

@@ -285,7 +285,7 @@ int kube_selector_from_map(const cJSON *map, char **out, char *err, size_t errle
 		seterr(err, errlen, "more than %d labels in a selector", MAX_REQS);
 		return -EINVAL;
 	}
-	const char *keys[MAX_REQS];
+	const char *keys[MAX_REQS] = {NULL};
 	size_t total = 1;
 	int k = 0;
 	const cJSON *it;

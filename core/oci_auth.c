@@ -187,7 +187,6 @@ void oci_creds_clear(struct oci_creds *c)
 	memset(c, 0, sizeof(*c));
 }
 
-
 int oci_b64_encode(const void *buf, size_t len, char **out)
 {
 	return sig_base64_encode(buf, len, out);

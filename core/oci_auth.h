@@ -54,6 +54,4 @@ __attribute__((warn_unused_result)) int oci_b64_encode(const void *buf, size_t l
 __attribute__((warn_unused_result)) int oci_b64_decode(const char *s, size_t slen,
                                                        unsigned char **out, size_t *outlen);
 
-
-
 #endif

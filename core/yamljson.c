@@ -53,7 +53,8 @@ static cJSON *node_json(yaml_document_t *doc, yaml_node_t *n, int depth, char *e
 	case YAML_SCALAR_NODE: {
 		const char *v = (const char *)n->data.scalar.value;
 		if (strlen(v) != n->data.scalar.length) {
-			snprintf(err, errlen, "line %zu: NUL byte in a scalar", n->start_mark.line + 1);
+			snprintf(err, errlen, "line %zu: NUL byte in a scalar",
+			         n->start_mark.line + 1);
 			return NULL;
 		}
 		if (n->data.scalar.style == YAML_PLAIN_SCALAR_STYLE)
