@@ -40,7 +40,7 @@ struct dflags {
 	const char *trust_dir;
 	bool verify;
 	/* operator */
-	bool leader_elect;
+	bool leader_elect, resolve_digests, resolve_set;
 	const char *identity, *lease_name;
 	struct cli_registry reg;
 };
@@ -86,6 +86,7 @@ enum {
 	OPT_LEADER,
 	OPT_IDENTITY,
 	OPT_LEASE,
+	OPT_RESOLVE,
 };
 
 static const struct option all_opts[] = {
@@ -113,6 +114,7 @@ static const struct option all_opts[] = {
     {"leader-elect", required_argument, 0, OPT_LEADER},
     {"identity", required_argument, 0, OPT_IDENTITY},
     {"lease-name", required_argument, 0, OPT_LEASE},
+    {"resolve-digests", required_argument, 0, OPT_RESOLVE},
     {0, 0, 0, 0},
 };
 
@@ -155,9 +157,11 @@ static const char usage_operator[] =
     "  --leader-elect BOOL    take part in leader election (default true)\n"
     "  --identity ID          this replica's identity (default $POD_NAME, else host name)\n"
     "  --lease-name NAME      the Lease (default gkm-operator)\n"
-    "  --verify-enabled BOOL  whether the webhook verifies signatures (default true);\n"
-    "                         false: the operator resolves digests itself\n" HELP_KUBE HELP_COMMON
-        CLI_REGISTRY_HELP;
+    "  --verify-enabled BOOL  whether signatures are verified, by the webhook or on the\n"
+    "                         nodes (default true); only reported in the Verified condition\n"
+    "  --resolve-digests BOOL resolve tags to digests here, for clusters without the\n"
+    "                         admission webhook (default: true when --verify-enabled "
+    "false)\n" HELP_KUBE HELP_COMMON CLI_REGISTRY_HELP;
 
 static const char usage_up[] =
     "Usage: gkm up [--state DIR] [flags]\n\n"
@@ -224,6 +228,7 @@ static bool role_takes(enum role r, int opt)
 	case OPT_LEADER:
 	case OPT_IDENTITY:
 	case OPT_LEASE:
+	case OPT_RESOLVE:
 		return r == ROLE_OPERATOR;
 	default:
 		return true;
@@ -337,6 +342,12 @@ static int parse(struct dflags *f, int argc, char **argv, const char *usage)
 			break;
 		case OPT_IDENTITY:
 			f->identity = optarg;
+			break;
+		case OPT_RESOLVE:
+			if ((rc = parse_bool(f->cmd, "--resolve-digests", optarg,
+			                     &f->resolve_digests)))
+				return rc;
+			f->resolve_set = true;
 			break;
 		case OPT_LEASE:
 			if (!obj_valid_name(optarg))
@@ -513,7 +524,8 @@ static void start_operator_on_loop(struct loop *l, void *ud)
 {
 	struct daemon *d = ud;
 	(void)l;
-	struct operator_opts oo = {.resolve_digests = !d->f->verify,
+	struct operator_opts oo = {.resolve_digests =
+	                               d->f->resolve_set ? d->f->resolve_digests : !d->f->verify,
 	                           .verification_enabled = d->f->verify,
 	                           .watch_nodes = true,
 	                           .registry = &d->f->reg.reg};

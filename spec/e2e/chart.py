@@ -731,14 +731,16 @@ def check_config(r):
         got["gpus.json"] = json.loads(got["gpus.json"])
     if got != want:
         probs.append("gkm-config data %s, want %s" % (sorted(got), sorted(want)))
-    # --verify-enabled: the agent checks on the node; the operator resolves
-    # digests itself when no webhook does
+    # --verify-enabled: the agent checks on the node, the operator reports it;
+    # the operator resolves digests itself when no webhook does
     verify = r.opts.get("verify", True)
-    for comp, want_v in (("agent", verify), ("operator", verify and r.opts.get("webhook", True))):
+    for comp, flag, want_v in (("agent", "--verify-enabled", verify),
+                               ("operator", "--verify-enabled", verify),
+                               ("operator", "--resolve-digests", not r.opts.get("webhook", True))):
         w, c = r.container(comp)
-        if c is not None and flag_value(c.get("args"), "--verify-enabled") != str(want_v).lower():
-            probs.append("%s --verify-enabled=%s, want %s" % (
-                comp, flag_value(c.get("args"), "--verify-enabled"), str(want_v).lower()))
+        if c is not None and flag_value(c.get("args"), flag) != str(want_v).lower():
+            probs.append("%s %s=%s, want %s" % (
+                comp, flag, flag_value(c.get("args"), flag), str(want_v).lower()))
     pol = (r.get("ConfigMap", "gkm-policies") or {}).get("data") or {}
     want_pol = {}
     for f in sorted(os.listdir(os.path.join(ROOT, "policies"))):
