@@ -1,4 +1,5 @@
 /* gkm: one binary, many commands (see README.md). */
+#include <malloc.h>
 #include <stdio.h>
 #include <string.h>
 
@@ -60,6 +61,10 @@ int main(int argc, char **argv)
 		usage(stderr);
 		return EXIT_USAGE;
 	}
+	/* The daemons are mostly idle threads: one malloc arena per thread (glibc's
+	 * default, up to 8 per core) keeps freed memory spread over many heaps
+	 * that are never returned; two are plenty for gkm's contention. */
+	mallopt(M_ARENA_MAX, 2);
 	const char *name = argv[1];
 	if (strcmp(name, "--help") == 0 || strcmp(name, "-h") == 0)
 		name = "help";

@@ -1,6 +1,7 @@
 #include "workers.h"
 
 #include <errno.h>
+#include <malloc.h>
 #include <pthread.h>
 #include <stdbool.h>
 #include <stdlib.h>
@@ -51,8 +52,12 @@ static void *worker_main(void *arg)
 		j->work(j->ud);
 
 		pthread_mutex_lock(&w->lock);
-		w->pending--;
+		bool idle = --w->pending == 0;
 		pthread_mutex_unlock(&w->lock);
+		/* the pool went idle: what the jobs freed (pull buffers, parsed
+		 * documents) goes back to the kernel instead of staying in the heap */
+		if (idle)
+			malloc_trim(0);
 		if (loop_post(w->loop, finish, j) != 0)
 			free(j); /* out of memory: the completion is lost, never run twice */
 	}
