@@ -8,6 +8,7 @@
 # that maps the same libraries), PSS and private dirty memory, and the same
 # figures for `gkm csi` idle (the CSI plugin is the only command that maps
 # gRPC: it lives in build/gkm-csi.so, loaded by `gkm csi` alone).
+# GKM_BENCH_WRAP runs the agent under a profiler (e.g. heaptrack).
 set -u
 cd "$GKM_ROOT"
 . spec/lib/registry.sh
@@ -52,7 +53,7 @@ mem() { # pid label: one line of memory figures
 
 mkdir -p "$W/root" "$W/run"
 start=$(date +%s.%N)
-$G agent --node bench-node --kubeconfig "$KUBECONFIG" --gpu-file spec/fixtures/gpu/inventory/t4.json \
+${GKM_BENCH_WRAP:-} $G agent --node bench-node --kubeconfig "$KUBECONFIG" --gpu-file spec/fixtures/gpu/inventory/t4.json \
 	--root "$W/root" --run-dir "$W/run" --health-listen "" >"$W/agent.log" 2>&1 &
 AGENT=$!
 ready=0
@@ -66,7 +67,6 @@ t_ready=$(echo "$(date +%s.%N) - $start" | bc)
 printf 'gkm agent: %d of %d caches Ready on its node in %.2f s (one pull, %d views)\n' "$ready" "$N" "$t_ready" "$N"
 sleep 5 # at rest: a few resync and poll cycles
 mem "$AGENT" "agent, at rest:"
-[ -n "${GKM_BENCH_SMAPS:-}" ] && bash "$GKM_BENCH_SMAPS" "$AGENT"
 cpu=$(awk '{print ($14 + $15) / 100}' "/proc/$AGENT/stat")
 sleep 10
 cpu2=$(awk '{print ($14 + $15) / 100}' "/proc/$AGENT/stat")
@@ -78,3 +78,26 @@ CSI=$!
 for _ in $(seq 1 100); do [ -S "$W/csi.sock" ] && break; sleep 0.1; done
 sleep 1
 mem "$CSI" "csi (gRPC), idle:"
+
+# The floor under every gkm daemon: a C program that only links libcurl (as
+# Debian builds it: OpenSSL, GnuTLS through librtmp, Kerberos, LDAP, ...) and
+# calls curl_global_init, which initialises OpenSSL.
+cat >"$W/floor.c" <<'C'
+#include <curl/curl.h>
+#include <signal.h>
+#include <unistd.h>
+int main(void)
+{
+	curl_global_init(CURL_GLOBAL_ALL);
+	pause();
+	return 0;
+}
+C
+if cc -O2 -o "$W/floor" "$W/floor.c" -lcurl 2>/dev/null; then
+	"$W/floor" &
+	FLOOR=$!
+	sleep 0.5
+	mem "$FLOOR" "floor: libcurl alone:"
+	kill "$FLOOR"
+	wait "$FLOOR" 2>/dev/null || true
+fi
