@@ -57,7 +57,7 @@ struct nodeobj {
 	struct nodeobj *next;
 	char ns[64];
 	bool dirty, writing, created;
-	unsigned failures;        /* status writes failed in a row */
+	unsigned failures;         /* status writes failed in a row */
 	uint64_t write_not_before; /* backoff after a failure (loop ms) */
 };
 
@@ -444,8 +444,8 @@ static void pull_done(struct loop *l, void *ud)
 		o->extracted = !j->rc && !j->present;
 		if (j->rc) {
 			o->pull = PULL_FAILED;
-			unsigned delay =
-			    backoff_ms(o->pull_failures++, PULL_BACKOFF_MS, PULL_BACKOFF_MAX_MS, &a->seed);
+			unsigned delay = backoff_ms(o->pull_failures++, PULL_BACKOFF_MS,
+			                            PULL_BACKOFF_MAX_MS, &a->seed);
 			o->pull_not_before = loop_now_ms() + delay;
 			snprintf(o->pull_reason, sizeof(o->pull_reason), "%s", j->reason);
 			snprintf(o->pull_message, sizeof(o->pull_message), "%s", j->message);

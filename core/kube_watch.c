@@ -339,7 +339,7 @@ static void *watch_main(void *ud)
 			if (do_list(w) < 0) {
 				atomic_fetch_add_explicit(&w->st.failures, 1, memory_order_relaxed);
 				nap(w, backoff_ms(attempt++, w->o.backoff_initial_ms,
-				                       w->o.backoff_max_ms, &w->seed));
+				                  w->o.backoff_max_ms, &w->seed));
 				continue;
 			}
 			need_list = false;
@@ -385,7 +385,7 @@ static void *watch_main(void *ud)
 			 * make us list in a tight loop. */
 			if (!healthy && attempt > 0 &&
 			    !nap(w, backoff_ms(attempt - 1, w->o.backoff_initial_ms,
-			                            w->o.backoff_max_ms, &w->seed)))
+			                       w->o.backoff_max_ms, &w->seed)))
 				break;
 			attempt = healthy ? 0 : attempt + 1;
 			continue;
@@ -417,7 +417,7 @@ static void *watch_main(void *ud)
 		if (healthy)
 			attempt = 0;
 		if (!nap(w, backoff_ms(attempt++, w->o.backoff_initial_ms, w->o.backoff_max_ms,
-		                            &w->seed)))
+		                       &w->seed)))
 			break;
 	}
 	return NULL;

@@ -159,8 +159,7 @@ static void test_backoff(void **state)
 	}
 	assert_true(prev_max <= 7500);
 	/* jitter: not all the same */
-	unsigned a1 = backoff_ms(5, 100, 5000, &seed),
-	         a2 = backoff_ms(5, 100, 5000, &seed),
+	unsigned a1 = backoff_ms(5, 100, 5000, &seed), a2 = backoff_ms(5, 100, 5000, &seed),
 	         a3 = backoff_ms(5, 100, 5000, &seed);
 	assert_false(a1 == a2 && a2 == a3);
 }
