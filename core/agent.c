@@ -501,12 +501,20 @@ static void start_waiting_pulls(struct agent *a)
 
 /* ---- node status ---- */
 
-static struct nodeobj *nodeobj_for(struct agent *a, const char *ns)
+static struct nodeobj *find_nodeobj(struct agent *a, const char *ns)
 {
 	for (struct nodeobj *n = a->nodeobjs; n; n = n->next)
 		if (!strcmp(n->ns, ns))
 			return n;
-	struct nodeobj *n = calloc(1, sizeof(*n));
+	return NULL;
+}
+
+static struct nodeobj *nodeobj_for(struct agent *a, const char *ns)
+{
+	struct nodeobj *n = find_nodeobj(a, ns);
+	if (n)
+		return n;
+	n = calloc(1, sizeof(*n));
 	if (!n)
 		return NULL;
 	snprintf(n->ns, sizeof(n->ns), "%s", ns);
@@ -536,6 +544,28 @@ static void mark_dirty(struct agent *a, const char *ns)
 		return;
 	n->dirty = true;
 	arm_status_timer(a, a->o.status_debounce_ms);
+}
+
+/* One of this node's objects was deleted (by hand, or with its namespace):
+ * write it again while caches of its namespace report on this node (the
+ * cluster-scoped one always); otherwise it is created when one appears. */
+static void on_nodeobj_event(void *ud, enum objstore_event_type t, const cJSON *obj)
+{
+	struct agent *a = ud;
+	const char *ns = obj_str(obj, "metadata.namespace");
+	struct nodeobj *n = find_nodeobj(a, ns);
+	if (t != OBJSTORE_DELETED || a->stopping || !n ||
+	    strcmp(obj_str(obj, "metadata.name"), a->node) != 0)
+		return;
+	n->created = false;
+	bool reported = !*ns;
+	for (struct cache *c = a->caches; c && !reported; c = c->next)
+		reported = c->entry && !strcmp(c->ns, ns);
+	if (reported) {
+		log_info("this node's object was deleted; writing it again", "node", a->node,
+		         "namespace", ns);
+		mark_dirty(a, ns);
+	}
 }
 
 struct status_job {
@@ -1226,7 +1256,17 @@ int agent_start(struct loop *l, struct workers *w, struct objstore *os,
 	                              .on_event = on_cache_event,
 	                              .on_synced = synced_cluster,
 	                              .ud = a};
-	if ((rc = os->ops->watch(os, &ns_w)) || (rc = os->ops->watch(os, &cl_w))) {
+	char mine[300];
+	snprintf(mine, sizeof(mine), "gkm.io/node=%s", a->node);
+	struct objstore_watch ns_nw = {.api_version = GKM_API_VERSION,
+	                               .kind = "GKMCacheNode",
+	                               .label_selector = mine,
+	                               .on_event = on_nodeobj_event,
+	                               .ud = a};
+	struct objstore_watch cl_nw = ns_nw;
+	cl_nw.kind = "ClusterGKMCacheNode";
+	if ((rc = os->ops->watch(os, &ns_w)) || (rc = os->ops->watch(os, &cl_w)) ||
+	    (rc = os->ops->watch(os, &ns_nw)) || (rc = os->ops->watch(os, &cl_nw))) {
 		agent_stop(a);
 		return rc;
 	}

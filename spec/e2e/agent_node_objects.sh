@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
-# The agent's node status writes when the API server keeps failing them:
-# retried with exponential backoff (not at the debounce rate), counted in
-# gkm_agent_errors_total, and written once the server answers again.
+# The agent's node objects (GKMCacheNode per namespace, ClusterGKMCacheNode):
+# writes the API server keeps failing are retried with exponential backoff
+# (not at the debounce rate), counted in gkm_agent_errors_total, and land once
+# the server answers again; an object deleted by hand is written again at
+# once, while one of a namespace without caches is left deleted.
 set -u
 . "$(dirname "$0")/../lib/tap.sh"
 . "$(dirname "$0")/../lib/poll.sh"
@@ -62,6 +64,20 @@ metric() { curl -s "http://127.0.0.1:$PORT/metrics" | awk -v m="$1" '$1 == m { p
 ok $? "each failed write is counted in gkm_agent_errors_total{kind=\"status_write\"}"
 grep -q 'node status write failed; will retry.*in=' "$W/agent.log"
 ok $? "the log says when it retries"
+
+kubectl delete gkmcn n1 -n team >/dev/null
+ok $? "the namespace's node object deleted by hand"
+wait_for 20 has_entry
+ok $? "the agent writes it again, with its cache entry"
+kubectl delete cgkmcn n1 >/dev/null && wait_for 20 kubectl get cgkmcn n1
+ok $? "the ClusterGKMCacheNode deleted by hand comes back too"
+
+kubectl delete gkmc c1 -n team >/dev/null &&
+	wait_for 20 is "" kubectl get gkmcn n1 -n team -o jsonpath='{.status.caches.c1}'
+ok $? "the cache deleted: its entry leaves the node object"
+kubectl delete gkmcn n1 -n team >/dev/null && sleep 2 &&
+	! kubectl get gkmcn n1 -n team >/dev/null 2>&1
+ok $? "a node object of a namespace without caches stays deleted"
 
 kill "$AGENT" && wait "$AGENT"
 rc=$?
