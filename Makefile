@@ -1,7 +1,8 @@
 # gkm: GPU kernel cache manager. See README.md.
 #
-# Sources are found by wildcard: a new core/*.c, webhook/*.c or csi/*.c is
-# built into the gkm binary without touching this file; spec/unit/test_*.c are
+# Sources are found by wildcard: a new core/*.c or webhook/*.c is built into
+# the gkm binary, a new csi/*.c into its CSI module (csi/csi.mk), without
+# touching this file; spec/unit/test_*.c are
 # cmocka tests built with the sanitizers; extra build rules live next to what
 # they build in */*.mk files (included below).
 
@@ -22,8 +23,8 @@ DEPS := build-essential pkg-config git ca-certificates \
 	golang-1.19-go golang-github-masterminds-sprig-dev golang-gopkg-yaml.v3-dev \
 	libarchive-tools zstd isal time wrk hyperfine
 
-PKGS := lua5.4 libcurl libcjson libarchive yaml-0.1 openssl libmicrohttpd grpc libprotobuf-c zlib libzstd
-PKG_CFLAGS = $(shell pkg-config --cflags $(PKGS) 2>/dev/null)
+PKGS := lua5.4 libcurl libcjson libarchive yaml-0.1 openssl libmicrohttpd zlib libzstd
+PKG_CFLAGS = $(shell pkg-config --cflags $(PKGS) $(CSI_PKGS) 2>/dev/null)
 PKG_LIBS   = $(shell pkg-config --libs $(PKGS) 2>/dev/null) -lpthread -ldl -lm
 
 WARN     := -Wall -Wextra -Werror -Wshadow -Wformat=2 -Wno-unused-parameter
@@ -41,7 +42,7 @@ GEN_SRCS :=
 -include $(wildcard core/*.mk webhook/*.mk csi/*.mk spec/*.mk)
 
 MAIN_SRC := core/main.c
-LIB_SRCS := $(filter-out $(MAIN_SRC),$(wildcard core/*.c webhook/*.c csi/*.c)) $(GEN_SRCS)
+LIB_SRCS := $(filter-out $(MAIN_SRC),$(wildcard core/*.c webhook/*.c)) $(GEN_SRCS)
 LIB_OBJS := $(patsubst %.c,$(BUILD)/obj/%.o,$(LIB_SRCS)) $(BUILD)/obj/embedded.o
 SAN_OBJS := $(patsubst %.c,$(BUILD)/san/%.o,$(LIB_SRCS)) $(BUILD)/san/embedded.o
 UNIT_SRCS := $(wildcard spec/unit/test_*.c)
@@ -53,12 +54,12 @@ all: $(BUILD)/gkm
 
 $(BUILD)/gkm: $(BUILD)/obj/core/main.o $(LIB_OBJS)
 	@echo "  LD      $@"
-	$(Q)$(CC) $(CFLAGS) -o $@ $^ -Wl,--as-needed $(PKG_LIBS)
+	$(Q)$(CC) $(CFLAGS) -rdynamic -o $@ $^ -Wl,--as-needed $(PKG_LIBS)
 
 # The same binary built with the sanitizers, for end-to-end tests of bad input.
 $(BUILD)/gkm-san: $(BUILD)/san/core/main.o $(SAN_OBJS)
 	@echo "  LD san  $@"
-	$(Q)$(CC) $(CFLAGS) $(SAN) -o $@ $^ -Wl,--as-needed $(PKG_LIBS)
+	$(Q)$(CC) $(CFLAGS) $(SAN) -rdynamic -o $@ $^ -Wl,--as-needed $(PKG_LIBS)
 
 $(BUILD)/obj/%.o: %.c
 	@mkdir -p $(dir $@)
@@ -123,6 +124,7 @@ run: deps all
 
 install: all
 	install -D -m 0755 $(BUILD)/gkm $(DESTDIR)$(PREFIX)/bin/gkm
+	install -D -m 0644 $(BUILD)/gkm-csi.so $(DESTDIR)$(PREFIX)/lib/gkm/gkm-csi.so
 
 # The chart as plain YAML (namespace, CRDs, everything) for clusters without
 # Helm: kubectl apply --server-side -f build/manifests/gkm.yaml

@@ -5,6 +5,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "backoff.h"
 #include "cache_view.h"
 #include "compat_targets.h"
 #include "gpu_probe.h"
@@ -15,6 +16,11 @@
 #include "store.h"
 
 #define MANAGER_PREFIX "gkm-agent/"
+/* retries of a failed pull, and of a failed node status write (which starts
+ * at the status debounce) */
+#define PULL_BACKOFF_MS 1000
+#define PULL_BACKOFF_MAX_MS 300000
+#define STATUS_BACKOFF_MAX_MS 60000
 
 enum image_state { IMG_UNKNOWN = 0, IMG_FETCHING, IMG_READY, IMG_FAILED };
 enum pull_state { PULL_IDLE = 0, PULL_WAITING, PULL_RUNNING, PULL_FAILED };
@@ -51,6 +57,8 @@ struct nodeobj {
 	struct nodeobj *next;
 	char ns[64];
 	bool dirty, writing, created;
+	unsigned failures;        /* status writes failed in a row */
+	uint64_t write_not_before; /* backoff after a failure (loop ms) */
 };
 
 struct agent {
@@ -67,6 +75,8 @@ struct agent {
 	cJSON *gpus; /* the probe JSON ({"gpus": [...], "groups": [...]}) */
 	unsigned pulls_running;
 	uint64_t kick_timer, resync_timer, probe_timer, status_timer;
+	uint64_t status_at; /* when status_timer fires (loop ms) */
+	uint64_t seed;      /* for backoff jitter */
 	bool synced_caches, synced_cluster, probed, stopping;
 	char node_uid[64];
 	unsigned jobs; /* worker jobs in flight that point at this agent */
@@ -434,12 +444,12 @@ static void pull_done(struct loop *l, void *ud)
 		o->extracted = !j->rc && !j->present;
 		if (j->rc) {
 			o->pull = PULL_FAILED;
-			o->pull_failures++;
-			unsigned shift = o->pull_failures > 8 ? 8 : o->pull_failures;
-			o->pull_not_before = loop_now_ms() + (1000ull << shift);
+			unsigned delay =
+			    backoff_ms(o->pull_failures++, PULL_BACKOFF_MS, PULL_BACKOFF_MAX_MS, &a->seed);
+			o->pull_not_before = loop_now_ms() + delay;
 			snprintf(o->pull_reason, sizeof(o->pull_reason), "%s", j->reason);
 			snprintf(o->pull_message, sizeof(o->pull_message), "%s", j->message);
-			enqueue(a, o->key, (1000ull << shift));
+			enqueue(a, o->key, delay);
 			continue;
 		}
 		o->pull = PULL_IDLE;
@@ -507,14 +517,25 @@ static struct nodeobj *nodeobj_for(struct agent *a, const char *ns)
 
 static void flush_status(struct loop *l, void *ud);
 
+/* Flush the node status in delay_ms, or sooner if already due sooner. */
+static void arm_status_timer(struct agent *a, uint64_t delay_ms)
+{
+	uint64_t at = loop_now_ms() + delay_ms;
+	if (a->status_timer && a->status_at <= at)
+		return;
+	if (a->status_timer)
+		loop_cancel_timer(a->loop, a->status_timer);
+	a->status_timer = loop_add_timer(a->loop, delay_ms, flush_status, a);
+	a->status_at = at;
+}
+
 static void mark_dirty(struct agent *a, const char *ns)
 {
 	struct nodeobj *n = nodeobj_for(a, ns);
 	if (!n)
 		return;
 	n->dirty = true;
-	if (!a->status_timer)
-		a->status_timer = loop_add_timer(a->loop, a->o.status_debounce_ms, flush_status, a);
+	arm_status_timer(a, a->o.status_debounce_ms);
 }
 
 struct status_job {
@@ -606,14 +627,22 @@ static void status_done(struct loop *l, void *ud)
 	sj->n->writing = false;
 	if (sj->rc) {
 		count_error("status_write");
+		unsigned delay = backoff_ms(sj->n->failures++, a->o.status_debounce_ms,
+		                            STATUS_BACKOFF_MAX_MS, &a->seed);
+		char in[24];
+		snprintf(in, sizeof(in), "%.1fs", delay / 1000.0);
 		log_warn("node status write failed; will retry", "node", a->node, "namespace",
-		         sj->n->ns, "error", sj->err);
+		         sj->n->ns, "in", in, "error", sj->err);
+		sj->n->write_not_before = loop_now_ms() + delay;
 		if (sj->rc == -ENOENT) /* the object was deleted: create it again */
 			sj->n->created = false;
 		if (!a->stopping)
 			mark_dirty(a, sj->n->ns);
-	} else if (sj->obj) {
-		sj->n->created = true;
+	} else {
+		sj->n->failures = 0;
+		sj->n->write_not_before = 0;
+		if (sj->obj)
+			sj->n->created = true;
 	}
 	cJSON_Delete(sj->obj);
 	cJSON_Delete(sj->status);
@@ -625,13 +654,14 @@ static void flush_status(struct loop *l, void *ud)
 	struct agent *a = ud;
 	(void)l;
 	a->status_timer = 0;
+	uint64_t now = loop_now_ms();
 	for (struct nodeobj *n = a->nodeobjs; n; n = n->next) {
 		if (!n->dirty)
 			continue;
-		if (n->writing) { /* one write per object at a time; retry after */
-			if (!a->status_timer)
-				a->status_timer = loop_add_timer(a->loop, a->o.status_debounce_ms,
-				                                 flush_status, a);
+		/* one write per object at a time, none before its backoff: retry after */
+		if (n->writing || n->write_not_before > now) {
+			arm_status_timer(a, n->writing ? a->o.status_debounce_ms
+			                               : n->write_not_before - now);
 			continue;
 		}
 		struct status_job *sj = status_job_for(a, n);

@@ -1,7 +1,6 @@
 /* Subcommands of the gkm multi-call binary. Each takes the argv that starts
  * at its own name (argv[0] == "agent", ...) and returns the process exit code.
- * Subcommands not built yet have weak stubs in cmd_stub.c; the real one is a
- * strong definition in the file that implements it. */
+ * cmd_csi loads the CSI module (core/module.h) and runs its csi_main. */
 #ifndef GKM_CMD_H
 #define GKM_CMD_H
 
@@ -18,6 +17,11 @@ int cmd_policy(int argc, char **argv);
 int cmd_gpus(int argc, char **argv);
 
 /* Exit codes shared by all subcommands. */
-enum { EXIT_OK = 0, EXIT_FAIL = 1, EXIT_USAGE = 2, EXIT_NOT_BUILT = 3 };
+enum {
+	EXIT_OK = 0,
+	EXIT_FAIL = 1,
+	EXIT_USAGE = 2,
+	EXIT_NOT_BUILT = 3 /* a module of the command cannot be loaded */
+};
 
 #endif

@@ -102,6 +102,9 @@ static int parse_listen(const char *listen, struct sockaddr_in *sa)
 
 int health_start(const char *listen, struct health_server **out)
 {
+	*out = NULL;
+	if (!listen || !*listen)
+		return 0;
 	struct sockaddr_in sa;
 	int rc = parse_listen(listen, &sa);
 	if (rc != 0)
@@ -137,6 +140,8 @@ void health_stop(struct health_server *h)
 
 void health_set_ready(struct health_server *h, bool ready, const char *reason)
 {
+	if (!h)
+		return;
 	pthread_mutex_lock(&h->lock);
 	h->ready = ready;
 	snprintf(h->reason, sizeof(h->reason), "%s", reason ? reason : "not ready");
@@ -145,11 +150,13 @@ void health_set_ready(struct health_server *h, bool ready, const char *reason)
 
 void health_beat(struct health_server *h, uint64_t stale_ms)
 {
+	if (!h)
+		return;
 	atomic_store(&h->stale_ms, stale_ms);
 	atomic_store(&h->last_beat, loop_now_ms());
 }
 
 uint16_t health_port(const struct health_server *h)
 {
-	return h->port;
+	return h ? h->port : 0;
 }

@@ -10,6 +10,7 @@
 #include <string.h>
 #include <time.h>
 
+#include "backoff.h"
 #include "log.h"
 
 struct kube_lease {
@@ -236,8 +237,7 @@ static void release(struct kube_lease *l)
 /* retry period x [1, 1.2): contenders do not hit the server in lockstep */
 static unsigned jittered(struct kube_lease *l, unsigned ms)
 {
-	l->seed = l->seed * 6364136223846793005ull + 1442695040888963407ull;
-	return ms + (unsigned)((l->seed >> 33) % (ms / 5 + 1));
+	return ms + (unsigned)(backoff_rand(&l->seed) % (ms / 5 + 1));
 }
 
 static void *lease_main(void *ud)

@@ -8,6 +8,7 @@
 #include <string.h>
 #include <time.h>
 
+#include "backoff.h"
 #include "log.h"
 
 #define DEFAULT_MAX_EVENT ((size_t)4 << 20)
@@ -148,30 +149,6 @@ int kube_watch_parser_feed(struct kube_watch_parser *p, const char *data, size_t
 			return rc;
 	}
 	return 0;
-}
-
-/* ---- backoff ---- */
-
-static uint64_t xorshift(uint64_t *s)
-{
-	uint64_t x = *s ? *s : 0x9E3779B97F4A7C15ull;
-	x ^= x << 13;
-	x ^= x >> 7;
-	x ^= x << 17;
-	*s = x;
-	return x;
-}
-
-unsigned kube_backoff_ms(unsigned attempt, unsigned initial_ms, unsigned max_ms, uint64_t *seed)
-{
-	uint64_t d = initial_ms ? initial_ms : 1;
-	for (unsigned i = 0; i < attempt && d < max_ms; i++)
-		d *= 2;
-	if (d > max_ms)
-		d = max_ms;
-	/* [0.5, 1.5) x d: spread reconnects of many clients after an outage. */
-	uint64_t r = xorshift(seed) % 1000;
-	return (unsigned)(d / 2 + d * r / 1000);
 }
 
 /* ---- the watch thread ---- */
@@ -366,7 +343,7 @@ static void *watch_main(void *ud)
 		if (need_list) {
 			if (do_list(w) < 0) {
 				atomic_fetch_add_explicit(&w->st.failures, 1, memory_order_relaxed);
-				nap(w, kube_backoff_ms(attempt++, w->o.backoff_initial_ms,
+				nap(w, backoff_ms(attempt++, w->o.backoff_initial_ms,
 				                       w->o.backoff_max_ms, &w->seed));
 				continue;
 			}
@@ -375,7 +352,7 @@ static void *watch_main(void *ud)
 		/* Server-side timeout spread over [t, 2t) so that watches of many
 		 * clients do not all reconnect at once. */
 		unsigned timeout_s =
-		    w->o.timeout_s + (unsigned)(xorshift(&w->seed) % w->o.timeout_s);
+		    w->o.timeout_s + (unsigned)(backoff_rand(&w->seed) % w->o.timeout_s);
 		if (build_watch_path(w, timeout_s, path, sizeof(path)) < 0) {
 			log_error("kube: watch path too long; selectors too large?", "watch",
 			          w->name);
@@ -412,7 +389,7 @@ static void *watch_main(void *ud)
 			/* A server that answers 410 right after every list must not
 			 * make us list in a tight loop. */
 			if (!healthy && attempt > 0 &&
-			    !nap(w, kube_backoff_ms(attempt - 1, w->o.backoff_initial_ms,
+			    !nap(w, backoff_ms(attempt - 1, w->o.backoff_initial_ms,
 			                            w->o.backoff_max_ms, &w->seed)))
 				break;
 			attempt = healthy ? 0 : attempt + 1;
@@ -444,7 +421,7 @@ static void *watch_main(void *ud)
 		}
 		if (healthy)
 			attempt = 0;
-		if (!nap(w, kube_backoff_ms(attempt++, w->o.backoff_initial_ms, w->o.backoff_max_ms,
+		if (!nap(w, backoff_ms(attempt++, w->o.backoff_initial_ms, w->o.backoff_max_ms,
 		                            &w->seed)))
 			break;
 	}

@@ -122,9 +122,4 @@ const struct kube_watch_opts *kube_watch_options(const struct kube_watch *w);
 /* True once the first list has been delivered. */
 bool kube_watch_synced(const struct kube_watch *w);
 
-/* The delay before retry number `attempt` (0-based): initial * 2^attempt,
- * capped at max, then scaled by a random factor in [0.5, 1.5) from *seed.
- * Exposed for tests. */
-unsigned kube_backoff_ms(unsigned attempt, unsigned initial_ms, unsigned max_ms, uint64_t *seed);
-
 #endif

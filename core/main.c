@@ -1,4 +1,5 @@
 /* gkm: one binary, many commands (see README.md). */
+#include <malloc.h>
 #include <stdio.h>
 #include <string.h>
 
@@ -60,6 +61,14 @@ int main(int argc, char **argv)
 		usage(stderr);
 		return EXIT_USAGE;
 	}
+	/* The daemons are mostly idle threads: one malloc arena per thread (glibc's
+	 * default, up to 8 per core) keeps freed memory spread over many heaps
+	 * that are never returned; two are plenty for gkm's contention. A fixed
+	 * mmap threshold keeps the big pull and extraction buffers out of the
+	 * heaps (glibc's moving threshold would put them there after the first
+	 * free, where small long-lived blocks then pin their pages). */
+	mallopt(M_ARENA_MAX, 2);
+	mallopt(M_MMAP_THRESHOLD, 256 * 1024);
 	const char *name = argv[1];
 	if (strcmp(name, "--help") == 0 || strcmp(name, "-h") == 0)
 		name = "help";

@@ -8,12 +8,12 @@
 #include <stdlib.h>
 #include <string.h>
 #include <strings.h>
-#include <sys/random.h>
 #include <time.h>
 #include <unistd.h>
 
 #include <curl/curl.h>
 
+#include "backoff.h"
 #include "log.h"
 #include "oci_auth.h"
 
@@ -693,27 +693,15 @@ static void describe_status(const struct xfer *x, const char *method, const char
 	oci_errf(err, "%s %s: HTTP %ld%s", method, url, x->status, detail);
 }
 
-static unsigned rand_u32(void)
-{
-	unsigned v = 0;
-	if (getrandom(&v, sizeof(v), GRND_NONBLOCK) != (ssize_t)sizeof(v))
-		v = (unsigned)time(NULL) ^ (unsigned)getpid();
-	return v;
-}
-
 /* Exponential backoff with jitter, or the server's Retry-After. */
 static void backoff(const struct oci_registry *r, unsigned attempt, const char *retry_after)
 {
-	uint64_t ms;
+	uint64_t ms, seed = 0;
 	long ra = retry_after && *retry_after ? strtol(retry_after, NULL, 10) : 0;
-	if (ra > 0) {
+	if (ra > 0)
 		ms = (uint64_t)(ra > RETRY_AFTER_MAX_S ? RETRY_AFTER_MAX_S : ra) * 1000;
-	} else {
-		uint64_t cap = (uint64_t)r->o.backoff_ms << (attempt < 16 ? attempt : 16);
-		if (cap > BACKOFF_CAP_MS)
-			cap = BACKOFF_CAP_MS;
-		ms = cap / 2 + (cap ? rand_u32() % (cap / 2 + 1) : 0);
-	}
+	else
+		ms = backoff_ms(attempt, r->o.backoff_ms, BACKOFF_CAP_MS, &seed);
 	struct timespec ts = {(time_t)(ms / 1000), (long)(ms % 1000) * 1000000L};
 	while (nanosleep(&ts, &ts) < 0 && errno == EINTR)
 		;

@@ -34,7 +34,8 @@ static const char usage[] =
     "                         and usage-dir give the defaults of --root and --run-dir\n"
     "  --driver-name NAME     the CSI driver name (default " CSI_DRIVER_NAME ")\n"
     "  --state-dir DIR        upper layers of writable volumes (default ROOT/csi)\n"
-    "  --health-listen ADDR   serve /healthz, /readyz, /metrics on [HOST]:PORT\n"
+    "  --health-listen ADDR   serve /healthz, /readyz, /metrics on [HOST]:PORT (default:\n"
+    "                         none)\n"
     "  --threads N            calls answered concurrently (default 4)\n"
     "  --drain-timeout SEC    on SIGTERM, how long calls in flight may finish (default 10)\n";
 
@@ -138,7 +139,7 @@ static void on_shutdown(struct loop *l, int signo, void *ud)
 		health_set_ready(d->health, false, "shutting down");
 }
 
-int cmd_csi(int argc, char **argv)
+int csi_main(int argc, char **argv)
 {
 	static const struct option opts[] = {
 	    CLI_COMMON_OPTIONS,
@@ -277,7 +278,7 @@ int cmd_csi(int argc, char **argv)
 		          strerror(-err));
 		goto out;
 	}
-	if (health) {
+	if (health && *health) {
 		if ((err = health_start(health, &d.health)) != 0) {
 			log_error("cannot serve health endpoint", "listen", health, "error",
 			          strerror(-err));

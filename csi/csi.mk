@@ -1,4 +1,7 @@
-# CSI node plugin: C sources generated from csi/csi.proto with protoc-c.
+# CSI node plugin: build/gkm-csi.so, the module `gkm csi` loads (core/module.h),
+# so that only the CSI plugin maps gRPC and its C++ runtime; the other daemons
+# stay lean. Its C sources are csi/*.c and those generated from csi/csi.proto
+# with protoc-c; it calls into the gkm binary (linked -rdynamic) for the rest.
 # csi.proto imports google/protobuf/wrappers.proto (ProbeResponse.ready), and
 # libprotobuf-c ships no code for the well-known types, so that one is
 # generated from the copy protobuf-compiler installs.
@@ -8,7 +11,22 @@
 PROTO_INCLUDE ?= /usr/include
 CSI_GEN := $(BUILD)/gen/csi.pb-c.c $(BUILD)/gen/google/protobuf/wrappers.pb-c.c
 CSI_GEN_H := $(CSI_GEN:.c=.h)
-GEN_SRCS += $(CSI_GEN)
+CSI_PKGS := grpc libprotobuf-c
+CSI_LIBS = $(shell pkg-config --libs $(CSI_PKGS) 2>/dev/null)
+CSI_SRCS := $(wildcard csi/*.c) $(CSI_GEN)
+CSI_OBJS := $(patsubst %.c,$(BUILD)/obj/%.o,$(CSI_SRCS))
+CSI_SAN_OBJS := $(patsubst %.c,$(BUILD)/san/%.o,$(CSI_SRCS))
+
+all: $(BUILD)/gkm-csi.so
+spec-extra:: $(BUILD)/gkm-san-csi.so
+
+$(BUILD)/gkm-csi.so: $(CSI_OBJS)
+	@echo "  LD      $@"
+	$(Q)$(CC) $(CFLAGS) -shared -o $@ $^ -Wl,--as-needed $(CSI_LIBS)
+
+$(BUILD)/gkm-san-csi.so: $(CSI_SAN_OBJS)
+	@echo "  LD san  $@"
+	$(Q)$(CC) $(CFLAGS) $(SAN) -shared -o $@ $^ -Wl,--as-needed $(CSI_LIBS)
 
 $(BUILD)/gen/csi.pb-c.c $(BUILD)/gen/csi.pb-c.h &: csi/csi.proto \
 		| $(BUILD)/gen/google/protobuf/wrappers.pb-c.h
@@ -27,5 +45,8 @@ $(patsubst %.c,$(BUILD)/obj/%.o,$(wildcard csi/*.c)) \
 $(patsubst %.c,$(BUILD)/san/%.o,$(wildcard csi/*.c)) \
 $(patsubst spec/unit/%.c,$(BUILD)/unit/%,$(wildcard spec/unit/test_csi*.c)): | $(CSI_GEN_H)
 
-# Unit tests of the plugin include its headers.
-$(patsubst spec/unit/%.c,$(BUILD)/unit/%,$(wildcard spec/unit/test_csi*.c)): ALL_CFLAGS += -Icsi
+# Unit tests of the plugin include its headers and link its objects.
+CSI_UNIT_BINS := $(patsubst spec/unit/%.c,$(BUILD)/unit/%,$(wildcard spec/unit/test_csi*.c))
+$(CSI_UNIT_BINS): ALL_CFLAGS += -Icsi
+$(CSI_UNIT_BINS): PKG_LIBS += $(CSI_LIBS)
+$(CSI_UNIT_BINS): $(CSI_SAN_OBJS)

@@ -1,41 +1,103 @@
 #!/usr/bin/env bash
-# Lean daemons: memory of the node-side loops at rest with 100 caches.
-# `gkm up` (agent + operator in one process, the daemons' code) on a local
-# registry, 100 GKMCache objects of one image, GPUs from a file. Reports
-# VmRSS and VmHWM (what `ps`/kubelet show; shared library pages included),
-# and private dirty memory (what this process alone costs).
+# Lean daemons: `gkm agent` at rest with 100 caches ready on its node.
+# The agent runs in Kubernetes mode against the test API server, 100 GKMCache
+# objects of one image from a local registry (digests as the admission
+# webhook would have set them), GPUs from a file. Reports VmRSS and VmHWM
+# (what `ps` shows), split into anonymous memory (this process's own) and
+# file pages (mostly shared library code, shared with every other process
+# that maps the same libraries), PSS and private dirty memory, and the same
+# figures for `gkm csi` idle (the CSI plugin is the only command that maps
+# gRPC: it lives in build/gkm-csi.so, loaded by `gkm csi` alone).
+# GKM_BENCH_WRAP runs the agent under a profiler (e.g. heaptrack).
 set -u
 cd "$GKM_ROOT"
 . spec/lib/registry.sh
+. spec/lib/kubeserver.sh
 G=$GKM_BIN
 N=${GKM_BENCH_CACHES:-100}
 W=$(mktemp -d "${TMPDIR:-/tmp}/gkm-bench-daemons.XXXXXX")
-UP=""
-trap '[ -n "$UP" ] && kill $UP 2>/dev/null; registry_stop_all; rm -rf "$W"' EXIT
+AGENT="" CSI=""
+cleanup() {
+	local p
+	for p in $AGENT $CSI; do kill "$p" 2>/dev/null && wait "$p" 2>/dev/null; done
+	kubeserver_cleanup
+	registry_stop_all
+	rm -rf "$W"
+}
+trap cleanup EXIT
+command -v kubectl >/dev/null || { echo "daemons.sh: kubectl missing, benchmark skipped"; exit 0; }
 registry_start bench >/dev/null || { echo "registry did not start"; exit 1; }
 R=$REG_bench_ADDR
-$G cache build spec/fixtures/caches/triton/cuda-sm75-vector-add -t "$R/caches/bench:v1" >/dev/null 2>&1
+$G cache build spec/fixtures/caches/triton/cuda-sm75-vector-add -t "$R/caches/bench:v1" >"$W/build.out" 2>&1 ||
+	{ cat "$W/build.out"; exit 1; }
+DIGEST=$(sed -n 's/.*@\(sha256:[0-9a-f]*\).*/\1/p' "$W/build.out" | head -1)
+kubeserver_start >/dev/null || { echo "test API server did not start"; exit 1; }
+trap cleanup EXIT
+kubectl create namespace bench >/dev/null
+printf 'apiVersion: v1\nkind: Node\nmetadata:\n  name: bench-node\n' | kubectl apply -f - >/dev/null
 for i in $(seq 1 "$N"); do
-	printf -- '---\napiVersion: gkm.io/v1alpha1\nkind: GKMCache\nmetadata:\n  name: cache-%d\n  namespace: bench\nspec:\n  image: %s/caches/bench:v1\n' "$i" "$R"
-done >"$W/caches.yaml"
-$G apply --state "$W/state" -f "$W/caches.yaml" >/dev/null
+	printf -- '---\napiVersion: gkm.io/v1alpha1\nkind: GKMCache\nmetadata:\n  name: cache-%d\n  namespace: bench\n  annotations: {gkm.io/resolvedDigest: "%s"}\nspec:\n  image: %s/caches/bench:v1\n' \
+		"$i" "$DIGEST" "$R"
+done | kubectl apply -f - >/dev/null || exit 1
+
+mem() { # pid label: one line of memory figures
+	local p=$1
+	awk -v label="$2" '
+		FILENAME ~ /status$/ && /^VmRSS/ {rss=$2} FILENAME ~ /status$/ && /^VmHWM/ {hwm=$2}
+		FILENAME ~ /status$/ && /^RssAnon/ {anon=$2} FILENAME ~ /status$/ && /^RssFile/ {file=$2}
+		FILENAME ~ /rollup$/ && /^Pss:/ {pss=$2} FILENAME ~ /rollup$/ && /^Private_Dirty/ {priv=$2}
+		END {printf "  %-22s VmRSS %5.1f MiB (anon %.1f + file %.1f), VmHWM %5.1f MiB, PSS %5.1f MiB, private dirty %5.1f MiB\n",
+			label, rss/1024, anon/1024, file/1024, hwm/1024, pss/1024, priv/1024}' \
+		"/proc/$p/status" "/proc/$p/smaps_rollup"
+}
+
+mkdir -p "$W/root" "$W/run"
 start=$(date +%s.%N)
-${GKM_UP_WRAP:-} $G up --state "$W/state" --node bench-node --gpu-file spec/fixtures/gpu/inventory/t4.json \
-	--poll-ms 250 >"$W/up.log" 2>&1 &
-UP=$!
+${GKM_BENCH_WRAP:-} $G agent --node bench-node --kubeconfig "$KUBECONFIG" --gpu-file spec/fixtures/gpu/inventory/t4.json \
+	--root "$W/root" --run-dir "$W/run" --health-listen "" >"$W/agent.log" 2>&1 &
+AGENT=$!
 ready=0
-for _ in $(seq 1 600); do
-	ready=$($G get --state "$W/state" gkmc -n bench -o json 2>/dev/null | grep -c '"readyNodes":[[:space:]]*1')
+for _ in $(seq 1 1200); do
+	ready=$(kubectl get gkmcachenode bench-node -n bench -o json 2>/dev/null | grep -c '"state": "Ready"')
 	[ "$ready" -ge "$N" ] && break
+	kill -0 "$AGENT" 2>/dev/null || { echo "the agent exited:"; tail -5 "$W/agent.log"; exit 1; }
 	sleep 0.1
 done
 t_ready=$(echo "$(date +%s.%N) - $start" | bc)
+printf 'gkm agent: %d of %d caches Ready on its node in %.2f s (one pull, %d views)\n' "$ready" "$N" "$t_ready" "$N"
 sleep 5 # at rest: a few resync and poll cycles
-rss=$(awk '/^VmRSS/{print $2}' /proc/$UP/status)
-hwm=$(awk '/^VmHWM/{print $2}' /proc/$UP/status)
-priv=$(awk '/^Private_Dirty/{print $2}' /proc/$UP/smaps_rollup)
-pss=$(awk '/^Pss:/{print $2}' /proc/$UP/smaps_rollup)
-printf 'gkm up, %d caches ready on 1 node in %.2f s (one pull, %d views)\n' "$ready" "$t_ready" "$N"
-printf '  at rest: VmRSS %.1f MiB, peak VmHWM %.1f MiB, PSS %.1f MiB, private dirty %.1f MiB\n' \
-	"$(echo "$rss/1024" | bc -l)" "$(echo "$hwm/1024" | bc -l)" "$(echo "$pss/1024" | bc -l)" \
-	"$(echo "$priv/1024" | bc -l)"
+mem "$AGENT" "agent, at rest:"
+cpu=$(awk '{print ($14 + $15) / 100}' "/proc/$AGENT/stat")
+sleep 10
+cpu2=$(awk '{print ($14 + $15) / 100}' "/proc/$AGENT/stat")
+printf '  agent CPU: %.2f s to get there, %.2f s in the next 10 s at rest\n' "$cpu" "$(echo "$cpu2 - $cpu" | bc)"
+
+$G csi --node-id bench-node --endpoint "unix://$W/csi.sock" --root "$W/root" --run-dir "$W/run" \
+	--health-listen "" >"$W/csi.log" 2>&1 &
+CSI=$!
+for _ in $(seq 1 100); do [ -S "$W/csi.sock" ] && break; sleep 0.1; done
+sleep 1
+mem "$CSI" "csi (gRPC), idle:"
+
+# The floor under every gkm daemon: a C program that only links libcurl (as
+# Debian builds it: OpenSSL, GnuTLS through librtmp, Kerberos, LDAP, ...) and
+# calls curl_global_init, which initialises OpenSSL.
+cat >"$W/floor.c" <<'C'
+#include <curl/curl.h>
+#include <signal.h>
+#include <unistd.h>
+int main(void)
+{
+	curl_global_init(CURL_GLOBAL_ALL);
+	pause();
+	return 0;
+}
+C
+if cc -O2 -o "$W/floor" "$W/floor.c" -lcurl 2>/dev/null; then
+	"$W/floor" &
+	FLOOR=$!
+	sleep 0.5
+	mem "$FLOOR" "floor: libcurl alone:"
+	kill "$FLOOR"
+	wait "$FLOOR" 2>/dev/null || true
+fi

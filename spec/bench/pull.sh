@@ -1,14 +1,19 @@
 #!/usr/bin/env bash
 # Pull + verify + extract of a ~1 GiB synthetic Triton-like cache image from
 # a local docker-registry: gkm against `skopeo copy` + `umoci raw unpack` of
-# the same image and against GNU `tar -xzf` of the same layer, run
-# alternately (gkm, skopeo+umoci, tar, gkm, ...), medians of N runs with min
-# and max, MB/s of the extracted tree, peak RSS (/usr/bin/time -v), and the
-# ratios. Then the time to make a second cache with the same digest ready
-# in the content store (nothing pulled), and gkm's peak RSS on a tiny image
-# for comparison (streaming: it must not grow with the layer).
+# the same image, GNU `tar -xzf` and `bsdtar -xzf` of the same layer, and
+# each single stage gkm's pipeline is made of, timed alone: the download
+# (`curl` of the blob), SHA-256 (`openssl dgst`), inflate (`igzip -dc`, the
+# isa-l inflater gkm uses) and writing the tree (`tar -xf` of the plain tar).
+# Everything runs alternately (gkm, skopeo+umoci, tar, ..., gkm, ...);
+# medians of N runs with min and max, MB/s of the extracted tree, peak RSS
+# (/usr/bin/time -v), and the ratios, among them gkm against its slowest
+# stage. The same image with a zstd layer: gkm against `zstd -dc`. Then the
+# time to make a second cache with the same digest ready in the content
+# store (nothing pulled), and gkm's peak RSS on a tiny image for comparison
+# (streaming: it must not grow with the layer).
 #
-#   GKM_BENCH_RUNS=N (default 3)   GKM_BENCH_DIR (default $GKM_BUILD/bench)
+#   GKM_BENCH_RUNS=N (default 5)   GKM_BENCH_DIR (default $GKM_BUILD/bench)
 #
 # The synthetic cache (20,000 small text files in 4,000 hash dirs + 40
 # binaries of 5-30 MB, generated deterministically) and its image are
@@ -19,12 +24,12 @@ set -u
 cd "$GKM_ROOT"
 . spec/lib/registry.sh
 G=$GKM_BIN
-N=${GKM_BENCH_RUNS:-3}
+N=${GKM_BENCH_RUNS:-5}
 B=${GKM_BENCH_DIR:-$GKM_BUILD/bench}
 mkdir -p "$B"
 RUN=$(mktemp -d "$B/run.XXXXXX")
 trap 'registry_stop_all; rm -rf "$RUN"' EXIT
-for t in docker-registry skopeo umoci /usr/bin/time tar; do
+for t in docker-registry skopeo umoci /usr/bin/time tar bsdtar curl openssl igzip zstd; do
 	command -v "$t" >/dev/null || { echo "pull.sh: $t missing, benchmark skipped"; exit 0; }
 done
 
@@ -94,11 +99,48 @@ layer_hex=${layer% *}
 layer_size=${layer#* }
 echo "cache: $files files, $((tree_bytes / 1000000)) MB; layer $((layer_size / 1000000)) MB gzip; gkm cache build took $(cat "$B/build.time" 2>/dev/null || echo '?')"
 
+# the plain tar (for the write stage) and the same image with a zstd layer
+LAYER=$B/layout/blobs/sha256/$layer_hex
+if [ ! -f "$B/layer.tar" ]; then
+	igzip -dc "$LAYER" >"$B/layer.tar.tmp" && mv "$B/layer.tar.tmp" "$B/layer.tar" || exit 1
+fi
+if [ ! -f "$B/layout-zstd/index.json" ]; then
+	rm -rf "$B/layout-zstd"
+	cp -r "$B/layout" "$B/layout-zstd"
+	zstd -q -3 -T0 -c "$B/layer.tar" >"$B/layer.tar.zst" || exit 1
+	/usr/bin/python3 - "$B/layout-zstd" "$B/layer.tar.zst" <<'PY' || exit 1
+import hashlib, json, os, shutil, sys
+d, zst = sys.argv[1], sys.argv[2]
+blobs = os.path.join(d, "blobs", "sha256")
+def put(data):
+    h = hashlib.sha256(data).hexdigest()
+    open(os.path.join(blobs, h), "wb").write(data)
+    return h
+h = hashlib.sha256()
+with open(zst, "rb") as f:
+    for chunk in iter(lambda: f.read(1 << 20), b""):
+        h.update(chunk)
+zhex = h.hexdigest()
+shutil.move(zst, os.path.join(blobs, zhex))
+ix = json.load(open(os.path.join(d, "index.json")))
+m = json.load(open(os.path.join(blobs, ix["manifests"][0]["digest"][7:])))
+os.unlink(os.path.join(blobs, m["layers"][0]["digest"][7:]))
+m["layers"][0].update(mediaType="application/vnd.oci.image.layer.v1.tar+zstd",
+                      digest="sha256:" + zhex, size=os.path.getsize(os.path.join(blobs, zhex)))
+raw = json.dumps(m).encode()
+ix["manifests"][0].update(digest="sha256:" + put(raw), size=len(raw))
+json.dump(ix, open(os.path.join(d, "index.json"), "w"))
+PY
+fi
+ZLAYER=$(ls -S "$B/layout-zstd/blobs/sha256/" | head -1)
+ZLAYER=$B/layout-zstd/blobs/sha256/$ZLAYER
+
 registry_start bench || exit 1
 R=$REG_bench_ADDR
 "$G" cache push "oci:$B/layout:bench" "$R/bench/cache:v1" >"$RUN/push.out" || { cat "$RUN/push.out"; exit 1; }
 DIGEST=$(sed -n 's/.*@\(sha256:[0-9a-f]*\).*/\1/p' "$RUN/push.out")
-echo "pushed to docker-registry at $R: $DIGEST"
+"$G" cache push "oci:$B/layout-zstd:bench" "$R/bench/zcache:v1" >"$RUN/push.out" || { cat "$RUN/push.out"; exit 1; }
+echo "pushed to docker-registry at $R: $DIGEST (and the zstd variant)"
 
 # ---- timed runs ------------------------------------------------------------------
 mkdir -p "$RUN/trash"
@@ -136,7 +178,19 @@ for i in $(seq 1 "$N"); do
 		timed skopeo umoci raw unpack --rootless --image "$RUN/sk/l:t" "$d" && commit_part skopeo
 	fresh
 	mkdir -p "$d"
-	timed tar tar -xzf "$B/layout/blobs/sha256/$layer_hex" -C "$d" && commit_part tar
+	timed tar tar -xzf "$LAYER" -C "$d" && commit_part tar
+	fresh
+	mkdir -p "$d"
+	timed bsdtar bsdtar -xzf "$LAYER" -C "$d" && commit_part bsdtar
+	timed curl curl -sf -o /dev/null "http://$R/v2/bench/cache/blobs/sha256:$layer_hex" && commit_part curl
+	timed sha256 openssl dgst -sha256 "$LAYER" && commit_part sha256
+	timed igzip sh -c 'exec igzip -dc "$1" >/dev/null' _ "$LAYER" && commit_part igzip
+	fresh
+	mkdir -p "$d"
+	timed write tar -xf "$B/layer.tar" -C "$d" && commit_part write
+	fresh
+	timed gkm_zstd "$G" cache extract "$R/bench/zcache:v1" "$d" && commit_part gkm_zstd
+	timed zstd sh -c 'exec zstd -q -dc "$1" >/dev/null' _ "$ZLAYER" && commit_part zstd
 	echo "run $i/$N done"
 done
 
@@ -158,22 +212,40 @@ def load(label):
         return [tuple(map(float, l.split())) for l in open(f"{run}/{label}")]
     except FileNotFoundError:
         return []
-rows = {}
-print(f"\n{'':28} {'median s':>9} {'min':>7} {'max':>7} {'MB/s':>7} {'peak RSS MB':>12}")
-for label, title in (("gkm", "gkm pull+verify+extract"), ("skopeo", "skopeo copy + umoci unpack"),
-                     ("tar", "tar -xzf (local layer)")):
-    r = load(label)
-    if not r:
-        print(f"{title:28} (failed)")
-        continue
-    w = [x[0] for x in r]
-    med = statistics.median(w)
-    rows[label] = med
-    print(f"{title:28} {med:9.2f} {min(w):7.2f} {max(w):7.2f} {tree/med/1e6:7.0f} {max(x[1] for x in r)/1024:12.1f}")
-if "gkm" in rows:
-    for other in ("skopeo", "tar"):
-        if other in rows:
-            print(f"ratio {other}/gkm: {rows[other]/rows['gkm']:.2f}x")
+med = {}
+def table(title, rows):
+    print(f"\n{title:34} {'median s':>9} {'min':>7} {'max':>7} {'MB/s':>7} {'peak RSS MB':>12}")
+    for label, name in rows:
+        r = load(label)
+        if not r:
+            print(f"{name:34} (failed)")
+            continue
+        w = [x[0] for x in r]
+        med[label] = statistics.median(w)
+        print(f"{name:34} {med[label]:9.2f} {min(w):7.2f} {max(w):7.2f} {tree/med[label]/1e6:7.0f} "
+              f"{max(x[1] for x in r)/1024:12.1f}")
+table("gzip layer, end to end", (("gkm", "gkm pull+verify+extract"),
+                                 ("skopeo", "skopeo copy + umoci unpack"),
+                                 ("tar", "GNU tar -xzf (local layer)"),
+                                 ("bsdtar", "bsdtar -xzf (local layer)")))
+table("the stages gkm is made of, alone", (("curl", "download: curl blob > /dev/null"),
+                                           ("sha256", "SHA-256: openssl dgst"),
+                                           ("igzip", "inflate: igzip -dc > /dev/null"),
+                                           ("write", "write the tree: tar -xf plain tar")))
+table("zstd layer", (("gkm_zstd", "gkm pull+verify+extract"), ("zstd", "decode: zstd -dc > /dev/null")))
+print()
+if "gkm" in med:
+    for other in ("skopeo", "tar", "bsdtar"):
+        if other in med:
+            print(f"ratio {other}/gkm: {med[other]/med['gkm']:.2f}x")
+    stages = [s for s in ("curl", "sha256", "igzip", "write") if s in med]
+    if stages:
+        slow = max(stages, key=lambda s: med[s])
+        print(f"gkm / its slowest stage ({slow}, {med[slow]:.2f} s): {med['gkm']/med[slow]:.2f}x "
+              f"(sum of the stages {sum(med[s] for s in stages):.2f} s)")
+if "gkm_zstd" in med and "write" in med and "zstd" in med:
+    slow = max(med["zstd"], med["write"], med.get("curl", 0), med.get("sha256", 0))
+    print(f"gkm zstd / its slowest stage: {med['gkm_zstd']/slow:.2f}x")
 for label, title in (("store_first", "store: first pull by digest"),
                      ("store_again", "store: same digest again"),
                      ("store_tag", "store: same image by tag"),

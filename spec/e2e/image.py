@@ -95,8 +95,10 @@ def main():
     t.ok(not missing, "every package the Containerfile names exists in Debian 12 (apt-cache)",
          diag="unknown: %s" % missing)
 
-    if os.access(GKM_BIN, os.X_OK):
+    module = os.path.join(os.path.dirname(GKM_BIN), "gkm-csi.so")
+    if os.access(GKM_BIN, os.X_OK) and os.path.exists(module):
         need = needed_packages(GKM_BIN)
+        need.update(needed_packages(module))
         unknown = sorted(so for so, p in need.items() if p is None)
         lacking = sorted("%s (%s)" % (so, p) for so, p in need.items()
                          if p and p.split(":")[0] not in set(run_pkgs) | BASE)

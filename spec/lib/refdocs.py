@@ -259,7 +259,7 @@ def commands_md(gkm):
     out = [GENERATED % "commands", "# Commands and flags\n\n",
            "The `--help` of every command of the `gkm` binary, verbatim. Every command\n"
            "also takes `--log-level` and `--log-format`; exit codes: 0 success, 1\n"
-           "failure, 2 usage error, 3 command not built.\n\n",
+           "failure, 2 usage error, 3 the command's module (gkm-csi.so) cannot be loaded.\n\n",
            "## gkm\n\n```\n%s\n```\n\n" % top]
     for cmd in _subcommands(top):
         if cmd in ("help", "version"):  # no flags; version output changes per build

@@ -9,6 +9,7 @@
 #include <errno.h>
 #include <time.h>
 
+#include "backoff.h"
 #include "kube_watch.h"
 #include "kube_replay.h"
 
@@ -152,15 +153,15 @@ static void test_backoff(void **state)
 		unsigned base = 100u << (a < 10 ? a : 10);
 		if (base > 5000)
 			base = 5000;
-		unsigned d = kube_backoff_ms(a, 100, 5000, &seed);
+		unsigned d = backoff_ms(a, 100, 5000, &seed);
 		assert_true(d >= base / 2 && d < base + base / 2);
 		prev_max = d > prev_max ? d : prev_max;
 	}
 	assert_true(prev_max <= 7500);
 	/* jitter: not all the same */
-	unsigned a1 = kube_backoff_ms(5, 100, 5000, &seed),
-	         a2 = kube_backoff_ms(5, 100, 5000, &seed),
-	         a3 = kube_backoff_ms(5, 100, 5000, &seed);
+	unsigned a1 = backoff_ms(5, 100, 5000, &seed),
+	         a2 = backoff_ms(5, 100, 5000, &seed),
+	         a3 = backoff_ms(5, 100, 5000, &seed);
 	assert_false(a1 == a2 && a2 == a3);
 }
 
