@@ -315,6 +315,11 @@ size_t engine_memory(const struct engine *e)
 	return e->sb.mem_used;
 }
 
+void engine_collect(struct engine *e)
+{
+	lua_gc(e->sb.L, LUA_GCCOLLECT, 0);
+}
+
 /* ---- slot ---- */
 
 void engine_slot_init(struct engine_slot *s, const struct engine_limits *lim)

@@ -100,6 +100,10 @@ enum engine_status engine_call_fn(struct engine *e, const char *module, const ch
 const char *engine_digest(const struct engine *e);
 /* Bytes the engine's Lua state holds now. */
 size_t engine_memory(const struct engine *e);
+/* Collect the Lua garbage now, as after a burst of calls whose inputs were
+ * big (the operator's aggregation of every cache). Same thread rules as
+ * engine_call. */
+void engine_collect(struct engine *e);
 
 /* ---- The slot a daemon keeps its current engine in. ----
  * engine_slot_load() builds aside and swaps only on success: the previous

@@ -1133,7 +1133,11 @@ int kube_client_list(struct kube_client *c, const struct kube_resource *r, const
 	cJSON *all = NULL, *page = NULL;
 	char *cont = NULL;
 	int restarts = 0;
+	size_t count = 0;
+	bool first;
 restart:
+	first = true;
+	count = 0;
 	cJSON_Delete(all);
 	all = cJSON_CreateArray();
 	free(cont);
@@ -1180,7 +1184,7 @@ restart:
 				rc = -EBADMSG;
 				goto out;
 			}
-			if ((size_t)cJSON_GetArraySize(all) >= max_items) {
+			if (count++ >= max_items) {
 				cJSON_Delete(it);
 				kube_error_set(err, KUBE_TOO_LARGE, "list %s: more than %zu items",
 				               r->plural, max_items);
@@ -1188,6 +1192,15 @@ restart:
 				goto out;
 			}
 			cJSON_AddItemToArray(all, it);
+		}
+		if (o->on_page) {
+			o->on_page(all, first, o->page_ud);
+			first = false;
+			all = cJSON_CreateArray();
+			if (!all) {
+				rc = -ENOMEM;
+				goto out;
+			}
 		}
 		const char *lrv = jstr(meta, "resourceVersion");
 		const char *next = jstr(meta, "continue");
@@ -1212,6 +1225,10 @@ restart:
 			rc = -ENOMEM;
 			goto out;
 		}
+	}
+	if (o->on_page) {
+		cJSON_Delete(all);
+		all = NULL;
 	}
 	*items = all;
 	all = NULL;

@@ -184,6 +184,13 @@ struct kube_list_opts {
 	const char *field_selector; /* "metadata.name=w3" or NULL */
 	unsigned limit;             /* page size; default 500 */
 	size_t max_items;           /* bound of the whole list; default 1,000,000 */
+	/* Streaming: when set, each page's items (an array, owned by the callee)
+	 * go to on_page as the page arrives instead of being collected, so a
+	 * big list never sits in memory whole; first is true for the first page
+	 * of a list (again after a restart: start over), and *items is set to
+	 * NULL. */
+	void (*on_page)(cJSON *items, bool first, void *ud);
+	void *page_ud;
 };
 /* List every page (limit/continue). *items receives an array of the objects
  * (caller frees), rv the list's resourceVersion (for a following watch). An

@@ -2,6 +2,7 @@
 #include "kube_informer.h"
 
 #include <errno.h>
+#include <malloc.h>
 #include <pthread.h>
 #include <stdatomic.h>
 #include <stdio.h>
@@ -12,10 +13,13 @@
 
 #define KEY_MAX 512
 
-enum delta_kind { D_EVENT, D_REPLACE };
+/* D_PAGE: items of a list (first: of a new list attempt); D_LISTED: the
+ * list is complete. */
+enum delta_kind { D_EVENT, D_PAGE, D_LISTED };
 
-/* An object prepared on the watch thread: key, text and resourceVersion,
- * and the parsed tree only when someone wants to see changes. */
+/* An object prepared on the watch thread: key, text (not with no_cache) and
+ * resourceVersion, and the parsed tree only when someone wants to see
+ * changes. */
 struct item {
 	char *key;
 	char *text;
@@ -27,7 +31,8 @@ struct item {
 struct delta {
 	enum delta_kind kind;
 	enum kube_event_type type; /* D_EVENT */
-	struct item *items;        /* D_EVENT: one; D_REPLACE: n */
+	bool first;                /* D_PAGE; D_LISTED: every page was kept */
+	struct item *items;        /* D_EVENT: one; D_PAGE: n */
 	size_t n;
 	struct delta *next;
 };
@@ -35,7 +40,7 @@ struct delta {
 struct entry {
 	uint32_t hash;
 	char rv[24];
-	char *text;
+	char *text; /* NULL with no_cache */
 	size_t len;
 	uint64_t gen;
 	struct entry *next;
@@ -52,7 +57,8 @@ struct kube_informer {
 	/* deltas from the watch thread */
 	pthread_mutex_t mu;
 	struct delta *head, *tail;
-	bool pending; /* a notify/post is outstanding */
+	bool pending;   /* a notify/post is outstanding */
+	bool page_lost; /* watch thread: a page of this list could not be queued */
 	/* the cache: owner thread only */
 	struct entry **buckets;
 	size_t nbuckets, len;
@@ -131,12 +137,36 @@ static void report(struct kube_informer *inf, enum kube_event_type t, const cJSO
 		inf->o.on_change(inf, t, obj, inf->o.ud);
 }
 
+/* What is known of a deleted object without its text: its identity. */
+static cJSON *stub_of(const struct kube_informer *inf, const char *key)
+{
+	cJSON *o = cJSON_CreateObject();
+	char av[256];
+	if (*inf->res.group)
+		snprintf(av, sizeof(av), "%s/%s", inf->res.group, inf->res.version);
+	else
+		snprintf(av, sizeof(av), "%s", inf->res.version);
+	cJSON_AddStringToObject(o, "apiVersion", av);
+	cJSON_AddStringToObject(o, "kind", inf->res.kind);
+	cJSON *meta = cJSON_AddObjectToObject(o, "metadata");
+	const char *slash = inf->res.namespaced ? strchr(key, '/') : NULL;
+	if (slash) {
+		char ns[KEY_MAX];
+		snprintf(ns, sizeof(ns), "%.*s", (int)(slash - key), key);
+		cJSON_AddStringToObject(meta, "namespace", ns);
+	}
+	cJSON_AddStringToObject(meta, "name", slash ? slash + 1 : key);
+	return o;
+}
+
 /* A deleted entry: report it with its last known state, then free it. */
 static void drop_entry(struct kube_informer *inf, struct entry *e, const cJSON *final)
 {
 	unlink_entry(inf, e);
 	if (inf->o.on_change) {
-		cJSON *last = final ? NULL : cJSON_ParseWithLength(e->text, e->len);
+		cJSON *last = final     ? NULL
+		              : e->text ? cJSON_ParseWithLength(e->text, e->len)
+		                        : stub_of(inf, e->key);
 		report(inf, KUBE_DELETED, final ? final : last);
 		cJSON_Delete(last);
 	}
@@ -189,13 +219,21 @@ static void remove_item(struct kube_informer *inf, struct item *it)
 		drop_entry(inf, e, it->obj);
 }
 
-static void replace_all(struct kube_informer *inf, struct item *items, size_t n)
+/* A page of a list: a new list attempt starts a new generation; what no
+ * page of the complete list had is dropped by list_done(). */
+static void apply_page(struct kube_informer *inf, struct item *items, size_t n, bool first)
 {
-	inf->gen++;
+	if (first)
+		inf->gen++;
 	for (size_t i = 0; i < n; i++)
 		upsert(inf, &items[i], true);
-	/* what the list no longer has was deleted while we were not watching */
-	for (size_t i = 0; i < inf->nbuckets; i++) {
+}
+
+static void list_done(struct kube_informer *inf, bool complete)
+{
+	/* what the list no longer has was deleted while we were not watching
+	 * (unless a page of it could not be kept: then the next list tells) */
+	for (size_t i = 0; complete && i < inf->nbuckets; i++) {
 		struct entry *e = inf->buckets[i];
 		while (e) {
 			struct entry *next = e->next;
@@ -204,6 +242,8 @@ static void replace_all(struct kube_informer *inf, struct item *items, size_t n)
 			e = next;
 		}
 	}
+	/* the pages were parsed and freed: give what they took back */
+	malloc_trim(0);
 	if (!inf->synced) {
 		inf->synced = true;
 		if (inf->o.on_synced)
@@ -229,8 +269,10 @@ size_t kube_informer_drain(struct kube_informer *inf)
 	size_t n = 0;
 	while (d) {
 		struct delta *next = d->next;
-		if (d->kind == D_REPLACE)
-			replace_all(inf, d->items, d->n);
+		if (d->kind == D_PAGE)
+			apply_page(inf, d->items, d->n, d->first);
+		else if (d->kind == D_LISTED)
+			list_done(inf, d->first);
 		else if (d->type == KUBE_DELETED)
 			remove_item(inf, &d->items[0]);
 		else
@@ -297,14 +339,14 @@ static int prepare(struct kube_informer *inf, cJSON *obj, struct item *it)
 	if (rv && strlen(rv) < sizeof(it->rv))
 		memcpy(it->rv, rv, strlen(rv) + 1);
 	it->key = strdup(key);
-	it->text = cJSON_PrintUnformatted(obj);
-	if (!it->key || !it->text) {
+	it->text = inf->o.no_cache ? NULL : cJSON_PrintUnformatted(obj);
+	if (!it->key || (!it->text && !inf->o.no_cache)) {
 		log_error("kube: out of memory queueing an object", "watch", inf->name);
 		cJSON_Delete(obj);
 		item_clear(it);
 		return -ENOMEM;
 	}
-	it->len = strlen(it->text);
+	it->len = it->text ? strlen(it->text) : 0;
 	if (inf->o.on_change)
 		it->obj = obj;
 	else
@@ -312,15 +354,17 @@ static int prepare(struct kube_informer *inf, cJSON *obj, struct item *it)
 	return 0;
 }
 
-static void on_replace(cJSON *items, const char *rv, void *ud)
+static void on_page(cJSON *items, bool first, void *ud)
 {
-	(void)rv;
 	struct kube_informer *inf = ud;
+	if (first)
+		inf->page_lost = false;
 	size_t n = (size_t)cJSON_GetArraySize(items);
 	struct delta *d = calloc(1, sizeof(*d));
 	struct item *arr = calloc(n ? n : 1, sizeof(*arr));
 	if (!d || !arr) {
-		/* without the list the cache would be wrong: keep the old one */
+		/* nothing is dropped for this list's sake: keep what we have */
+		inf->page_lost = true;
 		log_error("kube: out of memory applying a list", "watch", inf->name);
 		free(d);
 		free(arr);
@@ -333,9 +377,25 @@ static void on_replace(cJSON *items, const char *rv, void *ud)
 		if (prepare(inf, it, &arr[k]) == 0)
 			k++;
 	cJSON_Delete(items);
-	d->kind = D_REPLACE;
+	d->kind = D_PAGE;
+	d->first = first;
 	d->items = arr;
 	d->n = k;
+	push(inf, d);
+}
+
+static void on_listed(const char *rv, void *ud)
+{
+	(void)rv;
+	struct kube_informer *inf = ud;
+	struct delta *d = calloc(1, sizeof(*d));
+	if (!d) {
+		/* the next relist completes it */
+		log_error("kube: out of memory completing a list", "watch", inf->name);
+		return;
+	}
+	d->kind = D_LISTED;
+	d->first = !inf->page_lost;
 	push(inf, d);
 }
 
@@ -381,7 +441,8 @@ int kube_informer_start(struct kube_client *c, const struct kube_informer_opts *
 		free(inf);
 		return -ENOMEM;
 	}
-	struct kube_watch_handler h = {on_replace, on_event, inf};
+	struct kube_watch_handler h = {
+	    .event = on_event, .ud = inf, .page = on_page, .listed = on_listed};
 	int rc = kube_watch_start(c, &o->watch, &h, &inf->watch);
 	if (rc < 0) {
 		free(inf->buckets);

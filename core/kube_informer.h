@@ -10,7 +10,9 @@
  *
  * After a relist (first list, 410 Gone) the cache is replaced: objects that
  * vanished are reported DELETED, changed ones MODIFIED (by resourceVersion),
- * new ones ADDED; unchanged objects are not reported again.
+ * new ones ADDED; unchanged objects are not reported again. Lists are
+ * applied page by page as they arrive (a big list is never held whole);
+ * the objects gone are reported once the list is complete.
  *
  * Objects are kept as compact JSON text (about a sixth of the memory of a
  * parsed tree), serialised on the watch thread; readers parse what they
@@ -36,6 +38,11 @@ typedef void (*kube_informer_change_fn)(struct kube_informer *inf, enum kube_eve
 struct kube_informer_opts {
 	struct kube_watch_opts watch;
 	bool keep_managed_fields;
+	/* For a consumer that keeps its own state of what on_change reports:
+	 * the cache holds keys and resourceVersions only (get, get_text and
+	 * foreach see no objects), and a DELETED found by a relist carries only
+	 * apiVersion, kind and metadata.name/namespace. */
+	bool no_cache;
 	struct loop *loop; /* drains posted to this loop, or NULL */
 	void (*notify)(struct kube_informer *inf, void *ud); /* without a loop: watch thread */
 	kube_informer_change_fn on_change;                   /* may be NULL */
@@ -62,7 +69,8 @@ cJSON *kube_informer_get(const struct kube_informer *inf, const char *ns, const 
 const char *kube_informer_get_text(const struct kube_informer *inf, const char *ns,
                                    const char *name, size_t *len);
 size_t kube_informer_len(const struct kube_informer *inf);
-/* Every cached object as JSON text, in no particular order. */
+/* Every cached object as JSON text, in no particular order (json NULL and
+ * len 0 with no_cache). */
 void kube_informer_foreach(const struct kube_informer *inf,
                            void (*fn)(const char *key, const char *json, size_t len, void *ud),
                            void *ud);

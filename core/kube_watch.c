@@ -309,6 +309,8 @@ static int do_list(struct kube_watch *w)
 	    .label_selector = w->label_selector,
 	    .field_selector = w->field_selector,
 	    .limit = w->o.list_limit,
+	    .on_page = w->h.page,
+	    .page_ud = w->h.ud,
 	};
 	cJSON *items = NULL;
 	char rv[RV_MAX];
@@ -323,7 +325,10 @@ static int do_list(struct kube_watch *w)
 	char n[24];
 	snprintf(n, sizeof(n), "%d", cJSON_GetArraySize(items));
 	log_debug("kube: listed", "watch", w->name, "objects", n, "resourceVersion", rv);
-	w->h.replace(items, rv, w->h.ud);
+	if (w->h.page)
+		w->h.listed(rv, w->h.ud);
+	else
+		w->h.replace(items, rv, w->h.ud);
 	atomic_store(&w->synced, true);
 	return 0;
 }
@@ -426,7 +431,7 @@ static void *watch_main(void *ud)
 int kube_watch_start(struct kube_client *c, const struct kube_watch_opts *o,
                      const struct kube_watch_handler *h, struct kube_watch **out)
 {
-	if (!h || !h->replace || !h->event)
+	if (!h || !h->event || (h->page ? !h->listed : !h->replace))
 		return -EINVAL;
 	struct kube_watch *w = calloc(1, sizeof(*w));
 	if (!w)

@@ -71,6 +71,12 @@ struct kube_watch_handler {
 	/* ADDED / MODIFIED / DELETED with the object (owned by the callee). */
 	void (*event)(enum kube_event_type type, cJSON *object, void *ud);
 	void *ud;
+	/* Optional, instead of replace: lists are streamed, each page's items
+	 * (owned by the callee) as they arrive, first set on the first page of
+	 * every list attempt (start over: an attempt can fail half-way); then
+	 * listed() with the resourceVersion once a list is complete. */
+	void (*page)(cJSON *items, bool first, void *ud);
+	void (*listed)(const char *rv, void *ud);
 };
 
 struct kube_watch_opts {

@@ -33,6 +33,11 @@ struct objstore_watch {
 	objstore_event_fn on_event;
 	objstore_synced_fn on_synced; /* may be NULL */
 	void *ud;
+	/* The caller keeps what it needs of each object it is given: the store
+	 * keeps no copy (Kubernetes: an informer without an object cache,
+	 * listing in small pages), and a DELETED found by a relist carries only
+	 * apiVersion, kind and metadata.name/namespace. */
+	bool no_cache;
 };
 
 struct objstore;

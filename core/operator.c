@@ -1,13 +1,16 @@
 #include "operator.h"
 
 #include <errno.h>
+#include <malloc.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "log.h"
 #include "metrics.h"
+#include "node_reports.h"
 #include "oci_repo.h"
+#include "strmap.h"
 
 #define MANAGER "gkm-operator"
 #define CLUSTER_SCOPE "_cluster"
@@ -24,13 +27,6 @@ struct ocache {
 	char resolve_error[512];
 };
 
-struct onode {
-	struct onode *next;
-	char key[320]; /* "<ns or _cluster>/<node>" */
-	char ns[64], node[256];
-	cJSON *caches; /* status.caches */
-};
-
 struct operator_ {
 	struct loop *loop;
 	struct workers *workers;
@@ -38,8 +34,9 @@ struct operator_ {
 	struct engine_slot *policies;
 	struct operator_opts o;
 	struct ocache *caches;
-	struct onode *nodeobjs;
-	cJSON *nodes; /* Kubernetes Node names (object of name -> true), when watched */
+	struct strmap cache_index;    /* key -> struct ocache */
+	struct node_reports *reports; /* what the node objects report */
+	struct strmap nodes;          /* Kubernetes Node names (owned), when watched */
 	uint64_t flush_timer, resync_timer;
 	unsigned synced, want_synced;
 	bool stopping;
@@ -48,7 +45,7 @@ struct operator_ {
 
 static struct metric *m_reconciles, *m_writes, *m_errors;
 
-/* kind: policy, status_write, resolve, cleanup */
+/* kind: policy, status_write, resolve, cleanup, node_report */
 static void count_error(const char *kind)
 {
 	metrics_add(m_errors, METRICS_L(kind), 1);
@@ -63,20 +60,23 @@ static void init_metrics(void)
 	                           "result");
 	m_errors = metrics_counter(
 	    "gkm_operator_errors_total",
-	    "Operator failures, by kind (policy, status_write, resolve, cleanup)", "kind");
+	    "Operator failures, by kind (policy, status_write, resolve, cleanup, node_report)",
+	    "kind");
 }
 
 static struct ocache *find_cache(struct operator_ *op, const char *key, bool create)
 {
-	for (struct ocache *c = op->caches; c; c = c->next)
-		if (!strcmp(c->key, key))
-			return c;
-	if (!create)
-		return NULL;
-	struct ocache *c = calloc(1, sizeof(*c));
+	struct ocache *c = strmap_get(&op->cache_index, key);
+	if (c || !create)
+		return c;
+	c = calloc(1, sizeof(*c));
 	if (!c)
 		return NULL;
 	snprintf(c->key, sizeof(c->key), "%s", key);
+	if (strmap_put(&op->cache_index, c->key, c) != 0) {
+		free(c);
+		return NULL;
+	}
 	char *slash = strchr(c->key, '/');
 	snprintf(c->ns, sizeof(c->ns), "%.*s", (int)(slash - c->key), c->key);
 	if (!strcmp(c->ns, CLUSTER_SCOPE))
@@ -89,20 +89,26 @@ static struct ocache *find_cache(struct operator_ *op, const char *key, bool cre
 
 static void flush(struct loop *l, void *ud);
 
+static void free_cache(struct operator_ *op, struct ocache *c)
+{
+	for (struct ocache **p = &op->caches; *p; p = &(*p)->next) {
+		if (*p == c) {
+			*p = c->next;
+			break;
+		}
+	}
+	strmap_del(&op->cache_index, c->key);
+	cJSON_Delete(c->obj);
+	cJSON_Delete(c->applied);
+	free(c);
+}
+
 /* A cache deleted while a write or a resolution was in flight stays listed
  * (without its object) until that job is done; then it goes. */
 static void forget_if_gone(struct operator_ *op, struct ocache *c)
 {
-	if (c->obj || c->writing || c->resolving)
-		return;
-	for (struct ocache **p = &op->caches; *p; p = &(*p)->next) {
-		if (*p == c) {
-			*p = c->next;
-			cJSON_Delete(c->applied);
-			free(c);
-			return;
-		}
-	}
+	if (!c->obj && !c->writing && !c->resolving)
+		free_cache(op, c);
 }
 
 static void mark(struct operator_ *op, const char *key)
@@ -128,6 +134,33 @@ static void scope_key(const char *ns, const char *name, char *buf, size_t len)
 
 /* ---- watches ---- */
 
+static bool same_item(const cJSON *a, const cJSON *b, const char *name)
+{
+	const cJSON *x = cJSON_GetObjectItemCaseSensitive(a, name),
+	            *y = cJSON_GetObjectItemCaseSensitive(b, name);
+	return (!x && !y) || (x && y && cJSON_Compare(x, y, 1));
+}
+
+/* Is obj the cache as before but for the status this operator last wrote?
+ * Then aggregating again would give that same status: the echo of our own
+ * write needs no work. */
+static bool own_write(const struct ocache *c, const cJSON *obj)
+{
+	if (!c->obj || !c->applied)
+		return false;
+	const cJSON *m0 = cJSON_GetObjectItemCaseSensitive(c->obj, "metadata"),
+	            *m1 = cJSON_GetObjectItemCaseSensitive(obj, "metadata");
+	if (!same_item(c->obj, obj, "spec") || !same_item(c->obj, obj, "kind") ||
+	    !same_item(m0, m1, "generation") || !same_item(m0, m1, "annotations") ||
+	    !same_item(m0, m1, "uid"))
+		return false;
+	cJSON *st = cJSON_Duplicate(cJSON_GetObjectItemCaseSensitive(obj, "status"), 1);
+	cJSON_DeleteItemFromObjectCaseSensitive(st, "lastUpdated");
+	bool same = st && cJSON_Compare(st, c->applied, 1);
+	cJSON_Delete(st);
+	return same;
+}
+
 static void on_cache(void *ud, enum objstore_event_type t, const cJSON *obj)
 {
 	struct operator_ *op = ud;
@@ -138,82 +171,48 @@ static void on_cache(void *ud, enum objstore_event_type t, const cJSON *obj)
 	if (!c)
 		return;
 	if (t == OBJSTORE_DELETED) {
-		for (struct ocache **p = &op->caches; *p; p = &(*p)->next) {
-			if (*p == c && !c->writing && !c->resolving) {
-				*p = c->next;
-				cJSON_Delete(c->obj);
-				cJSON_Delete(c->applied);
-				free(c);
-				return;
-			}
-		}
 		cJSON_Delete(c->obj);
 		c->obj = NULL;
+		forget_if_gone(op, c);
 		return;
 	}
+	bool echo = own_write(c, obj);
 	cJSON_Delete(c->obj);
 	c->obj = cJSON_Duplicate(obj, 1);
-	mark(op, key);
-}
-
-static struct onode *find_node(struct operator_ *op, const char *key)
-{
-	for (struct onode *n = op->nodeobjs; n; n = n->next)
-		if (!strcmp(n->key, key))
-			return n;
-	return NULL;
-}
-
-/* Mark every cache named in a node object's status. */
-static void mark_named(struct operator_ *op, const char *ns, const cJSON *caches)
-{
-	const cJSON *e;
-	char key[320];
-	cJSON_ArrayForEach(e, caches)
-	{
-		scope_key(ns, e->string, key, sizeof(key));
+	if (!echo)
 		mark(op, key);
-	}
+}
+
+static void mark_changed(const char *ns, const char *cache, void *ud)
+{
+	char key[320];
+	scope_key(ns, cache, key, sizeof(key));
+	mark(ud, key);
 }
 
 static void on_nodeobj(void *ud, enum objstore_event_type t, const cJSON *obj)
 {
 	struct operator_ *op = ud;
 	const char *ns = obj_str(obj, "metadata.namespace"), *node = obj_str(obj, "metadata.name");
-	char key[320];
-	scope_key(ns, node, key, sizeof(key));
-	struct onode *n = find_node(op, key);
-	const cJSON *caches = cJSON_GetObjectItemCaseSensitive(
-	    cJSON_GetObjectItemCaseSensitive(obj, "status"), "caches");
-	if (n)
-		mark_named(op, ns, n->caches);
-	mark_named(op, ns, caches);
-	/* a node joining or leaving changes every total */
-	if (!*ns && (t == OBJSTORE_DELETED || !n))
-		mark_all(op);
 	if (t == OBJSTORE_DELETED) {
-		for (struct onode **p = &op->nodeobjs; *p; p = &(*p)->next) {
-			if (*p == n) {
-				*p = n->next;
-				cJSON_Delete(n->caches);
-				free(n);
-				break;
-			}
-		}
+		/* a node leaving changes every total */
+		if (node_reports_remove(op->reports, ns, node, mark_changed, op) && !*ns)
+			mark_all(op);
 		return;
 	}
-	if (!n) {
-		n = calloc(1, sizeof(*n));
-		if (!n)
-			return;
-		snprintf(n->key, sizeof(n->key), "%s", key);
-		snprintf(n->ns, sizeof(n->ns), "%s", ns);
-		snprintf(n->node, sizeof(n->node), "%s", node);
-		n->next = op->nodeobjs;
-		op->nodeobjs = n;
+	const cJSON *caches = cJSON_GetObjectItemCaseSensitive(
+	    cJSON_GetObjectItemCaseSensitive(obj, "status"), "caches");
+	bool added = false;
+	int rc = node_reports_set(op->reports, ns, node, caches, mark_changed, op, &added);
+	if (rc) {
+		count_error("node_report");
+		log_error("cannot keep a node report", "namespace", ns, "node", node, "error",
+		          strerror(-rc));
+		return;
 	}
-	cJSON_Delete(n->caches);
-	n->caches = caches ? cJSON_Duplicate(caches, 1) : cJSON_CreateObject();
+	/* a node joining changes every total */
+	if (added && !*ns)
+		mark_all(op);
 }
 
 /* ---- node clean-up (Kubernetes) ---- */
@@ -245,44 +244,63 @@ static void delete_done(struct loop *l, void *ud)
 	free(ud);
 }
 
+static void orphan(const char *ns, const char *node, void *ud)
+{
+	struct operator_ *op = ud;
+	if (strmap_get(&op->nodes, node))
+		return;
+	struct delete_job *d = calloc(1, sizeof(*d));
+	if (!d)
+		return;
+	d->op = op;
+	snprintf(d->kind, sizeof(d->kind), "%s", *ns ? "GKMCacheNode" : "ClusterGKMCacheNode");
+	snprintf(d->ns, sizeof(d->ns), "%s", ns);
+	snprintf(d->name, sizeof(d->name), "%s", node);
+	if (workers_submit(op->workers, delete_work, delete_done, d) != 0)
+		free(d);
+}
+
 static void remove_orphans(struct operator_ *op)
 {
-	if (!op->o.watch_nodes || !op->nodes || op->synced < op->want_synced)
+	if (!op->o.watch_nodes || op->synced < op->want_synced)
 		return;
-	for (struct onode *n = op->nodeobjs; n; n = n->next) {
-		if (cJSON_GetObjectItemCaseSensitive(op->nodes, n->node))
-			continue;
-		struct delete_job *d = calloc(1, sizeof(*d));
-		if (!d)
-			continue;
-		d->op = op;
-		snprintf(d->kind, sizeof(d->kind), "%s",
-		         *n->ns ? "GKMCacheNode" : "ClusterGKMCacheNode");
-		snprintf(d->ns, sizeof(d->ns), "%s", n->ns);
-		snprintf(d->name, sizeof(d->name), "%s", n->node);
-		if (workers_submit(op->workers, delete_work, delete_done, d) != 0)
-			free(d);
-	}
+	node_reports_foreach(op->reports, NULL, orphan, op);
 }
 
 static void on_node(void *ud, enum objstore_event_type t, const cJSON *obj)
 {
 	struct operator_ *op = ud;
 	const char *name = obj_str(obj, "metadata.name");
-	if (t == OBJSTORE_DELETED)
-		cJSON_DeleteItemFromObjectCaseSensitive(op->nodes, name);
-	else if (!cJSON_GetObjectItemCaseSensitive(op->nodes, name))
-		cJSON_AddTrueToObject(op->nodes, name);
-	if (t == OBJSTORE_DELETED)
+	if (t == OBJSTORE_DELETED) {
+		free(strmap_del(&op->nodes, name));
 		remove_orphans(op);
+		return;
+	}
+	if (strmap_get(&op->nodes, name))
+		return;
+	char *copy = strdup(name);
+	if (!copy || strmap_put(&op->nodes, copy, copy) != 0) {
+		free(copy); /* not known: its node objects are kept, never wrongly deleted */
+		log_error("out of memory keeping a Node name", "node", name);
+	}
 }
 
 static void on_synced(void *ud)
 {
 	struct operator_ *op = ud;
+	if (++op->synced != op->want_synced)
+		return;
+	struct node_reports_stats st;
+	node_reports_stats(op->reports, &st);
+	char objs[24], entries[24], strings[24], kib[24];
+	snprintf(objs, sizeof(objs), "%zu", st.objects);
+	snprintf(entries, sizeof(entries), "%zu", st.entries);
+	snprintf(strings, sizeof(strings), "%zu", st.strings);
+	snprintf(kib, sizeof(kib), "%zu", st.string_bytes / 1024);
+	log_info("node reports listed", "node_objects", objs, "entries", entries,
+	         "distinct_strings", strings, "string_kib", kib);
 	/* stale entries of nodes that vanished while the operator was down */
-	if (++op->synced == op->want_synced)
-		remove_orphans(op);
+	remove_orphans(op);
 }
 
 /* ---- digests ---- */
@@ -466,6 +484,24 @@ static cJSON *transitions(const cJSON *old, const cJSON *now)
 	return events;
 }
 
+struct input_nodes {
+	struct operator_ *op;
+	const struct ocache *c;
+	cJSON *nodes;
+};
+
+static void add_input_node(const char *ns, const char *node, void *ud)
+{
+	(void)ns;
+	struct input_nodes *x = ud;
+	cJSON *n = cJSON_CreateObject();
+	cJSON_AddStringToObject(n, "name", node);
+	cJSON *e = node_reports_entry(x->op->reports, x->c->ns, node, x->c->name);
+	if (e)
+		cJSON_AddItemToObject(n, "entry", e);
+	cJSON_AddItemToArray(x->nodes, n);
+}
+
 static cJSON *aggregate_input(struct operator_ *op, struct ocache *c, const char *digest)
 {
 	char now[32];
@@ -488,22 +524,9 @@ static cJSON *aggregate_input(struct operator_ *op, struct ocache *c, const char
 	cJSON_AddBoolToObject(v, "enabled", op->o.verification_enabled);
 	cJSON_AddStringToObject(v, "resolvedBy", op->o.resolve_digests ? "operator" : "webhook");
 	cJSON_AddStringToObject(in, "now", now);
-	cJSON *nodes = cJSON_AddArrayToObject(in, "nodes");
+	struct input_nodes ctx = {op, c, cJSON_AddArrayToObject(in, "nodes")};
 	/* every node that runs an agent has a ClusterGKMCacheNode */
-	for (struct onode *agent = op->nodeobjs; agent; agent = agent->next) {
-		if (*agent->ns)
-			continue;
-		cJSON *n = cJSON_CreateObject();
-		cJSON_AddStringToObject(n, "name", agent->node);
-		char key[320];
-		scope_key(c->ns, agent->node, key, sizeof(key));
-		struct onode *scoped = find_node(op, key);
-		const cJSON *e =
-		    scoped ? cJSON_GetObjectItemCaseSensitive(scoped->caches, c->name) : NULL;
-		if (e)
-			cJSON_AddItemToObject(n, "entry", cJSON_Duplicate(e, 1));
-		cJSON_AddItemToArray(nodes, n);
-	}
+	node_reports_foreach(op->reports, "", add_input_node, &ctx);
 	return in;
 }
 
@@ -590,6 +613,7 @@ static void flush(struct loop *l, void *ud)
 		op->flush_timer = loop_add_timer(op->loop, op->o.debounce_ms, flush, op);
 		return;
 	}
+	unsigned n = 0;
 	for (struct ocache *c = op->caches; c; c = c->next) {
 		if (!c->dirty)
 			continue;
@@ -601,7 +625,14 @@ static void flush(struct loop *l, void *ud)
 		}
 		c->dirty = false;
 		reconcile(op, c);
+		n++;
 	}
+	/* the inputs of a thousand nodes each were garbage once aggregated:
+	 * give the memory back now rather than holding the peak at rest */
+	if (n && op->policies->current)
+		engine_collect(op->policies->current);
+	if (n)
+		malloc_trim(0);
 }
 
 static void resync_tick(struct loop *l, void *ud)
@@ -645,19 +676,25 @@ int operator_start(struct loop *l, struct workers *w, struct objstore *os,
 		op->o.debounce_ms = 250;
 	if (!op->o.resync_s)
 		op->o.resync_s = 60;
+	int rc = node_reports_new(&op->reports);
+	if (rc) {
+		free(op);
+		return rc;
+	}
+	/* the operator keeps what it needs of each object itself: the store
+	 * keeps no second copy (no_cache) */
 	struct objstore_watch watches[] = {
-	    {GKM_API_VERSION, "ClusterGKMCacheNode", NULL, NULL, NULL, on_nodeobj, on_synced, op},
-	    {GKM_API_VERSION, "GKMCacheNode", NULL, NULL, NULL, on_nodeobj, on_synced, op},
-	    {GKM_API_VERSION, "GKMCache", NULL, NULL, NULL, on_cache, on_synced, op},
-	    {GKM_API_VERSION, "ClusterGKMCache", NULL, NULL, NULL, on_cache, on_synced, op},
-	    {"v1", "Node", NULL, NULL, NULL, on_node, on_synced, op},
+	    {GKM_API_VERSION, "ClusterGKMCacheNode", NULL, NULL, NULL, on_nodeobj, on_synced, op,
+	     true},
+	    {GKM_API_VERSION, "GKMCacheNode", NULL, NULL, NULL, on_nodeobj, on_synced, op, true},
+	    {GKM_API_VERSION, "GKMCache", NULL, NULL, NULL, on_cache, on_synced, op, true},
+	    {GKM_API_VERSION, "ClusterGKMCache", NULL, NULL, NULL, on_cache, on_synced, op, true},
+	    {"v1", "Node", NULL, NULL, NULL, on_node, on_synced, op, true},
 	};
 	size_t n = sizeof(watches) / sizeof(watches[0]) - (o->watch_nodes ? 0 : 1);
 	op->want_synced = (unsigned)n;
-	if (o->watch_nodes)
-		op->nodes = cJSON_CreateObject();
 	for (size_t i = 0; i < n; i++) {
-		int rc = os->ops->watch(os, &watches[i]);
+		rc = os->ops->watch(os, &watches[i]);
 		if (rc) {
 			operator_stop(op);
 			return rc;
@@ -682,19 +719,14 @@ void operator_stop(struct operator_ *op)
 		loop_cancel_timer(op->loop, op->flush_timer);
 	if (op->resync_timer)
 		loop_cancel_timer(op->loop, op->resync_timer);
-	while (op->caches) {
-		struct ocache *c = op->caches;
-		op->caches = c->next;
-		cJSON_Delete(c->obj);
-		cJSON_Delete(c->applied);
-		free(c);
-	}
-	while (op->nodeobjs) {
-		struct onode *n = op->nodeobjs;
-		op->nodeobjs = n->next;
-		cJSON_Delete(n->caches);
-		free(n);
-	}
-	cJSON_Delete(op->nodes);
+	while (op->caches)
+		free_cache(op, op->caches);
+	strmap_clear(&op->cache_index);
+	node_reports_free(op->reports);
+	size_t pos = 0;
+	void *name;
+	while (strmap_next(&op->nodes, &pos, NULL, &name))
+		free(name);
+	strmap_clear(&op->nodes);
 	free(op);
 }

@@ -65,7 +65,7 @@ static void on_change(struct kube_informer *inf, enum kube_event_type t, const c
 		e->wrong_thread = true;
 	if (e->n < 64)
 		snprintf(e->log[e->n++], sizeof(e->log[0]), "%s %s %s", kube_event_type_name(t),
-		         kube_obj_name(obj), kube_obj_rv(obj));
+		         kube_obj_name(obj), kube_obj_rv(obj) ? kube_obj_rv(obj) : "-");
 }
 
 /* Wait for a notification, then drain; returns deltas applied. */
@@ -244,12 +244,82 @@ static void test_bad_objects_not_cached(void **state)
 	cJSON_Delete(cl);
 }
 
+/* A consumer that keeps its own state: the cache keeps no objects, lists
+ * come page by page, and a deletion found by a relist names the object. */
+static void on_change_nc(struct kube_informer *inf, enum kube_event_type t, const cJSON *obj,
+                         void *ud)
+{
+	struct ienv *e = ud;
+	on_change(inf, t, obj, ud);
+	if (t == KUBE_DELETED) {
+		char *txt = cJSON_PrintUnformatted(obj);
+		snprintf(e->log[63], sizeof(e->log[63]), "%s", txt ? txt : "");
+		free(txt);
+	}
+}
+
+static void test_no_cache_pages(void **state)
+{
+	struct ienv *e = *state;
+	const char *page1 =
+	    "{\"kind\":\"WidgetList\",\"metadata\":{\"resourceVersion\":\"9\",\"continue\":\"t1\"},"
+	    "\"items\":[{\"metadata\":{\"name\":\"w1\",\"namespace\":\"default\","
+	    "\"resourceVersion\":\"1\"},\"spec\":{\"size\":1}},"
+	    "{\"metadata\":{\"name\":\"w2\",\"namespace\":\"default\",\"resourceVersion\":\"2\"}}]"
+	    "}";
+	const char *page2 = "{\"kind\":\"WidgetList\",\"metadata\":{\"resourceVersion\":\"9\"},"
+	                    "\"items\":[{\"metadata\":{\"name\":\"w3\",\"namespace\":\"default\","
+	                    "\"resourceVersion\":\"3\"}}]}";
+	/* after the watch is refused (410), the relist no longer has w2 */
+	const char *relist =
+	    "{\"kind\":\"WidgetList\",\"metadata\":{\"resourceVersion\":\"12\"},"
+	    "\"items\":[{\"metadata\":{\"name\":\"w1\",\"namespace\":\"default\","
+	    "\"resourceVersion\":\"1\"}},{\"metadata\":{\"name\":\"w3\",\"namespace\":"
+	    "\"default\",\"resourceVersion\":\"11\"}}]}";
+	replay_push(e->srv, 200, page1, strlen(page1), false);
+	replay_push(e->srv, 200, page2, strlen(page2), false);
+	push_file(e->srv, "31-watch-too-old.json");
+	replay_push(e->srv, 200, relist, strlen(relist), false);
+	struct kube_informer_opts o = widget_informer(e);
+	o.no_cache = true;
+	o.watch.list_limit = 2;
+	o.on_change = on_change_nc;
+	struct kube_informer *inf = NULL;
+	assert_int_equal(kube_informer_start(e->c, &o, &inf), 0);
+	size_t rounds = 0;
+	while (e->n < 5 && rounds++ < 200)
+		wait_drain(e, inf);
+	assert_true(kube_informer_synced(inf));
+	assert_string_equal(e->log[0], "ADDED w1 1");
+	assert_string_equal(e->log[1], "ADDED w2 2");
+	assert_string_equal(e->log[2], "ADDED w3 3");
+	/* w1 unchanged is not reported again */
+	assert_string_equal(e->log[3], "MODIFIED w3 11");
+	assert_string_equal(e->log[4], "DELETED w2 -");
+	assert_int_equal(e->n, 5);
+	/* what is known of w2 without a cache: its identity */
+	cJSON *w2 = cJSON_Parse(e->log[63]);
+	assert_non_null(w2);
+	assert_string_equal(kube_obj_name(w2), "w2");
+	assert_string_equal(kube_obj_namespace(w2), "default");
+	assert_string_equal(cJSON_GetObjectItem(w2, "kind")->valuestring, "Widget");
+	assert_string_equal(cJSON_GetObjectItem(w2, "apiVersion")->valuestring, "example.com/v1");
+	cJSON_Delete(w2);
+	/* keys only: no object text is kept */
+	assert_int_equal(kube_informer_len(inf), 2);
+	assert_null(kube_informer_get_text(inf, "default", "w1", NULL));
+	assert_null(kube_informer_get(inf, "default", "w3"));
+	kube_informer_stop(inf);
+	assert_false(e->wrong_thread);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
 	    cmocka_unit_test_setup_teardown(test_list_watch_relist, isetup, iteardown),
 	    cmocka_unit_test_setup_teardown(test_informer_on_loop, isetup, iteardown),
 	    cmocka_unit_test_setup_teardown(test_bad_objects_not_cached, isetup, iteardown),
+	    cmocka_unit_test_setup_teardown(test_no_cache_pages, isetup, iteardown),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -1,0 +1,340 @@
+"""The operator at scale: memory and time of the real `gkm operator` with
+--nodes node objects of each kind and --caches GKMCaches (run by
+spec/bench/operator.sh).
+
+    operator_sim.py [--nodes 1000] [--caches 100] [--rest 5]
+
+The objects are written into the test API server's state file before it
+starts (as a cluster that already runs gkm looks when the operator starts):
+Nodes, one ClusterGKMCacheNode and one GKMCacheNode per node shaped exactly
+as `gkm agent` writes them (labels, ownerReference, spec.nodeName, status
+gpus/caches/counts, and the managedFields a server keeps for the agent's
+apply), and the GKMCaches with the digest the webhook resolved. Most nodes
+are 8-GPU H100 nodes with every cache Ready; some are A100 nodes on which the
+sm_90 caches are Incompatible, a few failed to pull some caches, a few are
+still pulling, and some caches are mounted by pods.
+
+Then: start the operator; time until every cache's status shows the expected
+readyNodes/totalNodes; memory at rest (VmRSS, VmHWM, PSS, private dirty) and
+CPU; then a full re-aggregation (a policy ConfigMap whose aggregate policy
+words the Ready message differently, so every cache's status changes), timed
+until every cache shows it, with the operator's CPU for it. Figures only,
+printed as one JSON line.
+"""
+import argparse
+import http.client
+import json
+import os
+import socket
+import subprocess
+import sys
+import time
+import uuid
+
+ROOT = os.environ.get("GKM_ROOT") or os.path.abspath(os.path.join(os.path.dirname(__file__), "..", ".."))
+sys.path.insert(0, os.path.join(ROOT, "spec", "lib"))
+from kubeserver import KubeServer  # noqa: E402
+
+GKM = os.environ.get("GKM_BIN") or os.path.join(ROOT, "build", "gkm")
+GROUP = "/apis/gkm.io/v1alpha1"
+AV = "gkm.io/v1alpha1"
+NS = "ml-serving"
+TICK = os.sysconf("SC_CLK_TCK")
+H100 = "NVIDIA H100 80GB HBM3"
+A100 = "NVIDIA A100-SXM4-80GB"
+
+
+def cpu_s(pid):
+    with open("/proc/%d/stat" % pid) as fh:
+        f = fh.read().rsplit(")", 1)[1].split()
+    return (int(f[11]) + int(f[12])) / TICK
+
+
+def memory(pid):
+    """VmRSS (RssAnon: the process's own, RssFile: mapped files, mostly
+    shared libraries), VmHWM, PSS and private dirty in KiB."""
+    out = {}
+    with open("/proc/%d/status" % pid) as fh:
+        for line in fh:
+            k, _, v = line.partition(":")
+            if k in ("VmRSS", "VmHWM", "RssAnon", "RssFile"):
+                out[k] = int(v.split()[0])
+    with open("/proc/%d/smaps_rollup" % pid) as fh:
+        for line in fh:
+            k, _, v = line.partition(":")
+            if k in ("Pss", "Private_Dirty"):
+                out[k] = int(v.split()[0])
+    return out
+
+
+def free_port():
+    s = socket.socket()
+    s.bind(("127.0.0.1", 0))
+    p = s.getsockname()[1]
+    s.close()
+    return p
+
+
+def ts(sec):
+    return time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(1795000000 + sec))
+
+
+def digest(j):
+    return "sha256:" + ("%064x" % (0x9e3779b97f4a7c15 * (j + 1) * 0x1000193))[-64:]
+
+
+def node_kind(i):
+    """h100 (most), a100 (every 20th), failed (every 97th), pulling (every 151st)."""
+    if i % 151 == 7:
+        return "pulling"
+    if i % 97 == 3:
+        return "failed"
+    if i % 20 == 11:
+        return "a100"
+    return "h100"
+
+
+def gpus(kind):
+    if kind == "a100":
+        return [{"ids": [0, 1, 2, 3], "gpuType": A100, "arch": "sm_80", "driverVersion": "550.90.07",
+                 "cudaVersion": "12.4"}]
+    return [{"ids": list(range(8)), "gpuType": H100, "arch": "sm_90", "driverVersion": "550.90.07",
+             "cudaVersion": "12.4", "clique": "4f6c2e1a-8d3b-4c2a-9e7f-1b2c3d4e5f60.%d" % 1}]
+
+
+def entry(i, j, kind):
+    """The entry gkm agent writes for cache j on node i (lua/gkm/agent.lua)."""
+    d = digest(j)
+    sm90_only = j % 4 != 0   # three caches in four were built for sm_90 only
+    e = {"digest": d, "pods": [], "compatibleGPUs": [], "incompatibleGPUs": [],
+         "lastUpdated": ts(i % 600 + j % 7)}
+    if kind == "a100" and sm90_only:
+        e.update(state="Incompatible", reason="ArchMismatch",
+                 message="the cache was built for sm_90; this GPU is sm_80",
+                 incompatibleGPUs=[{"ids": [0, 1, 2, 3], "gpuType": A100, "reason": "ArchMismatch",
+                                    "message": "the cache was built for sm_90; this GPU is sm_80"}])
+    elif kind == "failed" and j % 3 == 0:
+        e.update(state="Failed", reason="PullFailed",
+                 message="GET https://registry.example.com/v2/ml/kernels/blobs/%s: 503 Service Unavailable"
+                 % d, compatibleGPUs=[{"ids": list(range(8)), "gpuType": H100}])
+    elif kind == "pulling" and j % 2 == 0:
+        e.update(state="Pulling", reason="Pulling", message="pulling and extracting the image",
+                 compatibleGPUs=[{"ids": list(range(8)), "gpuType": H100}])
+    else:
+        ids = [0, 1, 2, 3] if kind == "a100" else list(range(8))
+        e.update(state="Ready", reason="Ready", message="extracted and ready for 1 GPU group(s)",
+                 compatibleGPUs=[{"ids": ids, "gpuType": A100 if kind == "a100" else H100}])
+        if (i + j) % 50 == 0:
+            e["pods"] = [{"podName": "vllm-%d-%d-7f9c" % (j, i), "podNamespace": NS,
+                          "podUID": str(uuid.UUID(int=(i << 32) | j)),
+                          "volumeId": "csi-%032x" % ((i << 40) | (j << 8) | 1)}]
+    return e
+
+
+def expected(n, caches):
+    """readyNodes per cache as the default aggregate policy counts them."""
+    return [sum(1 for i in range(n) if entry(i, j, node_kind(i))["state"] == "Ready") for j in range(caches)]
+
+
+def managed(name, status_fields):
+    t = ts(0)
+    return [{"manager": "gkm-agent/" + name, "operation": "Apply", "apiVersion": AV, "time": t,
+             "fieldsType": "FieldsV1",
+             "fieldsV1": {"f:metadata": {"f:labels": {"f:gkm.io/node": {}},
+                                         "f:ownerReferences": {'k:{"uid":"%s"}' % uuid.uuid5(uuid.NAMESPACE_DNS, name): {}}},
+                          "f:spec": {"f:nodeName": {}}}},
+            {"manager": "gkm-agent/" + name, "operation": "Apply", "apiVersion": AV, "time": t,
+             "fieldsType": "FieldsV1", "subresource": "status", "fieldsV1": {"f:status": status_fields}}]
+
+
+def node_objects(i, caches, rv):
+    name = "gpu-node-%04d" % i
+    kind = node_kind(i)
+    node_uid = str(uuid.uuid5(uuid.NAMESPACE_DNS, name))
+    g = gpus(kind)
+    node = {"apiVersion": "v1", "kind": "Node",
+            "metadata": {"name": name, "uid": node_uid, "resourceVersion": str(rv), "creationTimestamp": ts(0),
+                         "labels": {"kubernetes.io/hostname": name, "kubernetes.io/os": "linux",
+                                    "kubernetes.io/arch": "amd64",
+                                    "nvidia.com/gpu.product": g[0]["gpuType"].replace(" ", "-"),
+                                    "topology.kubernetes.io/zone": "zone-%d" % (i % 3)}},
+            "spec": {"podCIDR": "10.%d.%d.0/24" % (i // 256, i % 256), "providerID": "gce://proj/zone/" + name},
+            "status": {"capacity": {"cpu": "192", "memory": "2113445Mi", "nvidia.com/gpu": str(len(g[0]["ids"])),
+                                    "pods": "110"},
+                       "allocatable": {"cpu": "191", "memory": "2100000Mi", "nvidia.com/gpu": str(len(g[0]["ids"])),
+                                       "pods": "110"},
+                       "conditions": [{"type": t, "status": "False" if t != "Ready" else "True",
+                                       "lastHeartbeatTime": ts(i), "lastTransitionTime": ts(0),
+                                       "reason": "Kubelet" + t, "message": "kubelet reports " + t}
+                                      for t in ("MemoryPressure", "DiskPressure", "PIDPressure", "Ready")],
+                       "addresses": [{"type": "InternalIP", "address": "10.1.%d.%d" % (i // 256, i % 256)},
+                                     {"type": "Hostname", "address": name}],
+                       "nodeInfo": {"kernelVersion": "6.1.0-18-amd64", "osImage": "Debian GNU/Linux 12",
+                                    "containerRuntimeVersion": "containerd://1.7.13", "kubeletVersion": "v1.29.4",
+                                    "architecture": "amd64", "operatingSystem": "linux",
+                                    "machineID": "%032x" % i, "systemUUID": node_uid, "bootID": node_uid}}}
+    owner = [{"apiVersion": "v1", "kind": "Node", "name": name, "uid": node_uid}]
+    out = [("core/nodes", node)]
+    for kname, ns, names in (("ClusterGKMCacheNode", None, []), ("GKMCacheNode", NS, range(caches))):
+        rv += 1
+        cs = {"c-%03d" % j: entry(i, j, kind) for j in names}
+        st = {"gpus": g, "caches": cs, "totalCaches": len(cs),
+              "readyCaches": sum(1 for e in cs.values() if e["state"] == "Ready"),
+              "failedCaches": sum(1 for e in cs.values() if e["state"] in ("Failed", "Incompatible")),
+              "lastUpdated": ts(i % 600 + 7)}
+        fields = {"f:gpus": {}, "f:totalCaches": {}, "f:readyCaches": {}, "f:failedCaches": {},
+                  "f:lastUpdated": {},
+                  "f:caches": {"f:" + k: {k2: {} for k2 in ("f:compatibleGPUs", "f:digest", "f:incompatibleGPUs",
+                                                            "f:lastUpdated", "f:message", "f:pods", "f:reason",
+                                                            "f:state")} for k in cs}}
+        meta = {"name": name, "labels": {"gkm.io/node": name}, "ownerReferences": owner,
+                "uid": str(uuid.uuid5(uuid.NAMESPACE_URL, kname + "/" + name)), "resourceVersion": str(rv),
+                "creationTimestamp": ts(0), "generation": 1, "managedFields": managed(name, fields)}
+        if ns:
+            meta["namespace"] = ns
+        out.append(("gkm.io/" + kname.lower() + "s",
+                    {"apiVersion": AV, "kind": kname, "metadata": meta, "spec": {"nodeName": name}, "status": st}))
+    return out
+
+
+def cache_object(j, rv):
+    name = "c-%03d" % j
+    return {"apiVersion": AV, "kind": "GKMCache",
+            "metadata": {"name": name, "namespace": NS, "generation": 1, "resourceVersion": str(rv),
+                         "uid": str(uuid.uuid5(uuid.NAMESPACE_URL, "gkmcache/" + name)), "creationTimestamp": ts(0),
+                         "annotations": {"gkm.io/resolvedDigest": digest(j)}},
+            "spec": {"image": "registry.example.com/ml/kernels/model-%d:v1" % j}}
+
+
+def populate(ks, n, caches):
+    """Objects straight into the server's state file (the server is stopped)."""
+    with open(ks.state) as fh:
+        data = json.load(fh)
+    rv = int(data["rv"]) + 1
+    objs = data["objects"]
+    objs.setdefault("core/namespaces", []).append(
+        {"apiVersion": "v1", "kind": "Namespace",
+         "metadata": {"name": NS, "uid": str(uuid.uuid4()), "resourceVersion": str(rv),
+                      "labels": {"kubernetes.io/metadata.name": NS}}})
+    for i in range(n):
+        for storage, o in node_objects(i, caches, rv):
+            objs.setdefault(storage, []).append(o)
+        rv += 3
+    for j in range(caches):
+        objs.setdefault("gkm.io/gkmcaches", []).append(cache_object(j, rv))
+        rv += 1
+    data["rv"] = rv
+    with open(ks.state, "w") as fh:
+        json.dump(data, fh)
+    return os.path.getsize(ks.state)
+
+
+def get(port, path):
+    c = http.client.HTTPConnection("127.0.0.1", port, timeout=120)
+    c.request("GET", path, headers={"Accept": "application/json"})
+    r = c.getresponse()
+    body = r.read()
+    c.close()
+    return r.status, json.loads(body) if body else None
+
+
+def wait_caches(port, want, check, timeout):
+    """Poll the GKMCaches until check(status, want_ready) holds for all."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        st, lst = get(port, GROUP + "/namespaces/%s/gkmcaches" % NS)
+        done = 0
+        for o in (lst or {}).get("items", []):
+            j = int(o["metadata"]["name"][2:])
+            if check(o.get("status") or {}, want[j]):
+                done += 1
+        if done == len(want):
+            return time.monotonic(), done
+        time.sleep(0.1)
+    return None, done
+
+
+def converged(st, ready):
+    return st.get("readyNodes") == ready and st.get("totalNodes") == NODES
+
+
+def reworded(st, ready):
+    return converged(st, ready) and any(
+        c.get("type") == "Ready" and "[reworded]" in c.get("message", "") for c in st.get("conditions") or [])
+
+
+def main():
+    global NODES
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--nodes", type=int, default=1000)
+    ap.add_argument("--caches", type=int, default=100)
+    ap.add_argument("--rest", type=float, default=5.0)
+    ap.add_argument("--timeout", type=float, default=300.0)
+    a = ap.parse_args()
+    NODES = a.nodes
+    ks = KubeServer(tls=False, token=None).start()
+    try:
+        ks.request("POST", "/api/v1/namespaces", {"apiVersion": "v1", "kind": "Namespace",
+                                                       "metadata": {"name": "gkm-system"}})
+        ks.stop()
+        state_bytes = populate(ks, a.nodes, a.caches)
+        ks.start(timeout=120)
+        want = expected(a.nodes, a.caches)
+        hport = free_port()
+        log = open(os.path.join(ks.dir, "operator.log"), "wb")
+        t0 = time.monotonic()
+        op = subprocess.Popen([GKM, "operator", "--kubeconfig", ks.kubeconfig, "--namespace", "gkm-system",
+                               "--leader-elect", "false", "--health-listen", "127.0.0.1:%d" % hport,
+                               "--log-level", os.environ.get("GKM_BENCH_LOG", "warn")], stdout=log, stderr=subprocess.STDOUT)
+        r = {"nodes": a.nodes, "caches": a.caches, "state_mb": state_bytes / 1e6}
+        try:
+            t1, done = wait_caches(ks.port, want, converged, a.timeout)
+            r["converged"] = t1 is not None
+            r["ready_s"] = (t1 or time.monotonic()) - t0
+            r["ready_caches"] = done
+            r["cpu_to_ready_s"] = cpu_s(op.pid)
+            time.sleep(a.rest)
+            r["rest"] = memory(op.pid)
+            r["cpu_at_rest_s"] = cpu_s(op.pid)
+            time.sleep(2)
+            r["idle_cpu_2s"] = cpu_s(op.pid) - r["cpu_at_rest_s"]
+            # full re-aggregation: a policy change that rewords every Ready message
+            with open(os.path.join(ROOT, "policies", "aggregate.lua")) as fh:
+                src = fh.read()
+            src2 = src.replace('ready_msg = string.format("ready on %d of %d nodes", ready, total)',
+                               'ready_msg = string.format("ready on %d of %d nodes [reworded]", ready, total)')
+            src2 = src2.replace('ready_msg = string.format("ready on %d of %d nodes", ready, usable)',
+                                'ready_msg = string.format("ready on %d of %d nodes [reworded]", ready, usable)')
+            src2 = src2.replace('string.format("ready on %d of %d nodes; failed on %d", ready, usable, failed)',
+                                'string.format("ready on %d of %d nodes; failed on %d [reworded]", ready, usable, failed)')
+            assert src2 != src
+            c0 = cpu_s(op.pid)
+            t2 = time.monotonic()
+            st, _h, body = ks.request("POST", "/api/v1/namespaces/gkm-system/configmaps", {
+                "apiVersion": "v1", "kind": "ConfigMap",
+                "metadata": {"name": "gkm-policies", "namespace": "gkm-system"},
+                "data": {"aggregate.lua": src2}})
+            assert st == 201, (st, body)
+            t3, done = wait_caches(ks.port, want, reworded, a.timeout)
+            r["reaggregate_s"] = (t3 or time.monotonic()) - t2
+            r["reaggregated_caches"] = done
+            r["reaggregate_cpu_s"] = cpu_s(op.pid) - c0
+            time.sleep(1)
+            r["after"] = memory(op.pid)
+            r["cpu_total_s"] = cpu_s(op.pid)
+            r["server_cpu_s"] = cpu_s(ks.proc.pid)
+        finally:
+            op.terminate()
+            op.wait(20)
+            log.close()
+            if not r.get("converged") or os.environ.get("GKM_BENCH_LOG"):
+                with open(os.path.join(ks.dir, "operator.log"), "rb") as fh:
+                    sys.stderr.write(fh.read()[-3000:].decode("utf-8", "replace"))
+        print(json.dumps(r))
+    finally:
+        ks.cleanup()
+
+
+NODES = 0
+if __name__ == "__main__":
+    main()
