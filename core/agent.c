@@ -1262,7 +1262,8 @@ int agent_start(struct loop *l, struct workers *w, struct objstore *os,
 	                               .kind = "GKMCacheNode",
 	                               .label_selector = mine,
 	                               .on_event = on_nodeobj_event,
-	                               .ud = a};
+	                               .ud = a,
+	                               .no_cache = true /* only deletions matter */};
 	struct objstore_watch cl_nw = ns_nw;
 	cl_nw.kind = "ClusterGKMCacheNode";
 	if ((rc = os->ops->watch(os, &ns_w)) || (rc = os->ops->watch(os, &cl_w)) ||
