@@ -16,6 +16,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "errbuf.h"
 #include "fsutil.h"
 #include "log.h"
 
@@ -25,18 +26,6 @@ enum {
 	MESSAGE_MAX = 8192,
 	POD_FIELD_MAX = 256,
 };
-
-static void seterr(char *err, size_t errlen, const char *fmt, ...)
-    __attribute__((format(printf, 3, 4)));
-static void seterr(char *err, size_t errlen, const char *fmt, ...)
-{
-	if (!err || errlen == 0)
-		return;
-	va_list ap;
-	va_start(ap, fmt);
-	vsnprintf(err, errlen, fmt, ap);
-	va_end(ap);
-}
 
 /* Format a path into buf; buf is only written when the whole path fits. */
 static int fmt_path(char *buf, size_t size, const char *fmt, ...)
@@ -181,11 +170,11 @@ static int opt_string(const cJSON *obj, const char *key, size_t max, const char 
 	if (!v || cJSON_IsNull(v))
 		return 0;
 	if (!cJSON_IsString(v) || !v->valuestring) {
-		seterr(err, errlen, "\"%s\" is not a string", key);
+		errbuf_set(err, errlen, "\"%s\" is not a string", key);
 		return -EINVAL;
 	}
 	if (strlen(v->valuestring) > max) {
-		seterr(err, errlen, "\"%s\" is longer than %zu bytes", key, max);
+		errbuf_set(err, errlen, "\"%s\" is longer than %zu bytes", key, max);
 		return -EINVAL;
 	}
 	*out = v->valuestring;
@@ -221,21 +210,21 @@ int cache_view_ready_parse(const char *json, size_t len, struct cache_view_ready
 	cJSON *root = NULL;
 
 	if (len > CACHE_VIEW_READY_MAX) {
-		seterr(err, errlen, "larger than %d bytes", CACHE_VIEW_READY_MAX);
+		errbuf_set(err, errlen, "larger than %d bytes", CACHE_VIEW_READY_MAX);
 		return -EFBIG;
 	}
 	root = cJSON_ParseWithLength(json, len);
 	if (!root) {
-		seterr(err, errlen, "not valid JSON");
+		errbuf_set(err, errlen, "not valid JSON");
 		goto out;
 	}
 	if (!cJSON_IsObject(root)) {
-		seterr(err, errlen, "not a JSON object");
+		errbuf_set(err, errlen, "not a JSON object");
 		goto out;
 	}
 	const cJSON *digest = cJSON_GetObjectItemCaseSensitive(root, "digest");
 	if (!cJSON_IsString(digest) || !cache_view_valid_digest(digest->valuestring)) {
-		seterr(err, errlen, "\"digest\" is missing or not sha256:<64 hex digits>");
+		errbuf_set(err, errlen, "\"digest\" is missing or not sha256:<64 hex digits>");
 		goto out;
 	}
 	memcpy(r.digest, digest->valuestring, CACHE_VIEW_DIGEST_LEN + 1);
@@ -243,14 +232,14 @@ int cache_view_ready_parse(const char *json, size_t len, struct cache_view_ready
 	const cJSON *state = cJSON_GetObjectItemCaseSensitive(root, "state");
 	if (!cJSON_IsString(state) || !state->valuestring[0] ||
 	    strlen(state->valuestring) >= sizeof(r.state) || !printable(state->valuestring)) {
-		seterr(err, errlen, "\"state\" is missing or not a short string");
+		errbuf_set(err, errlen, "\"state\" is missing or not a short string");
 		goto out;
 	}
 	memcpy(r.state, state->valuestring, strlen(state->valuestring) + 1);
 
 	const cJSON *compat = cJSON_GetObjectItemCaseSensitive(root, "compatible");
 	if (!cJSON_IsBool(compat)) {
-		seterr(err, errlen, "\"compatible\" is missing or not a boolean");
+		errbuf_set(err, errlen, "\"compatible\" is missing or not a boolean");
 		goto out;
 	}
 	r.compatible = cJSON_IsTrue(compat);
@@ -258,13 +247,13 @@ int cache_view_ready_parse(const char *json, size_t len, struct cache_view_ready
 	const cJSON *gpus = cJSON_GetObjectItemCaseSensitive(root, "compatibleGPUs");
 	if (gpus && !cJSON_IsNull(gpus)) {
 		if (!cJSON_IsArray(gpus)) {
-			seterr(err, errlen, "\"compatibleGPUs\" is not an array");
+			errbuf_set(err, errlen, "\"compatibleGPUs\" is not an array");
 			goto out;
 		}
 		int n = cJSON_GetArraySize(gpus);
 		if (n > CACHE_VIEW_GPUS_MAX) {
-			seterr(err, errlen, "\"compatibleGPUs\" has more than %d entries",
-			       CACHE_VIEW_GPUS_MAX);
+			errbuf_set(err, errlen, "\"compatibleGPUs\" has more than %d entries",
+			           CACHE_VIEW_GPUS_MAX);
 			goto out;
 		}
 		if (n > 0) {
@@ -279,8 +268,8 @@ int cache_view_ready_parse(const char *json, size_t len, struct cache_view_ready
 		{
 			if (!cJSON_IsString(g) || strlen(g->valuestring) > GPU_ID_MAX ||
 			    !printable(g->valuestring)) {
-				seterr(err, errlen,
-				       "\"compatibleGPUs\" holds a non-string or overlong id");
+				errbuf_set(err, errlen,
+				           "\"compatibleGPUs\" holds a non-string or overlong id");
 				goto out;
 			}
 			r.compatible_gpus[r.ncompatible_gpus] = strdup(g->valuestring);
@@ -323,22 +312,22 @@ int cache_view_ready_read(const char *root, const char *ns, const char *name,
 	if (rc == 0)
 		rc = fmt_path(path, sizeof(path), "%s/%s", dir, CACHE_VIEW_READY);
 	if (rc) {
-		seterr(err, errlen, "invalid cache name or namespace");
+		errbuf_set(err, errlen, "invalid cache name or namespace");
 		return rc;
 	}
 	rc = fsutil_read_file(path, CACHE_VIEW_READY_MAX, &text, &len);
 	if (rc == -ENOENT || rc == -ENOTDIR) {
-		seterr(err, errlen, "no %s", path);
+		errbuf_set(err, errlen, "no %s", path);
 		return -ENOENT;
 	}
 	if (rc) {
-		seterr(err, errlen, "cannot read %s: %s", path, strerror(-rc));
+		errbuf_set(err, errlen, "cannot read %s: %s", path, strerror(-rc));
 		return rc;
 	}
 	char perr[256] = "";
 	rc = cache_view_ready_parse(text, len, out, perr, sizeof(perr));
 	if (rc)
-		seterr(err, errlen, "%s is malformed: %s", path, perr);
+		errbuf_set(err, errlen, "%s is malformed: %s", path, perr);
 	free(text);
 	return rc;
 }
@@ -352,7 +341,7 @@ int cache_view_open_data(const char *root, const char *ns, const char *name, con
 	struct stat st;
 
 	if (!cache_view_valid_digest(digest)) {
-		seterr(err, errlen, "invalid digest");
+		errbuf_set(err, errlen, "invalid digest");
 		return -EINVAL;
 	}
 	rc = cache_view_dir(dir, sizeof(dir), root, "caches", ns, name);
@@ -361,42 +350,42 @@ int cache_view_open_data(const char *root, const char *ns, const char *name, con
 	if (rc == 0)
 		rc = fmt_path(store, sizeof(store), "%s/store/sha256", root);
 	if (rc) {
-		seterr(err, errlen, "invalid cache name, namespace or root");
+		errbuf_set(err, errlen, "invalid cache name, namespace or root");
 		return rc;
 	}
 	if (lstat(link, &st) != 0) {
 		rc = -errno;
-		seterr(err, errlen, "no data link %s", link);
+		errbuf_set(err, errlen, "no data link %s", link);
 		return rc == -ENOTDIR ? -ENOENT : rc;
 	}
 	if (!S_ISLNK(st.st_mode)) {
-		seterr(err, errlen, "%s is not a symlink to the store", link);
+		errbuf_set(err, errlen, "%s is not a symlink to the store", link);
 		return -EINVAL;
 	}
 	rstore = realpath(store, NULL);
 	if (!rstore) {
 		rc = -errno;
-		seterr(err, errlen, "store %s: %s", store, strerror(-rc));
+		errbuf_set(err, errlen, "store %s: %s", store, strerror(-rc));
 		goto out;
 	}
 	rdata = realpath(link, NULL);
 	if (!rdata) {
 		rc = -errno;
-		seterr(err, errlen, "data link %s does not resolve: %s", link, strerror(-rc));
+		errbuf_set(err, errlen, "data link %s does not resolve: %s", link, strerror(-rc));
 		goto out;
 	}
 	size_t sl = strlen(rstore);
 	const char *entry = rdata + sl + 1;
 	if (strncmp(rdata, rstore, sl) != 0 || rdata[sl] != '/' || !*entry || strchr(entry, '/')) {
 		rc = -EXDEV;
-		seterr(err, errlen, "data link %s resolves outside the store", link);
+		errbuf_set(err, errlen, "data link %s resolves outside the store", link);
 		goto out;
 	}
 	if (strcmp(entry, digest + 7) != 0) {
 		rc = -ESTALE;
-		seterr(err, errlen,
-		       "data link names %.19s..., ready.json %.19s... (update in flight)", entry,
-		       digest + 7);
+		errbuf_set(err, errlen,
+		           "data link names %.19s..., ready.json %.19s... (update in flight)",
+		           entry, digest + 7);
 		goto out;
 	}
 	/* Open the entry by digest from the store directory without following
@@ -405,14 +394,14 @@ int cache_view_open_data(const char *root, const char *ns, const char *name, con
 	sfd = open(rstore, O_PATH | O_DIRECTORY | O_CLOEXEC);
 	if (sfd < 0) {
 		rc = -errno;
-		seterr(err, errlen, "store %s: %s", rstore, strerror(-rc));
+		errbuf_set(err, errlen, "store %s: %s", rstore, strerror(-rc));
 		goto out;
 	}
 	efd = openat(sfd, digest + 7, O_PATH | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
 	if (efd < 0) {
 		rc = errno == ENOENT ? -ENOENT : -ENOTDIR;
-		seterr(err, errlen, "store entry %s/%s is %s", rstore, digest + 7,
-		       rc == -ENOENT ? "missing" : "not a directory");
+		errbuf_set(err, errlen, "store entry %s/%s is %s", rstore, digest + 7,
+		           rc == -ENOENT ? "missing" : "not a directory");
 		goto out;
 	}
 	*fd = efd;

@@ -12,6 +12,7 @@
 #include <time.h>
 
 #include "log.h"
+#include "loop.h"
 #include "metrics.h"
 
 #ifndef GKM_VERSION
@@ -575,14 +576,6 @@ struct xfer {
 	bool stalled;
 };
 
-static unsigned long long mono_ms(void)
-{
-	struct timespec ts;
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return (unsigned long long)ts.tv_sec * 1000ull +
-	       (unsigned long long)ts.tv_nsec / 1000000ull;
-}
-
 static int buf_append(struct xfer *x, const char *data, size_t n)
 {
 	if (x->len + n > x->max) {
@@ -609,7 +602,7 @@ static size_t on_write(char *data, size_t size, size_t nmemb, void *ud)
 {
 	struct xfer *x = ud;
 	size_t n = size * nmemb;
-	x->last_byte_ms = mono_ms();
+	x->last_byte_ms = loop_now_ms();
 	if (x->stream) {
 		if (x->code >= 200 && x->code < 300) {
 			if (!x->stream->on_data(data, n, x->stream->ud)) {
@@ -666,7 +659,7 @@ static int on_progress(void *ud, curl_off_t dltotal, curl_off_t dlnow, curl_off_
 		return 0;
 	if (x->stream->stop && atomic_load(x->stream->stop))
 		return 1;
-	unsigned long long quiet = mono_ms() - x->last_byte_ms;
+	unsigned long long quiet = loop_now_ms() - x->last_byte_ms;
 	if (x->stream->idle_timeout_ms > 0 &&
 	    quiet > (unsigned long long)x->stream->idle_timeout_ms) {
 		x->idle_expired = true;
@@ -824,7 +817,7 @@ static void observe(const char *method, long code, CURLcode cc, unsigned long lo
 		snprintf(cs, sizeof(cs), "%s",
 		         cc == CURLE_OPERATION_TIMEDOUT ? "timeout" : "transport");
 	metrics_add(total, METRICS_L(method, cs), 1);
-	metrics_observe(secs, METRICS_L(method), (double)(mono_ms() - t0) / 1000.0);
+	metrics_observe(secs, METRICS_L(method), (double)(loop_now_ms() - t0) / 1000.0);
 }
 
 int kube_client_do(struct kube_client *c, const struct kube_request *rq, cJSON **out,
@@ -858,7 +851,7 @@ int kube_client_do(struct kube_client *c, const struct kube_request *rq, cJSON *
 	curl_easy_setopt(h->curl, CURLOPT_HEADERFUNCTION, on_header);
 	curl_easy_setopt(h->curl, CURLOPT_HEADERDATA, &x);
 	curl_easy_setopt(h->curl, CURLOPT_ERRORBUFFER, errbuf);
-	unsigned long long t0 = mono_ms();
+	unsigned long long t0 = loop_now_ms();
 	CURLcode cc = curl_easy_perform(h->curl);
 	long code = 0;
 	curl_easy_getinfo(h->curl, CURLINFO_RESPONSE_CODE, &code);
@@ -924,7 +917,7 @@ int kube_client_stream(struct kube_client *c, const struct kube_stream *s, struc
 		return -ENOMEM;
 	}
 	struct curl_slist *hdrs = NULL;
-	struct xfer x = {.c = c, .max = ERROR_BODY_MAX, .stream = s, .last_byte_ms = mono_ms()};
+	struct xfer x = {.c = c, .max = ERROR_BODY_MAX, .stream = s, .last_byte_ms = loop_now_ms()};
 	char errbuf[CURL_ERROR_SIZE] = "";
 	int rc =
 	    setup(c, h->curl, s->path, s->timeout_ms > 0 ? s->timeout_ms : 0, NULL, &hdrs, err);

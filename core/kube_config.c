@@ -1,5 +1,6 @@
 /* kubeconfig and in-cluster configuration (see kube_config.h). */
 #include "fsutil.h"
+#include "errbuf.h"
 #include "kube_config.h"
 #include "yamljson.h"
 
@@ -15,30 +16,11 @@
 #include <unistd.h>
 
 #include "log.h"
+#include "loop.h"
 
 #define CONFIG_MAX_BYTES (1u << 20) /* kubeconfig, token, CA and key files */
 #define TOKEN_RECHECK_MS 1000ull    /* stat() the token file at most this often */
 #define TOKEN_REREAD_MS 60000ull    /* and read it at least this often */
-
-static void seterr(char *err, size_t errlen, const char *fmt, ...)
-    __attribute__((format(printf, 3, 4)));
-static void seterr(char *err, size_t errlen, const char *fmt, ...)
-{
-	if (!err || errlen == 0)
-		return;
-	va_list ap;
-	va_start(ap, fmt);
-	vsnprintf(err, errlen, fmt, ap);
-	va_end(ap);
-}
-
-static unsigned long long mono_ms(void)
-{
-	struct timespec ts;
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return (unsigned long long)ts.tv_sec * 1000ull +
-	       (unsigned long long)ts.tv_nsec / 1000000ull;
-}
 
 /* Read a whole small file. *out is NUL-terminated (the NUL is not counted). */
 
@@ -48,7 +30,7 @@ int kube_config_yaml_to_json(const char *text, size_t len, cJSON **out, char *er
 {
 	cJSON *docs = NULL;
 	if (len > CONFIG_MAX_BYTES) {
-		seterr(err, errlen, "yaml: document larger than %u bytes", CONFIG_MAX_BYTES);
+		errbuf_set(err, errlen, "yaml: document larger than %u bytes", CONFIG_MAX_BYTES);
 		return -EINVAL;
 	}
 	int rc = yamljson_parse(text, len, &docs, err, errlen);
@@ -57,7 +39,7 @@ int kube_config_yaml_to_json(const char *text, size_t len, cJSON **out, char *er
 	cJSON *first = cJSON_DetachItemFromArray(docs, 0);
 	cJSON_Delete(docs);
 	if (!first) {
-		seterr(err, errlen, "yaml: empty document");
+		errbuf_set(err, errlen, "yaml: empty document");
 		return -EINVAL;
 	}
 	*out = first;
@@ -220,7 +202,7 @@ static int token_reload(struct kube_config *c, const struct stat *st)
 	c->token_mtime = st->st_mtim;
 	c->token_ino = (unsigned long long)st->st_ino;
 	c->token_size = (long long)st->st_size;
-	c->token_reread_ms = mono_ms();
+	c->token_reread_ms = loop_now_ms();
 	return 0;
 }
 
@@ -231,7 +213,7 @@ int kube_config_token(struct kube_config *c, char *buf, size_t len)
 		return -ENOSPC;
 	pthread_mutex_lock(&c->token_lock);
 	if (c->token_file) {
-		unsigned long long now = mono_ms();
+		unsigned long long now = loop_now_ms();
 		if (now - c->token_checked_ms >= TOKEN_RECHECK_MS || !c->token) {
 			c->token_checked_ms = now;
 			struct stat st;
@@ -274,7 +256,7 @@ static int file_or_data(const cJSON *o, const char *fkey, const char *dkey, cons
 	const char *d = jstr(o, dkey);
 	if (d && *d) {
 		if (b64decode(d, data) < 0) {
-			seterr(err, errlen, "%s: %s is not valid base64", where, dkey);
+			errbuf_set(err, errlen, "%s: %s is not valid base64", where, dkey);
 			return -EINVAL;
 		}
 		return 0;
@@ -286,7 +268,7 @@ static int file_or_data(const cJSON *o, const char *fkey, const char *dkey, cons
 			return -ENOMEM;
 		if (access(*file, R_OK) < 0) {
 			int e = errno;
-			seterr(err, errlen, "%s: %s %s: %s", where, fkey, *file, strerror(e));
+			errbuf_set(err, errlen, "%s: %s %s: %s", where, fkey, *file, strerror(e));
 			return -e;
 		}
 	}
@@ -327,7 +309,7 @@ int kube_config_load_file(const char *path, const char *context, struct kube_con
 			const char *home = getenv("HOME");
 			if (!home || asprintf(&home_path, "%s/.kube/config", home) < 0) {
 				home_path = NULL;
-				seterr(err, errlen, "no kubeconfig: set KUBECONFIG or HOME");
+				errbuf_set(err, errlen, "no kubeconfig: set KUBECONFIG or HOME");
 				rc = -ENOENT;
 				goto out;
 			}
@@ -338,17 +320,17 @@ int kube_config_load_file(const char *path, const char *context, struct kube_con
 	snprintf(where, sizeof(where), "kubeconfig %s", path);
 	rc = fsutil_read_file(path, CONFIG_MAX_BYTES, &text, &len);
 	if (rc < 0) {
-		seterr(err, errlen, "%s: %s", where, strerror(-rc));
+		errbuf_set(err, errlen, "%s: %s", where, strerror(-rc));
 		goto out;
 	}
 	char yerr[256] = "";
 	rc = kube_config_yaml_to_json(text, len, &root, yerr, sizeof(yerr));
 	if (rc < 0) {
-		seterr(err, errlen, "%s: %s", where, yerr);
+		errbuf_set(err, errlen, "%s: %s", where, yerr);
 		goto out;
 	}
 	if (!cJSON_IsObject(root)) {
-		seterr(err, errlen, "%s: not a mapping", where);
+		errbuf_set(err, errlen, "%s: not a mapping", where);
 		rc = -EINVAL;
 		goto out;
 	}
@@ -358,13 +340,13 @@ int kube_config_load_file(const char *path, const char *context, struct kube_con
 
 	const char *ctxname = context ? context : jstr(root, "current-context");
 	if (!ctxname || !*ctxname) {
-		seterr(err, errlen, "%s: no current-context and no context given", where);
+		errbuf_set(err, errlen, "%s: no current-context and no context given", where);
 		rc = -EINVAL;
 		goto out;
 	}
 	const cJSON *ctx = named(root, "contexts", "context", ctxname);
 	if (!cJSON_IsObject(ctx)) {
-		seterr(err, errlen, "%s: context \"%s\" not found", where, ctxname);
+		errbuf_set(err, errlen, "%s: context \"%s\" not found", where, ctxname);
 		rc = -ENOENT;
 		goto out;
 	}
@@ -372,21 +354,22 @@ int kube_config_load_file(const char *path, const char *context, struct kube_con
 	const char *username = jstr(ctx, "user");
 	const cJSON *cl = clname ? named(root, "clusters", "cluster", clname) : NULL;
 	if (!cJSON_IsObject(cl)) {
-		seterr(err, errlen, "%s: cluster \"%s\" of context \"%s\" not found", where,
-		       clname ? clname : "", ctxname);
+		errbuf_set(err, errlen, "%s: cluster \"%s\" of context \"%s\" not found", where,
+		           clname ? clname : "", ctxname);
 		rc = -ENOENT;
 		goto out;
 	}
 	const cJSON *user = username ? named(root, "users", "user", username) : NULL;
 	if (username && *username && !cJSON_IsObject(user)) {
-		seterr(err, errlen, "%s: user \"%s\" of context \"%s\" not found", where, username,
-		       ctxname);
+		errbuf_set(err, errlen, "%s: user \"%s\" of context \"%s\" not found", where,
+		           username, ctxname);
 		rc = -ENOENT;
 		goto out;
 	}
 	const char *server = jstr(cl, "server");
 	if (!server || (strncmp(server, "https://", 8) && strncmp(server, "http://", 7))) {
-		seterr(err, errlen, "%s: cluster \"%s\" has no http(s) server URL", where, clname);
+		errbuf_set(err, errlen, "%s: cluster \"%s\" has no http(s) server URL", where,
+		           clname);
 		rc = -EINVAL;
 		goto out;
 	}
@@ -425,9 +408,9 @@ int kube_config_load_file(const char *path, const char *context, struct kube_con
 		bool has_cert = c->cert_file || c->cert_data.data;
 		bool has_key = c->key_file || c->key_data.data;
 		if (has_cert != has_key) {
-			seterr(err, errlen, "%s: user \"%s\" has a client %s without its %s", where,
-			       username, has_cert ? "certificate" : "key",
-			       has_cert ? "key" : "certificate");
+			errbuf_set(err, errlen, "%s: user \"%s\" has a client %s without its %s",
+			           where, username, has_cert ? "certificate" : "key",
+			           has_cert ? "key" : "certificate");
 			rc = -EINVAL;
 			goto out;
 		}
@@ -448,8 +431,8 @@ int kube_config_load_file(const char *path, const char *context, struct kube_con
 			char tb[8];
 			rc = kube_config_token(c, tb, sizeof(tb));
 			if (rc < 0 && rc != -ENOSPC) {
-				seterr(err, errlen, "%s: tokenFile %s: %s", where, c->token_file,
-				       strerror(-rc));
+				errbuf_set(err, errlen, "%s: tokenFile %s: %s", where,
+				           c->token_file, strerror(-rc));
 				goto out;
 			}
 			rc = 0;
@@ -483,13 +466,14 @@ int kube_config_load_incluster(const char *sa_dir, struct kube_config **out, cha
 	if (!sa_dir)
 		sa_dir = KUBE_SA_DIR;
 	if (!host || !*host || !port || !*port) {
-		seterr(err, errlen,
-		       "not running in a cluster: KUBERNETES_SERVICE_HOST/PORT are not set");
+		errbuf_set(err, errlen,
+		           "not running in a cluster: KUBERNETES_SERVICE_HOST/PORT are not set");
 		return -ENOENT;
 	}
 	for (const char *p = port; *p; p++)
 		if (*p < '0' || *p > '9') {
-			seterr(err, errlen, "KUBERNETES_SERVICE_PORT \"%s\" is not a port", port);
+			errbuf_set(err, errlen, "KUBERNETES_SERVICE_PORT \"%s\" is not a port",
+			           port);
 			return -EINVAL;
 		}
 	struct kube_config *c = config_alloc();
@@ -510,7 +494,8 @@ int kube_config_load_incluster(const char *sa_dir, struct kube_config **out, cha
 	char tb[8];
 	rc = kube_config_token(c, tb, sizeof(tb));
 	if (rc < 0 && rc != -ENOSPC) {
-		seterr(err, errlen, "service account token %s: %s", c->token_file, strerror(-rc));
+		errbuf_set(err, errlen, "service account token %s: %s", c->token_file,
+		           strerror(-rc));
 		goto out;
 	}
 	if (asprintf(&c->ca_file, "%s/ca.crt", sa_dir) < 0) {
@@ -520,7 +505,8 @@ int kube_config_load_incluster(const char *sa_dir, struct kube_config **out, cha
 	}
 	if (access(c->ca_file, R_OK) < 0) {
 		rc = -errno;
-		seterr(err, errlen, "service account CA bundle %s: %s", c->ca_file, strerror(-rc));
+		errbuf_set(err, errlen, "service account CA bundle %s: %s", c->ca_file,
+		           strerror(-rc));
 		goto out;
 	}
 	char nspath[PATH_MAX];

@@ -9,6 +9,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "errbuf.h"
 #include "kube_selector.h"
 #include "log.h"
 #include "metrics.h"
@@ -63,16 +64,6 @@ struct job {
 	unsigned retry_after_s;
 };
 
-static void seterr(char *err, size_t len, const char *fmt, ...)
-    __attribute__((format(printf, 3, 4)));
-static void seterr(char *err, size_t len, const char *fmt, ...)
-{
-	va_list ap;
-	va_start(ap, fmt);
-	vsnprintf(err, len, fmt, ap);
-	va_end(ap);
-}
-
 static struct metric *m_reconciles(void)
 {
 	return metrics_counter("gkm_reconciles_total", "Reconciles by controller and result",
@@ -100,7 +91,7 @@ static bool only_keys(const cJSON *o, const char *const *allowed, char *err, siz
 			if (!strcmp(it->string, *a))
 				ok = true;
 		if (!ok) {
-			seterr(err, errlen, "%s: unknown field '%s'", where, it->string);
+			errbuf_set(err, errlen, "%s: unknown field '%s'", where, it->string);
 			return false;
 		}
 	}
@@ -119,8 +110,8 @@ static int validate_watches(const cJSON *r, char *err, size_t errlen)
 	                                   "debounce_ms",   "resync_s",      NULL};
 	int n = cJSON_GetArraySize(r);
 	if (!cJSON_IsArray(r) || n < 1 || n > KUBE_CONTROLLER_MAX_WATCHES) {
-		seterr(err, errlen, "watches() must return a list of 1 to %d watches",
-		       KUBE_CONTROLLER_MAX_WATCHES);
+		errbuf_set(err, errlen, "watches() must return a list of 1 to %d watches",
+		           KUBE_CONTROLLER_MAX_WATCHES);
 		return -1;
 	}
 	int i = 0;
@@ -130,7 +121,7 @@ static int validate_watches(const cJSON *r, char *err, size_t errlen)
 		char where[32];
 		snprintf(where, sizeof(where), "watch %d", ++i);
 		if (!cJSON_IsObject(w)) {
-			seterr(err, errlen, "%s: not a table", where);
+			errbuf_set(err, errlen, "%s: not a table", where);
 			return -1;
 		}
 		if (!only_keys(w, keys, err, errlen, where))
@@ -138,7 +129,7 @@ static int validate_watches(const cJSON *r, char *err, size_t errlen)
 		const cJSON *av = cJSON_GetObjectItemCaseSensitive(w, "apiVersion");
 		const cJSON *k = cJSON_GetObjectItemCaseSensitive(w, "kind");
 		if (!cJSON_IsString(av) || !cJSON_IsString(k) || !*k->valuestring) {
-			seterr(err, errlen, "%s: apiVersion and kind must be strings", where);
+			errbuf_set(err, errlen, "%s: apiVersion and kind must be strings", where);
 			return -1;
 		}
 		const cJSON *ns = cJSON_GetObjectItemCaseSensitive(w, "namespace");
@@ -149,23 +140,24 @@ static int validate_watches(const cJSON *r, char *err, size_t errlen)
 		const cJSON *rs = cJSON_GetObjectItemCaseSensitive(w, "resync_s");
 		if ((ns && !cJSON_IsString(ns)) || (fs && !cJSON_IsString(fs)) ||
 		    (ls && !cJSON_IsString(ls) && !cJSON_IsObject(ls))) {
-			seterr(err, errlen,
-			       "%s: namespace and fieldSelector must be strings, "
-			       "labelSelector a string or a map",
-			       where);
+			errbuf_set(err, errlen,
+			           "%s: namespace and fieldSelector must be strings, "
+			           "labelSelector a string or a map",
+			           where);
 			return -1;
 		}
 		if (eq && (!cJSON_IsString(eq) ||
 		           (strcmp(eq->valuestring, "self") && strcmp(eq->valuestring, "owner") &&
 		            strcmp(eq->valuestring, "map") && strcmp(eq->valuestring, "none")))) {
-			seterr(err, errlen,
-			       "%s: enqueue must be \"self\", \"owner\", \"map\" or \"none\"",
-			       where);
+			errbuf_set(err, errlen,
+			           "%s: enqueue must be \"self\", \"owner\", \"map\" or \"none\"",
+			           where);
 			return -1;
 		}
 		if ((db && !num_in(db, 0, 3600000)) || (rs && !num_in(rs, 0, 86400))) {
-			seterr(err, errlen,
-			       "%s: debounce_ms must be 0..3600000 and resync_s 0..86400", where);
+			errbuf_set(err, errlen,
+			           "%s: debounce_ms must be 0..3600000 and resync_s 0..86400",
+			           where);
 			return -1;
 		}
 	}
@@ -178,7 +170,7 @@ static int validate_result(const cJSON *r, char *err, size_t errlen)
 	if (!r || cJSON_IsNull(r))
 		return 0;
 	if (!cJSON_IsObject(r)) {
-		seterr(err, errlen, "reconcile must return nil or a table");
+		errbuf_set(err, errlen, "reconcile must return nil or a table");
 		return -1;
 	}
 	if (!only_keys(r, keys, err, errlen, "reconcile result"))
@@ -186,11 +178,12 @@ static int validate_result(const cJSON *r, char *err, size_t errlen)
 	const cJSON *ra = cJSON_GetObjectItemCaseSensitive(r, "requeue_after");
 	const cJSON *rq = cJSON_GetObjectItemCaseSensitive(r, "requeue");
 	if (ra && !num_in(ra, 0, 86400)) {
-		seterr(err, errlen, "requeue_after must be a number of seconds from 0 to 86400");
+		errbuf_set(err, errlen,
+		           "requeue_after must be a number of seconds from 0 to 86400");
 		return -1;
 	}
 	if (rq && !cJSON_IsBool(rq)) {
-		seterr(err, errlen, "requeue must be a boolean");
+		errbuf_set(err, errlen, "requeue must be a boolean");
 		return -1;
 	}
 	return 0;
@@ -209,15 +202,15 @@ static int validate_keys(const cJSON *r, char *err, size_t errlen)
 	if (cJSON_IsNull(r) || (cJSON_IsObject(r) && !r->child))
 		return 0; /* nil or {}: nothing to enqueue */
 	if (!cJSON_IsArray(r) || cJSON_GetArraySize(r) > MAP_MAX_KEYS) {
-		seterr(err, errlen, "map must return a list of at most %d keys", MAP_MAX_KEYS);
+		errbuf_set(err, errlen, "map must return a list of at most %d keys", MAP_MAX_KEYS);
 		return -1;
 	}
 	const cJSON *k;
 	cJSON_ArrayForEach(k, r)
 	{
 		if (!cJSON_IsString(k) || !key_ok(k->valuestring)) {
-			seterr(err, errlen,
-			       "map returned a key that is not \"namespace/name\" or \"name\"");
+			errbuf_set(err, errlen,
+			           "map returned a key that is not \"namespace/name\" or \"name\"");
 			return -1;
 		}
 	}
@@ -715,7 +708,7 @@ static int setup_watch(struct kube_controller *c, int index, const cJSON *w, cha
 	struct kube_error ke;
 	int rc = kube_client_resource(c->o.client, av, kind, &cw->res, &ke);
 	if (rc < 0) {
-		seterr(err, errlen, "watch %d (%s %s): %s", index, av, kind, ke.message);
+		errbuf_set(err, errlen, "watch %d (%s %s): %s", index, av, kind, ke.message);
 		return rc;
 	}
 	const cJSON *ls = cJSON_GetObjectItemCaseSensitive(w, "labelSelector");
@@ -730,7 +723,7 @@ static int setup_watch(struct kube_controller *c, int index, const cJSON *w, cha
 			rc = -ENOMEM;
 	}
 	if (rc < 0) {
-		seterr(err, errlen, "watch %d: %s", index, serr);
+		errbuf_set(err, errlen, "watch %d: %s", index, serr);
 		return rc;
 	}
 	cw->ns = dup_or_null(kube_obj_str(w, NULL, "namespace"));
@@ -754,13 +747,14 @@ int kube_controller_start(const struct kube_controller_opts *o, struct kube_cont
 {
 	if (!o->loop || !o->workers || !o->client || !o->engine || !o->module ||
 	    !o->field_manager) {
-		seterr(err, errlen,
-		       "controller: loop, workers, client, engine, module and field manager are "
-		       "required");
+		errbuf_set(
+		    err, errlen,
+		    "controller: loop, workers, client, engine, module and field manager are "
+		    "required");
 		return -EINVAL;
 	}
 	if (!o->engine->current) {
-		seterr(err, errlen, "controller %s: no policy engine loaded", o->module);
+		errbuf_set(err, errlen, "controller %s: no policy engine loaded", o->module);
 		return -EINVAL;
 	}
 	struct kube_controller *c = calloc(1, sizeof(*c));
@@ -791,7 +785,7 @@ int kube_controller_start(const struct kube_controller_opts *o, struct kube_cont
 	    engine_call_fn(e, c->module, "watches", c->config, validate_watches, &watches, &ee);
 	engine_unref(e);
 	if (st != ENGINE_OK) {
-		seterr(err, errlen, "controller %s: %s", c->module, ee.message);
+		errbuf_set(err, errlen, "controller %s: %s", c->module, ee.message);
 		rc = -EINVAL;
 		goto fail;
 	}
@@ -818,8 +812,8 @@ int kube_controller_start(const struct kube_controller_opts *o, struct kube_cont
 		    .ud = cw,
 		};
 		if ((rc = kube_informer_start(c->o.client, &io, &cw->inf)) < 0) {
-			seterr(err, errlen, "controller %s: cannot start watch %zu: %s", c->module,
-			       i + 1, strerror(-rc));
+			errbuf_set(err, errlen, "controller %s: cannot start watch %zu: %s",
+			           c->module, i + 1, strerror(-rc));
 			goto fail;
 		}
 		if (cw->resync_s) {

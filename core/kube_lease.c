@@ -11,17 +11,16 @@
 #include <time.h>
 
 #include "backoff.h"
+#include "bgthread.h"
 #include "log.h"
+#include "loop.h"
 
 struct kube_lease {
 	struct kube_client *c;
 	struct kube_lease_opts o;
 	char *ns, *name, *identity;
 	struct kube_resource res;
-	pthread_t th;
-	pthread_mutex_t mu;
-	pthread_cond_t cv;
-	atomic_bool stop;
+	struct bgthread t;
 	atomic_bool leader;
 	uint64_t seed;
 	/* what we last saw of the record, and when (our monotonic clock) */
@@ -30,14 +29,6 @@ struct kube_lease {
 	unsigned long long observed_ms;
 	char last_leader[256];
 };
-
-static unsigned long long mono_ms(void)
-{
-	struct timespec ts;
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return (unsigned long long)ts.tv_sec * 1000ull +
-	       (unsigned long long)ts.tv_nsec / 1000000ull;
-}
 
 void kube_lease_microtime(char *buf, size_t len)
 {
@@ -48,24 +39,6 @@ void kube_lease_microtime(char *buf, size_t len)
 	char base[24];
 	strftime(base, sizeof(base), "%Y-%m-%dT%H:%M:%S", &tm);
 	snprintf(buf, len, "%s.%06ldZ", base, ts.tv_nsec / 1000);
-}
-
-static bool nap(struct kube_lease *l, unsigned ms)
-{
-	struct timespec ts;
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	ts.tv_sec += ms / 1000;
-	ts.tv_nsec += (long)(ms % 1000) * 1000000L;
-	if (ts.tv_nsec >= 1000000000L) {
-		ts.tv_sec++;
-		ts.tv_nsec -= 1000000000L;
-	}
-	pthread_mutex_lock(&l->mu);
-	while (!atomic_load(&l->stop))
-		if (pthread_cond_timedwait(&l->cv, &l->mu, &ts) == ETIMEDOUT)
-			break;
-	pthread_mutex_unlock(&l->mu);
-	return !atomic_load(&l->stop);
 }
 
 static const char *spec_str(const cJSON *lease, const char *f)
@@ -93,7 +66,7 @@ static void observe(struct kube_lease *l, const cJSON *lease)
 	    !l->observed_ms) {
 		snprintf(l->observed_holder, sizeof(l->observed_holder), "%s", holder);
 		snprintf(l->observed_renew, sizeof(l->observed_renew), "%s", renew);
-		l->observed_ms = mono_ms();
+		l->observed_ms = loop_now_ms();
 	}
 	if (*holder && strcmp(holder, l->last_leader)) {
 		snprintf(l->last_leader, sizeof(l->last_leader), "%s", holder);
@@ -175,7 +148,8 @@ static bool try_acquire_or_renew(struct kube_lease *l, bool *lost)
 	         spec_str(lease, "holderIdentity") ? spec_str(lease, "holderIdentity") : "");
 	bool ours = !strcmp(holder, l->identity);
 	double dur_s = spec_num(lease, "leaseDurationSeconds", l->o.lease_duration_ms / 1000.0);
-	if (!ours && *holder && mono_ms() < l->observed_ms + (unsigned long long)(dur_s * 1000.0)) {
+	if (!ours && *holder &&
+	    loop_now_ms() < l->observed_ms + (unsigned long long)(dur_s * 1000.0)) {
 		*lost = true;
 		cJSON_Delete(lease);
 		return false; /* another holder, not expired */
@@ -244,28 +218,28 @@ static void *lease_main(void *ud)
 {
 	struct kube_lease *l = ud;
 	unsigned long long last_renew = 0;
-	while (!atomic_load(&l->stop)) {
+	while (!bgthread_stopping(&l->t)) {
 		bool lost = false;
 		bool ok = try_acquire_or_renew(l, &lost);
-		if (atomic_load(&l->stop))
+		if (bgthread_stopping(&l->t))
 			break;
 		if (!atomic_load(&l->leader)) {
 			if (ok) {
-				last_renew = mono_ms();
+				last_renew = loop_now_ms();
 				atomic_store(&l->leader, true);
 				log_info("kube: became the leader", "lease", l->name, "identity",
 				         l->identity);
 				if (l->o.on_started)
 					l->o.on_started(l->o.ud);
-				nap(l, l->o.retry_period_ms);
+				bgthread_nap(&l->t, l->o.retry_period_ms);
 			} else {
-				nap(l, jittered(l, l->o.retry_period_ms));
+				bgthread_nap(&l->t, jittered(l, l->o.retry_period_ms));
 			}
 			continue;
 		}
 		if (ok) {
-			last_renew = mono_ms();
-		} else if (lost || mono_ms() - last_renew >= l->o.renew_deadline_ms) {
+			last_renew = loop_now_ms();
+		} else if (lost || loop_now_ms() - last_renew >= l->o.renew_deadline_ms) {
 			atomic_store(&l->leader, false);
 			log_warn("kube: stepping down: the lease could not be renewed", "lease",
 			         l->name, "identity", l->identity, "holder", l->observed_holder);
@@ -273,7 +247,7 @@ static void *lease_main(void *ud)
 				l->o.on_stopped(l->o.ud);
 		}
 		/* after a failed renewal retry sooner, within the deadline */
-		nap(l, ok ? l->o.retry_period_ms : l->o.retry_period_ms / 2 + 1);
+		bgthread_nap(&l->t, ok ? l->o.retry_period_ms : l->o.retry_period_ms / 2 + 1);
 	}
 	if (atomic_load(&l->leader)) {
 		if (!l->o.keep_on_stop)
@@ -316,19 +290,10 @@ int kube_lease_start(struct kube_client *c, const struct kube_lease_opts *o,
 		rc = -EINVAL;
 		goto fail;
 	}
-	l->seed = mono_ms() ^ (uintptr_t)l;
-	pthread_mutex_init(&l->mu, NULL);
-	pthread_condattr_t ca;
-	pthread_condattr_init(&ca);
-	pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
-	pthread_cond_init(&l->cv, &ca);
-	pthread_condattr_destroy(&ca);
-	rc = -pthread_create(&l->th, NULL, lease_main, l);
-	if (rc < 0) {
-		pthread_cond_destroy(&l->cv);
-		pthread_mutex_destroy(&l->mu);
+	l->seed = loop_now_ms() ^ (uintptr_t)l;
+	rc = bgthread_start(&l->t, lease_main, l);
+	if (rc < 0)
 		goto fail;
-	}
 	*out = l;
 	return 0;
 fail:
@@ -343,13 +308,7 @@ void kube_lease_stop(struct kube_lease *l)
 {
 	if (!l)
 		return;
-	pthread_mutex_lock(&l->mu);
-	atomic_store(&l->stop, true);
-	pthread_cond_broadcast(&l->cv);
-	pthread_mutex_unlock(&l->mu);
-	pthread_join(l->th, NULL);
-	pthread_cond_destroy(&l->cv);
-	pthread_mutex_destroy(&l->mu);
+	bgthread_stop(&l->t);
 	free(l->ns);
 	free(l->name);
 	free(l->identity);

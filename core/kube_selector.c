@@ -1,6 +1,8 @@
 /* Label selectors (see kube_selector.h). */
 #include "kube_selector.h"
 
+#include "errbuf.h"
+
 #include <errno.h>
 #include <stdarg.h>
 #include <stdio.h>
@@ -24,18 +26,6 @@ struct kube_selector {
 	struct req reqs[MAX_REQS];
 	unsigned n;
 };
-
-static void seterr(char *err, size_t len, const char *fmt, ...)
-    __attribute__((format(printf, 3, 4)));
-static void seterr(char *err, size_t len, const char *fmt, ...)
-{
-	if (!err || !len)
-		return;
-	va_list ap;
-	va_start(ap, fmt);
-	vsnprintf(err, len, fmt, ap);
-	va_end(ap);
-}
 
 static bool alnum(char c)
 {
@@ -116,7 +106,7 @@ static int add_value(struct req *r, const char **p, const char *stops, const cha
                      size_t errlen)
 {
 	if (r->nvalues >= MAX_VALUES) {
-		seterr(err, errlen, "more than %d values in a set", MAX_VALUES);
+		errbuf_set(err, errlen, "more than %d values in a set", MAX_VALUES);
 		return -EINVAL;
 	}
 	char *v = token(p, stops);
@@ -124,7 +114,7 @@ static int add_value(struct req *r, const char **p, const char *stops, const cha
 		return -ENOMEM;
 	r->values[r->nvalues++] = v;
 	if (!kube_label_value_valid(v)) {
-		seterr(err, errlen, "invalid label value \"%s\" in selector \"%s\"", v, sel);
+		errbuf_set(err, errlen, "invalid label value \"%s\" in selector \"%s\"", v, sel);
 		return -EINVAL;
 	}
 	return 0;
@@ -133,7 +123,7 @@ static int add_value(struct req *r, const char **p, const char *stops, const cha
 int kube_selector_parse(const char *s, struct kube_selector **out, char *err, size_t errlen)
 {
 	if (s && strlen(s) > MAX_SELECTOR) {
-		seterr(err, errlen, "label selector longer than %d bytes", MAX_SELECTOR);
+		errbuf_set(err, errlen, "label selector longer than %d bytes", MAX_SELECTOR);
 		return -EINVAL;
 	}
 	struct kube_selector *sel = calloc(1, sizeof(*sel));
@@ -143,8 +133,8 @@ int kube_selector_parse(const char *s, struct kube_selector **out, char *err, si
 	skip_ws(&p);
 	while (*p) {
 		if (sel->n >= MAX_REQS) {
-			seterr(err, errlen, "label selector with more than %d requirements",
-			       MAX_REQS);
+			errbuf_set(err, errlen, "label selector with more than %d requirements",
+			           MAX_REQS);
 			goto bad;
 		}
 		struct req *r = &sel->reqs[sel->n++];
@@ -157,8 +147,8 @@ int kube_selector_parse(const char *s, struct kube_selector **out, char *err, si
 		if (!r->key)
 			goto nomem;
 		if (!kube_label_key_valid(r->key)) {
-			seterr(err, errlen, "invalid label key \"%s\" in selector \"%s\"", r->key,
-			       s);
+			errbuf_set(err, errlen, "invalid label key \"%s\" in selector \"%s\"",
+			           r->key, s);
 			goto bad;
 		}
 		if (neg) {
@@ -177,8 +167,8 @@ int kube_selector_parse(const char *s, struct kube_selector **out, char *err, si
 			p += r->op == OP_IN ? 2 : 5;
 			skip_ws(&p);
 			if (*p != '(') {
-				seterr(err, errlen,
-				       "expected '(' after in/notin in selector \"%s\"", s);
+				errbuf_set(err, errlen,
+				           "expected '(' after in/notin in selector \"%s\"", s);
 				goto bad;
 			}
 			p++;
@@ -197,7 +187,8 @@ int kube_selector_parse(const char *s, struct kube_selector **out, char *err, si
 					p++;
 					break;
 				}
-				seterr(err, errlen, "unterminated value set in selector \"%s\"", s);
+				errbuf_set(err, errlen, "unterminated value set in selector \"%s\"",
+				           s);
 				goto bad;
 			}
 		} else {
@@ -208,11 +199,11 @@ int kube_selector_parse(const char *s, struct kube_selector **out, char *err, si
 			p++;
 			skip_ws(&p);
 			if (!*p) {
-				seterr(err, errlen, "trailing ',' in selector \"%s\"", s);
+				errbuf_set(err, errlen, "trailing ',' in selector \"%s\"", s);
 				goto bad;
 			}
 		} else if (*p) {
-			seterr(err, errlen, "unexpected '%c' in selector \"%s\"", *p, s);
+			errbuf_set(err, errlen, "unexpected '%c' in selector \"%s\"", *p, s);
 			goto bad;
 		}
 	}
@@ -277,12 +268,12 @@ static int cmp_str(const void *a, const void *b)
 int kube_selector_from_map(const cJSON *map, char **out, char *err, size_t errlen)
 {
 	if (!cJSON_IsObject(map)) {
-		seterr(err, errlen, "a label map must be an object of strings");
+		errbuf_set(err, errlen, "a label map must be an object of strings");
 		return -EINVAL;
 	}
 	int n = cJSON_GetArraySize(map);
 	if (n > MAX_REQS) {
-		seterr(err, errlen, "more than %d labels in a selector", MAX_REQS);
+		errbuf_set(err, errlen, "more than %d labels in a selector", MAX_REQS);
 		return -EINVAL;
 	}
 	const char *keys[MAX_REQS] = {NULL};
@@ -292,16 +283,16 @@ int kube_selector_from_map(const cJSON *map, char **out, char *err, size_t errle
 	cJSON_ArrayForEach(it, map)
 	{
 		if (!cJSON_IsString(it)) {
-			seterr(err, errlen, "label \"%s\" must be a string", it->string);
+			errbuf_set(err, errlen, "label \"%s\" must be a string", it->string);
 			return -EINVAL;
 		}
 		if (!kube_label_key_valid(it->string)) {
-			seterr(err, errlen, "invalid label key \"%s\"", it->string);
+			errbuf_set(err, errlen, "invalid label key \"%s\"", it->string);
 			return -EINVAL;
 		}
 		if (!kube_label_value_valid(it->valuestring)) {
-			seterr(err, errlen, "invalid value \"%s\" of label \"%s\"", it->valuestring,
-			       it->string);
+			errbuf_set(err, errlen, "invalid value \"%s\" of label \"%s\"",
+			           it->valuestring, it->string);
 			return -EINVAL;
 		}
 		keys[k++] = it->string;

@@ -9,7 +9,9 @@
 #include <time.h>
 
 #include "backoff.h"
+#include "bgthread.h"
 #include "log.h"
+#include "loop.h"
 
 #define DEFAULT_MAX_EVENT ((size_t)4 << 20)
 #define DEFAULT_TIMEOUT_S 300u
@@ -159,11 +161,8 @@ struct kube_watch {
 	struct kube_watch_handler h;
 	char *label_selector, *field_selector, *ns;
 	char name[128];
-	pthread_t th;
-	atomic_bool stop;
+	struct bgthread t;
 	atomic_bool synced;
-	pthread_mutex_t mu;
-	pthread_cond_t cv;
 	struct kube_watch_stats st;
 	uint64_t seed;
 	struct kube_watch_parser parser;
@@ -175,34 +174,6 @@ struct kube_watch {
 	uint64_t stream_events;
 	char stream_err[1200];
 };
-
-static unsigned long long mono_ms(void)
-{
-	struct timespec ts;
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return (unsigned long long)ts.tv_sec * 1000ull +
-	       (unsigned long long)ts.tv_nsec / 1000000ull;
-}
-
-/* Sleep ms unless stopped first. false when stopping. */
-static bool nap(struct kube_watch *w, unsigned ms)
-{
-	struct timespec ts;
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	ts.tv_sec += ms / 1000;
-	ts.tv_nsec += (long)(ms % 1000) * 1000000L;
-	if (ts.tv_nsec >= 1000000000L) {
-		ts.tv_sec++;
-		ts.tv_nsec -= 1000000000L;
-	}
-	pthread_mutex_lock(&w->mu);
-	while (!atomic_load(&w->stop)) {
-		if (pthread_cond_timedwait(&w->cv, &w->mu, &ts) == ETIMEDOUT)
-			break;
-	}
-	pthread_mutex_unlock(&w->mu);
-	return !atomic_load(&w->stop);
-}
 
 static bool set_rv(struct kube_watch *w, const cJSON *obj)
 {
@@ -283,7 +254,7 @@ static bool on_stream_data(const char *buf, size_t len, void *ud)
 		atomic_fetch_add_explicit(&w->st.malformed, 1, memory_order_relaxed);
 		return false;
 	}
-	return rc != 1 && !atomic_load(&w->stop);
+	return rc != 1 && !bgthread_stopping(&w->t);
 }
 
 static int build_watch_path(struct kube_watch *w, unsigned timeout_s, char *path, size_t len)
@@ -339,12 +310,12 @@ static void *watch_main(void *ud)
 	bool need_list = true;
 	unsigned attempt = 0;
 	char path[8192];
-	while (!atomic_load(&w->stop)) {
+	while (!bgthread_stopping(&w->t)) {
 		if (need_list) {
 			if (do_list(w) < 0) {
 				atomic_fetch_add_explicit(&w->st.failures, 1, memory_order_relaxed);
-				nap(w, backoff_ms(attempt++, w->o.backoff_initial_ms,
-				                  w->o.backoff_max_ms, &w->seed));
+				bgthread_nap(&w->t, backoff_ms(attempt++, w->o.backoff_initial_ms,
+				                               w->o.backoff_max_ms, &w->seed));
 				continue;
 			}
 			need_list = false;
@@ -356,7 +327,7 @@ static void *watch_main(void *ud)
 		if (build_watch_path(w, timeout_s, path, sizeof(path)) < 0) {
 			log_error("kube: watch path too long; selectors too large?", "watch",
 			          w->name);
-			nap(w, w->o.backoff_max_ms);
+			bgthread_nap(&w->t, w->o.backoff_max_ms);
 			continue;
 		}
 		w->gone = w->error_event = w->malformed = false;
@@ -371,14 +342,14 @@ static void *watch_main(void *ud)
 		    .pending = &w->parser.len,
 		    .on_data = on_stream_data,
 		    .ud = w,
-		    .stop = &w->stop,
+		    .stop = &w->t.stop,
 		};
 		struct kube_error err;
-		unsigned long long t0 = mono_ms();
+		unsigned long long t0 = loop_now_ms();
 		atomic_fetch_add_explicit(&w->st.connects, 1, memory_order_relaxed);
 		int rc = kube_client_stream(w->c, &s, &err);
-		unsigned long long lasted = mono_ms() - t0;
-		if (atomic_load(&w->stop))
+		unsigned long long lasted = loop_now_ms() - t0;
+		if (bgthread_stopping(&w->t))
 			break;
 		bool healthy = w->stream_events > 0 || lasted >= HEALTHY_STREAM_MS;
 		if (w->gone || rc == -ESTALE) {
@@ -389,8 +360,8 @@ static void *watch_main(void *ud)
 			/* A server that answers 410 right after every list must not
 			 * make us list in a tight loop. */
 			if (!healthy && attempt > 0 &&
-			    !nap(w, backoff_ms(attempt - 1, w->o.backoff_initial_ms,
-			                       w->o.backoff_max_ms, &w->seed)))
+			    !bgthread_nap(&w->t, backoff_ms(attempt - 1, w->o.backoff_initial_ms,
+			                                    w->o.backoff_max_ms, &w->seed)))
 				break;
 			attempt = healthy ? 0 : attempt + 1;
 			continue;
@@ -421,8 +392,8 @@ static void *watch_main(void *ud)
 		}
 		if (healthy)
 			attempt = 0;
-		if (!nap(w, backoff_ms(attempt++, w->o.backoff_initial_ms, w->o.backoff_max_ms,
-		                       &w->seed)))
+		if (!bgthread_nap(&w->t, backoff_ms(attempt++, w->o.backoff_initial_ms,
+		                                    w->o.backoff_max_ms, &w->seed)))
 			break;
 	}
 	return NULL;
@@ -462,17 +433,9 @@ int kube_watch_start(struct kube_client *c, const struct kube_watch_opts *o,
 	w->o.field_selector = w->field_selector;
 	w->o.ns = w->ns;
 	kube_watch_parser_init(&w->parser, o->max_event_bytes);
-	w->seed = (uint64_t)mono_ms() ^ (uint64_t)(uintptr_t)w;
-	pthread_mutex_init(&w->mu, NULL);
-	pthread_condattr_t ca;
-	pthread_condattr_init(&ca);
-	pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
-	pthread_cond_init(&w->cv, &ca);
-	pthread_condattr_destroy(&ca);
-	rc = -pthread_create(&w->th, NULL, watch_main, w);
+	w->seed = (uint64_t)loop_now_ms() ^ (uint64_t)(uintptr_t)w;
+	rc = bgthread_start(&w->t, watch_main, w);
 	if (rc < 0) {
-		pthread_cond_destroy(&w->cv);
-		pthread_mutex_destroy(&w->mu);
 		kube_watch_parser_free(&w->parser);
 		goto fail;
 	}
@@ -490,13 +453,7 @@ void kube_watch_stop(struct kube_watch *w)
 {
 	if (!w)
 		return;
-	pthread_mutex_lock(&w->mu);
-	atomic_store(&w->stop, true);
-	pthread_cond_broadcast(&w->cv);
-	pthread_mutex_unlock(&w->mu);
-	pthread_join(w->th, NULL);
-	pthread_cond_destroy(&w->cv);
-	pthread_mutex_destroy(&w->mu);
+	bgthread_stop(&w->t);
 	kube_watch_parser_free(&w->parser);
 	free(w->label_selector);
 	free(w->field_selector);

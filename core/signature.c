@@ -15,6 +15,8 @@
  * bundle are ignored, never taken as proof. */
 #include "signature.h"
 
+#include "errbuf.h"
+
 #include <cjson/cJSON.h>
 #include <errno.h>
 #include <fcntl.h>
@@ -51,18 +53,6 @@ struct sig_keyset {
 	size_t n, cap;
 	char fp[SIGNATURE_FP_MAX];
 };
-
-static void say(char *why, size_t whylen, const char *fmt, ...)
-    __attribute__((format(printf, 3, 4)));
-static void say(char *why, size_t whylen, const char *fmt, ...)
-{
-	if (why == NULL || whylen == 0)
-		return;
-	va_list ap;
-	va_start(ap, fmt);
-	vsnprintf(why, whylen, fmt, ap);
-	va_end(ap);
-}
 
 static void hex_of(const unsigned char *b, size_t n, char *out)
 {
@@ -153,7 +143,7 @@ static int classify(EVP_PKEY *pkey, enum sig_key_alg *alg, char *name, size_t nl
 		char group[64] = "";
 		size_t gl = 0;
 		if (!EVP_PKEY_get_utf8_string_param(pkey, "group", group, sizeof(group), &gl)) {
-			say(why, whylen, "EC key without a named curve");
+			errbuf_set(why, whylen, "EC key without a named curve");
 			return -EINVAL;
 		}
 		if (strcmp(group, "prime256v1") == 0 || strcmp(group, "P-256") == 0) {
@@ -166,7 +156,8 @@ static int classify(EVP_PKEY *pkey, enum sig_key_alg *alg, char *name, size_t nl
 			*alg = SIG_ALG_ECDSA_P521;
 			snprintf(name, nlen, "ecdsa-p521");
 		} else {
-			say(why, whylen, "unsupported EC curve %s (P-256, P-384 or P-521)", group);
+			errbuf_set(why, whylen, "unsupported EC curve %s (P-256, P-384 or P-521)",
+			           group);
 			return -EINVAL;
 		}
 		return 0;
@@ -174,7 +165,8 @@ static int classify(EVP_PKEY *pkey, enum sig_key_alg *alg, char *name, size_t nl
 	case EVP_PKEY_RSA: {
 		int bits = EVP_PKEY_get_bits(pkey);
 		if (bits < 2048) {
-			say(why, whylen, "RSA key of %d bits is too small (at least 2048)", bits);
+			errbuf_set(why, whylen, "RSA key of %d bits is too small (at least 2048)",
+			           bits);
 			return -EINVAL;
 		}
 		*alg = SIG_ALG_RSA;
@@ -186,7 +178,7 @@ static int classify(EVP_PKEY *pkey, enum sig_key_alg *alg, char *name, size_t nl
 		snprintf(name, nlen, "ed25519");
 		return 0;
 	default:
-		say(why, whylen, "unsupported key type (ECDSA, RSA or Ed25519)");
+		errbuf_set(why, whylen, "unsupported key type (ECDSA, RSA or Ed25519)");
 		return -EINVAL;
 	}
 }
@@ -204,7 +196,7 @@ static int key_wrap(EVP_PKEY *pkey, bool priv, struct sig_key **out, char *why, 
 	unsigned char *der = NULL;
 	int dl = rc == 0 ? i2d_PUBKEY(pkey, &der) : -1;
 	if (rc == 0 && dl <= 0) {
-		say(why, whylen, "cannot encode the public key");
+		errbuf_set(why, whylen, "cannot encode the public key");
 		rc = -EINVAL;
 	}
 	if (rc == 0) {
@@ -247,7 +239,7 @@ static int read_pem_key(BIO *bio, const char *pass, EVP_PKEY **pkey, bool *priv,
 		ERR_clear_error();
 		if (ERR_GET_REASON(e) == PEM_R_NO_START_LINE)
 			return -ENOENT;
-		say(why, whylen, "malformed PEM");
+		errbuf_set(why, whylen, "malformed PEM");
 		return -EINVAL;
 	}
 	int rc = 0;
@@ -268,18 +260,18 @@ static int read_pem_key(BIO *bio, const char *pass, EVP_PKEY **pkey, bool *priv,
 		BIO_free(b);
 		*priv = true;
 		if (k == NULL) {
-			say(why, whylen, "cannot read the private key (%s)%s", name,
-			    strstr(name, "ENCRYPTED") || strstr(header, "ENCRYPTED")
-			        ? ": wrong passphrase?"
-			        : "");
+			errbuf_set(why, whylen, "cannot read the private key (%s)%s", name,
+			           strstr(name, "ENCRYPTED") || strstr(header, "ENCRYPTED")
+			               ? ": wrong passphrase?"
+			               : "");
 			rc = -EINVAL;
 		}
 	} else {
-		say(why, whylen, "PEM block '%s' is not a key this accepts", name);
+		errbuf_set(why, whylen, "PEM block '%s' is not a key this accepts", name);
 		rc = -EINVAL;
 	}
 	if (rc == 0 && k == NULL) {
-		say(why, whylen, "cannot parse the %s", name);
+		errbuf_set(why, whylen, "cannot parse the %s", name);
 		rc = -EINVAL;
 	}
 	OPENSSL_free(name);
@@ -295,13 +287,13 @@ static int load_key(const char *pem, size_t len, const char *pass, bool want_pri
                     struct sig_key **out, char *why, size_t whylen)
 {
 	if (pem == NULL || len == 0 || len > MAX_KEY_FILE || len > INT32_MAX) {
-		say(why, whylen, "empty or oversized key");
+		errbuf_set(why, whylen, "empty or oversized key");
 		return -EINVAL;
 	}
 	if (is_cosign_encrypted(pem, len)) {
-		say(why, whylen,
-		    "cosign-encrypted private keys are not supported: convert the key to "
-		    "PKCS#8 PEM");
+		errbuf_set(why, whylen,
+		           "cosign-encrypted private keys are not supported: convert the key to "
+		           "PKCS#8 PEM");
 		return -EINVAL;
 	}
 	BIO *bio = BIO_new_mem_buf(pem, (int)len);
@@ -312,14 +304,14 @@ static int load_key(const char *pem, size_t len, const char *pass, bool want_pri
 	int rc = read_pem_key(bio, pass, &pkey, &priv, why, whylen);
 	BIO_free(bio);
 	if (rc == -ENOENT) {
-		say(why, whylen, "no PEM key found");
+		errbuf_set(why, whylen, "no PEM key found");
 		return -EINVAL;
 	}
 	if (rc < 0)
 		return rc;
 	if (want_priv && !priv) {
 		EVP_PKEY_free(pkey);
-		say(why, whylen, "a public key was given where a private key is needed");
+		errbuf_set(why, whylen, "a public key was given where a private key is needed");
 		return -EINVAL;
 	}
 	return key_wrap(pkey, priv, out, why, whylen);
@@ -347,7 +339,7 @@ static int slurp(const char *path, char **buf, size_t *len, char *why, size_t wh
 	int fd = open(path, O_RDONLY | O_CLOEXEC);
 	if (fd < 0) {
 		int e = errno;
-		say(why, whylen, "%s: %s", path, strerror(e));
+		errbuf_set(why, whylen, "%s: %s", path, strerror(e));
 		return -e;
 	}
 	char *b = malloc(MAX_KEY_FILE + 1);
@@ -366,8 +358,8 @@ static int slurp(const char *path, char **buf, size_t *len, char *why, size_t wh
 	}
 	close(fd);
 	if (rc < 0) {
-		say(why, whylen, "%s: %s", path,
-		    rc == -EFBIG ? "larger than 64 KiB" : strerror(-rc));
+		errbuf_set(why, whylen, "%s: %s", path,
+		           rc == -EFBIG ? "larger than 64 KiB" : strerror(-rc));
 		free(b);
 		return rc;
 	}
@@ -528,7 +520,7 @@ int sig_keyset_add(struct sig_keyset *ks, struct sig_key *k)
 int sig_keyset_add_pem(struct sig_keyset *ks, const char *pem, size_t len, char *why, size_t whylen)
 {
 	if (pem == NULL || len == 0 || len > 16 * MAX_KEY_FILE) {
-		say(why, whylen, "empty or oversized key list");
+		errbuf_set(why, whylen, "empty or oversized key list");
 		return -EINVAL;
 	}
 	BIO *bio = BIO_new_mem_buf(pem, (int)len);
@@ -545,19 +537,19 @@ int sig_keyset_add_pem(struct sig_keyset *ks, const char *pem, size_t len, char 
 		if (rc == -ENOENT) {
 			rc = n ? 0 : -EINVAL;
 			if (rc)
-				say(why, whylen, "no PEM public key found");
+				errbuf_set(why, whylen, "no PEM public key found");
 			break;
 		}
 		if (rc == 0 && n == sizeof(found) / sizeof(found[0])) {
 			EVP_PKEY_free(pkey);
-			say(why, whylen, "more than 64 keys");
+			errbuf_set(why, whylen, "more than 64 keys");
 			rc = -E2BIG;
 		}
 		if (rc == 0)
 			rc = key_wrap(pkey, false, &found[n], one, sizeof(one));
 		if (rc < 0) {
 			if (rc != -E2BIG)
-				say(why, whylen, "key %zu: %s", n + 1, one);
+				errbuf_set(why, whylen, "key %zu: %s", n + 1, one);
 			break;
 		}
 		n++;
@@ -677,7 +669,7 @@ static bool digest_ok(const char *d, char *why, size_t whylen)
 	for (size_t i = 7; ok && i < 7 + 64; i++)
 		ok = (d[i] >= '0' && d[i] <= '9') || (d[i] >= 'a' && d[i] <= 'f');
 	if (!ok)
-		say(why, whylen, "invalid image digest '%.80s'", d ? d : "");
+		errbuf_set(why, whylen, "invalid image digest '%.80s'", d ? d : "");
 	return ok;
 }
 
@@ -711,7 +703,7 @@ static cJSON *parse_object(const void *p, size_t len, const char *what, char *wh
 	if (j != NULL && cJSON_IsObject(j))
 		return j;
 	cJSON_Delete(j);
-	say(why, whylen, "%s is not a JSON object", what);
+	errbuf_set(why, whylen, "%s is not a JSON object", what);
 	return NULL;
 }
 
@@ -725,7 +717,8 @@ int sig_check_simple_payload(const void *payload, size_t len, const char *image_
                              size_t whylen)
 {
 	if (len > SIGNATURE_MAX_PAYLOAD) {
-		say(why, whylen, "payload is %zu bytes (limit %u)", len, SIGNATURE_MAX_PAYLOAD);
+		errbuf_set(why, whylen, "payload is %zu bytes (limit %u)", len,
+		           SIGNATURE_MAX_PAYLOAD);
 		return -EMSGSIZE;
 	}
 	cJSON *j = parse_object(payload, len, "payload", why, whylen);
@@ -737,15 +730,15 @@ int sig_check_simple_payload(const void *payload, size_t len, const char *image_
 	const char *type = jstr(crit, "type");
 	const char *digest = jstr(image, "docker-manifest-digest");
 	if (!cJSON_IsObject(crit))
-		say(why, whylen, "payload has no 'critical' object");
+		errbuf_set(why, whylen, "payload has no 'critical' object");
 	else if (type == NULL || strcmp(type, SIGNATURE_PAYLOAD_TYPE) != 0)
-		say(why, whylen, "payload critical.type is '%.80s', not '%s'",
-		    type ? type : "(missing)", SIGNATURE_PAYLOAD_TYPE);
+		errbuf_set(why, whylen, "payload critical.type is '%.80s', not '%s'",
+		           type ? type : "(missing)", SIGNATURE_PAYLOAD_TYPE);
 	else if (digest == NULL)
-		say(why, whylen, "payload has no critical.image.docker-manifest-digest");
+		errbuf_set(why, whylen, "payload has no critical.image.docker-manifest-digest");
 	else if (image_digest == NULL || strcmp(digest, image_digest) != 0)
-		say(why, whylen, "payload is for image %.80s, not %s", digest,
-		    image_digest ? image_digest : "(none)");
+		errbuf_set(why, whylen, "payload is for image %.80s, not %s", digest,
+		           image_digest ? image_digest : "(none)");
 	else
 		rc = 0;
 	cJSON_Delete(j);
@@ -757,13 +750,13 @@ static int precheck(const struct sig_keyset *ks, const char *image_digest, size_
                     const char *what, char *why, size_t whylen)
 {
 	if (ks == NULL || ks->n == 0) {
-		say(why, whylen, "no trusted keys configured");
+		errbuf_set(why, whylen, "no trusted keys configured");
 		return -ENOKEY;
 	}
 	if (!digest_ok(image_digest, why, whylen))
 		return -EINVAL;
 	if (len > max) {
-		say(why, whylen, "%s is %zu bytes (limit %zu)", what, len, max);
+		errbuf_set(why, whylen, "%s is %zu bytes (limit %zu)", what, len, max);
 		return -EMSGSIZE;
 	}
 	return 0;
@@ -781,13 +774,13 @@ int sig_verify_simple(const struct sig_keyset *ks, const char *image_digest, con
 	    sig_base64_decode(signature_b64, strlen(signature_b64), &sig, &siglen) < 0 ||
 	    siglen == 0) {
 		free(sig);
-		say(why, whylen, "signature is not valid base64");
+		errbuf_set(why, whylen, "signature is not valid base64");
 		return -EBADMSG;
 	}
 	long k = first_verifying(ks, payload, len, sig, siglen);
 	free(sig);
 	if (k < 0) {
-		say(why, whylen, "no trusted key verifies the signature");
+		errbuf_set(why, whylen, "no trusted key verifies the signature");
 		return -EKEYREJECTED;
 	}
 	int rc = sig_check_simple_payload(payload, len, image_digest, why, whylen);
@@ -813,17 +806,18 @@ static int check_statement(const unsigned char *body, size_t len, const char *im
 	    image_digest && strncmp(image_digest, "sha256:", 7) == 0 ? image_digest + 7 : "";
 	if (type == NULL ||
 	    (strcmp(type, INTOTO_STATEMENT_V1) != 0 && strcmp(type, INTOTO_STATEMENT_V01) != 0)) {
-		say(why, whylen, "DSSE payload is not an in-toto statement");
+		errbuf_set(why, whylen, "DSSE payload is not an in-toto statement");
 		goto out;
 	}
 	if (pred == NULL || strcmp(pred, COSIGN_SIGN_PREDICATE) != 0) {
-		say(why, whylen, "statement predicateType is '%.80s', not an image signature (%s)",
-		    pred ? pred : "(missing)", COSIGN_SIGN_PREDICATE);
+		errbuf_set(why, whylen,
+		           "statement predicateType is '%.80s', not an image signature (%s)",
+		           pred ? pred : "(missing)", COSIGN_SIGN_PREDICATE);
 		goto out;
 	}
 	if (!cJSON_IsArray(subjects) || cJSON_GetArraySize(subjects) == 0 ||
 	    cJSON_GetArraySize(subjects) > MAX_SUBJECTS) {
-		say(why, whylen, "statement has no subjects");
+		errbuf_set(why, whylen, "statement has no subjects");
 		goto out;
 	}
 	const char *first = NULL;
@@ -838,8 +832,8 @@ static int check_statement(const unsigned char *body, size_t len, const char *im
 			goto out;
 		}
 	}
-	say(why, whylen, "statement is for sha256:%.64s, not %s",
-	    first ? first : "(no sha256 subject)", image_digest ? image_digest : "(none)");
+	errbuf_set(why, whylen, "statement is for sha256:%.64s, not %s",
+	           first ? first : "(no sha256 subject)", image_digest ? image_digest : "(none)");
 out:
 	cJSON_Delete(j);
 	return rc;
@@ -859,18 +853,19 @@ int sig_verify_bundle(const struct sig_keyset *ks, const char *image_digest, con
 		goto out;
 	const char *mt = jstr(j, "mediaType");
 	if (mt == NULL || strncmp(mt, "application/vnd.dev.sigstore.bundle", 35) != 0) {
-		say(why, whylen, "not a sigstore bundle (mediaType '%.80s')",
-		    mt ? mt : "(missing)");
+		errbuf_set(why, whylen, "not a sigstore bundle (mediaType '%.80s')",
+		           mt ? mt : "(missing)");
 		goto out;
 	}
 	const cJSON *env = cJSON_GetObjectItemCaseSensitive(j, "dsseEnvelope");
 	if (!cJSON_IsObject(env)) {
 		if (cJSON_GetObjectItemCaseSensitive(j, "messageSignature")) {
-			say(why, whylen,
+			errbuf_set(
+			    why, whylen,
 			    "messageSignature bundles are not supported (need a DSSE envelope)");
 			rc = -EPROTONOSUPPORT;
 		} else {
-			say(why, whylen, "bundle has no dsseEnvelope");
+			errbuf_set(why, whylen, "bundle has no dsseEnvelope");
 		}
 		goto out;
 	}
@@ -878,19 +873,19 @@ int sig_verify_bundle(const struct sig_keyset *ks, const char *image_digest, con
 	const char *payload = jstr(env, "payload");
 	const cJSON *sigs = cJSON_GetObjectItemCaseSensitive(env, "signatures");
 	if (ptype == NULL || strcmp(ptype, SIGNATURE_INTOTO_TYPE) != 0) {
-		say(why, whylen, "DSSE payloadType is '%.80s', not %s", ptype ? ptype : "(missing)",
-		    SIGNATURE_INTOTO_TYPE);
+		errbuf_set(why, whylen, "DSSE payloadType is '%.80s', not %s",
+		           ptype ? ptype : "(missing)", SIGNATURE_INTOTO_TYPE);
 		goto out;
 	}
 	if (payload == NULL || strlen(payload) > SIGNATURE_MAX_PAYLOAD * 4 / 3 + 4 ||
 	    sig_base64_decode(payload, strlen(payload), &body, &body_len) < 0) {
-		say(why, whylen, "DSSE payload is not valid base64");
+		errbuf_set(why, whylen, "DSSE payload is not valid base64");
 		goto out;
 	}
 	if (!cJSON_IsArray(sigs) || cJSON_GetArraySize(sigs) == 0 ||
 	    cJSON_GetArraySize(sigs) > MAX_DSSE_SIGS) {
-		say(why, whylen, "DSSE envelope has no signatures (or more than %d)",
-		    MAX_DSSE_SIGS);
+		errbuf_set(why, whylen, "DSSE envelope has no signatures (or more than %d)",
+		           MAX_DSSE_SIGS);
 		goto out;
 	}
 	if ((rc = sig_dsse_pae(ptype, body, body_len, &pae, &pae_len)) < 0)
@@ -916,9 +911,9 @@ int sig_verify_bundle(const struct sig_keyset *ks, const char *image_digest, con
 	}
 	if (k < 0) {
 		rc = any_b64 ? -EKEYREJECTED : -EBADMSG;
-		say(why, whylen,
-		    any_b64 ? "no trusted key verifies the DSSE signature"
-		            : "DSSE signature is not valid base64");
+		errbuf_set(why, whylen,
+		           any_b64 ? "no trusted key verifies the DSSE signature"
+		                   : "DSSE signature is not valid base64");
 		goto out;
 	}
 	if ((rc = check_statement(body, body_len, image_digest, why, whylen)) < 0)

@@ -20,6 +20,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "errbuf.h"
 #include "log.h"
 
 /* TLS 1.2 and 1.3 only. */
@@ -72,16 +73,6 @@ static uint64_t mono_ns(void)
 	return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
 }
 
-static void set_err(char *err, size_t errlen, const char *fmt, ...)
-    __attribute__((format(printf, 3, 4)));
-static void set_err(char *err, size_t errlen, const char *fmt, ...)
-{
-	va_list ap;
-	va_start(ap, fmt);
-	vsnprintf(err, errlen, fmt, ap);
-	va_end(ap);
-}
-
 /* ---- certificate checks (OpenSSL; MHD itself loads them with GnuTLS) ---- */
 
 static const char *ssl_error(void)
@@ -100,34 +91,35 @@ int https_check_pair(const char *cert, size_t cert_len, const char *key, size_t 
 	int rc = -EINVAL;
 	ERR_clear_error();
 	if (cert_len == 0 || cert_len > PEM_MAX || key_len == 0 || key_len > PEM_MAX) {
-		set_err(err, errlen, "certificate or key is empty or larger than %u bytes",
-		        PEM_MAX);
+		errbuf_set(err, errlen, "certificate or key is empty or larger than %u bytes",
+		           PEM_MAX);
 		return -EINVAL;
 	}
 	cb = BIO_new_mem_buf(cert, (int)cert_len);
 	kb = BIO_new_mem_buf(key, (int)key_len);
 	if (!cb || !kb) {
 		rc = -ENOMEM;
-		set_err(err, errlen, "out of memory");
+		errbuf_set(err, errlen, "out of memory");
 		goto out;
 	}
 	if (!(x = PEM_read_bio_X509(cb, NULL, NULL, NULL))) {
-		set_err(err, errlen, "certificate: not a PEM certificate (%s)", ssl_error());
+		errbuf_set(err, errlen, "certificate: not a PEM certificate (%s)", ssl_error());
 		goto out;
 	}
 	ERR_clear_error();
 	if (!(pk = PEM_read_bio_PrivateKey(kb, NULL, NULL, NULL))) {
-		set_err(err, errlen, "key: not an unencrypted PEM private key (%s)", ssl_error());
+		errbuf_set(err, errlen, "key: not an unencrypted PEM private key (%s)",
+		           ssl_error());
 		goto out;
 	}
 	if (X509_check_private_key(x, pk) != 1) {
-		set_err(err, errlen, "the key does not belong to the certificate");
+		errbuf_set(err, errlen, "the key does not belong to the certificate");
 		goto out;
 	}
 	if (not_after) {
 		struct tm tm;
 		if (ASN1_TIME_to_tm(X509_get0_notAfter(x), &tm) != 1) {
-			set_err(err, errlen, "certificate has an unreadable expiry time");
+			errbuf_set(err, errlen, "certificate has an unreadable expiry time");
 			goto out;
 		}
 		*not_after = (int64_t)timegm(&tm);
@@ -155,13 +147,13 @@ static int open_listener(const char *listen_on, int *fd_out, uint16_t *port_out,
 	struct addrinfo *res = NULL;
 	int rc = -EINVAL, fd = -1;
 	if (!colon || !colon[1] || (size_t)(colon - listen_on) >= sizeof(host)) {
-		set_err(err, errlen, "listen address '%s': want HOST:PORT or :PORT", listen_on);
+		errbuf_set(err, errlen, "listen address '%s': want HOST:PORT or :PORT", listen_on);
 		return -EINVAL;
 	}
 	char *pend = NULL;
 	unsigned long port_num = strtoul(colon + 1, &pend, 10);
 	if (*pend || port_num > 65535 || colon[1] == '-' || colon[1] == '+') {
-		set_err(err, errlen, "listen address '%s': port must be 0 to 65535", listen_on);
+		errbuf_set(err, errlen, "listen address '%s': port must be 0 to 65535", listen_on);
 		return -EINVAL;
 	}
 	size_t hl = (size_t)(colon - listen_on);
@@ -176,7 +168,7 @@ static int open_listener(const char *listen_on, int *fd_out, uint16_t *port_out,
 		h = "127.0.0.1";
 	int gai = getaddrinfo(h[0] ? h : NULL, colon + 1, &hints, &res);
 	if (gai != 0) {
-		set_err(err, errlen, "listen address '%s': %s", listen_on, gai_strerror(gai));
+		errbuf_set(err, errlen, "listen address '%s': %s", listen_on, gai_strerror(gai));
 		return -EINVAL;
 	}
 	/* for ":PORT" prefer a dual-stack IPv6 socket, else IPv4 */
@@ -206,7 +198,7 @@ static int open_listener(const char *listen_on, int *fd_out, uint16_t *port_out,
 	}
 	freeaddrinfo(res);
 	if (fd < 0) {
-		set_err(err, errlen, "cannot listen on '%s': %s", listen_on, strerror(-rc));
+		errbuf_set(err, errlen, "cannot listen on '%s': %s", listen_on, strerror(-rc));
 		return rc;
 	}
 	struct sockaddr_storage ss;
@@ -433,7 +425,7 @@ static int instance_start(struct https_server *s, const char *cert, size_t cert_
 	in->key = dup_pem(key, key_len);
 	if (in->fd < 0 || !in->cert || !in->key) {
 		int rc = in->fd < 0 ? -errno : -ENOMEM;
-		set_err(err, errlen, "cannot prepare the listener: %s", strerror(-rc));
+		errbuf_set(err, errlen, "cannot prepare the listener: %s", strerror(-rc));
 		instance_free(in);
 		return rc;
 	}
@@ -450,8 +442,8 @@ static int instance_start(struct https_server *s, const char *cert, size_t cert_
 	if (!in->d) {
 		/* MHD may have closed the descriptor it was given: leave it alone */
 		in->fd = -1;
-		set_err(err, errlen,
-		        "the HTTPS server did not start (TLS setup refused the pair?)");
+		errbuf_set(err, errlen,
+		           "the HTTPS server did not start (TLS setup refused the pair?)");
 		instance_free(in);
 		return -EIO;
 	}
@@ -475,7 +467,7 @@ int https_start(const struct https_opts *o, const char *cert, size_t cert_len, c
 {
 	int rc;
 	if (!MHD_is_feature_supported(MHD_FEATURE_TLS)) {
-		set_err(err, errlen, "libmicrohttpd was built without TLS support");
+		errbuf_set(err, errlen, "libmicrohttpd was built without TLS support");
 		return -ENOTSUP;
 	}
 	if ((rc = https_check_pair(cert, cert_len, key, key_len, NULL, err, errlen)) != 0)

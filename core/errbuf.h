@@ -1,0 +1,12 @@
+/* Error messages into a caller's buffer (char *err, size_t errlen): how
+ * gkm's functions that can fail say why. */
+#ifndef GKM_ERRBUF_H
+#define GKM_ERRBUF_H
+
+#include <stddef.h>
+
+/* Format into err; a NULL err or zero errlen is fine (nothing written). */
+void errbuf_set(char *err, size_t errlen, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+
+#endif
