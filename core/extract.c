@@ -36,8 +36,11 @@
 #include <zstd.h>
 
 #define IN_BUF (256u * 1024)
+/* The decoder ring: 1 MiB in all. Inflating is the slower stage, so the
+ * ring only has to absorb bursts of small files on the writing side; 4 MiB
+ * extracted no faster and cost 3 MiB of RSS. */
 #define RING_SLOTS 4
-#define SLOT_BUF (1024u * 1024)
+#define SLOT_BUF (256u * 1024)
 #define PATH_BUF 4096
 #define PUSH_BUF (1024u * 1024)
 #define MAX_LINK_HOPS 40
