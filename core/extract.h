@@ -75,7 +75,9 @@ struct extract_stats {
 /* Pull-model source: fill buf with up to len bytes; return the count (> 0),
  * 0 at end of stream, or -errno (the extraction then fails with that code).
  * The caller verifies the blob digest in this callback; a layer is only
- * "complete" when the callback returned 0, i.e. the whole blob was seen. */
+ * "complete" when the callback returned 0, i.e. the whole blob was seen.
+ * For a compressed layer the callback is called from a decoding thread that
+ * extract_layer() starts and joins (never two calls at once). */
 typedef ssize_t (*extract_read_fn)(void *ctx, void *buf, size_t len);
 
 struct extract;

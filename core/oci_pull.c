@@ -26,8 +26,9 @@ int oci_pull_verify(struct oci_repo *repo, const char *image_digest, const struc
 	return rc;
 }
 
-/* One layer: this thread downloads and hashes, the extractor's helper
- * thread inflates and writes (two cores in use on a node that has them).
+/* One layer: this thread downloads and hashes, the extractor's threads
+ * inflate (one) and write files (another): three stages that overlap on a
+ * node with the cores for them.
  * The extractor only sees end-of-stream once the digest has verified. */
 static int extract_one(struct extract *x, struct oci_blob_reader *r, const char *what,
                        struct oci_err *e)

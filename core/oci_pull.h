@@ -28,10 +28,10 @@ oci_pull_verify(struct oci_repo *repo, const char *image_digest, const struct si
 
 /* Stream every layer of img from repo through x (digests checked while
  * reading; the extractor's safety rules apply). The calling thread
- * downloads and hashes while the extractor's helper thread inflates and
- * writes; a layer is complete only once its digest verified, and a layer
- * that breaks the extractor is read to its end so that a tampered blob is
- * reported as the digest mismatch it is. */
+ * downloads and hashes while the extractor's threads inflate (one) and
+ * parse the tar and write files (another); a layer is complete only once
+ * its digest verified, and a layer that breaks the extractor is read to its
+ * end so that a tampered blob is reported as the digest mismatch it is. */
 __attribute__((warn_unused_result)) int oci_pull_extract(struct oci_repo *repo,
                                                          const struct oci_image *img,
                                                          struct extract *x, struct oci_err *err);

@@ -7,6 +7,7 @@
 #include <archive.h>
 #include <archive_entry.h>
 #include <errno.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -86,18 +87,40 @@ TB_UNUSED static void tb_file(struct tb *t, const char *path, unsigned mode, con
 		abort();
 }
 
-/* A file of size bytes, all equal to byte c, written in chunks. */
-TB_UNUSED static void tb_fill(struct tb *t, const char *path, int64_t size, int c)
+/* A file of size bytes written in chunks: all equal to byte c, or with a
+ * non-zero seed, a seeded random run of 256 words of 32 letters (packs to
+ * about a twelfth: far from a decompression bomb, quick to compress, and
+ * damage to it is found by the decoder). */
+TB_UNUSED static void tb_chunks(struct tb *t, const char *path, int64_t size, int c, uint32_t seed)
 {
 	static unsigned char chunk[65536];
 	memset(chunk, c, sizeof(chunk));
 	tb_entry(t, path, AE_IFREG, 0644, size, NULL, 0, 0);
 	for (int64_t left = size; left > 0;) {
 		size_t n = left < (int64_t)sizeof(chunk) ? (size_t)left : sizeof(chunk);
+		for (size_t i = 0; seed && i < n; i++) {
+			if (i % 32 == 0) {
+				seed ^= seed << 13;
+				seed ^= seed >> 17;
+				seed ^= seed << 5;
+			}
+			uint32_t h = ((seed >> 24) << 5 | (uint32_t)(i % 32)) * 2654435761u;
+			chunk[i] = (unsigned char)('a' + (h >> 28));
+		}
 		if (archive_write_data(t->a, chunk, n) != (la_ssize_t)n)
 			abort();
 		left -= (int64_t)n;
 	}
+}
+
+TB_UNUSED static void tb_fill(struct tb *t, const char *path, int64_t size, int c)
+{
+	tb_chunks(t, path, size, c, 0);
+}
+
+TB_UNUSED static void tb_noise(struct tb *t, const char *path, int64_t size, uint32_t seed)
+{
+	tb_chunks(t, path, size, 0, seed);
 }
 
 TB_UNUSED static void tb_dir(struct tb *t, const char *path, unsigned mode, time_t mtime)

@@ -767,6 +767,128 @@ static void test_push_abandoned(void **state)
 	tb_free(&t);
 }
 
+/* ---- the decoding thread ---- */
+
+/* Many small files (slow to write, so the decoder runs ahead and fills its
+ * ring), then with_bad an entry refused, then 48 MiB of noise. Built once
+ * per filter and kept (borrowed: do not free or change it). */
+static const struct tb *slow_then_noise(enum tb_filter filt, bool with_bad)
+{
+	static struct tb made[3][2];
+	struct tb *t = &made[filt][with_bad];
+	if (t->buf)
+		return t;
+	tb_begin(t, filt);
+	for (int i = 0; i < 1500; i++) {
+		char name[32];
+		snprintf(name, sizeof(name), "small/%04d", i);
+		tb_chunks(t, name, 1000, 0, (uint32_t)i + 1);
+	}
+	if (with_bad)
+		tb_file(t, "../escape", 0644, "x", 0);
+	tb_noise(t, "noise", 48 << 20, 7);
+	tb_file(t, "after", 0644, "x", 0);
+	tb_end(t);
+	return t;
+}
+
+/* The parser refuses an entry while the decoder waits on a full ring: the
+ * decoder is stopped and joined, and reads no further. */
+static void refusal_stops_decoder(void **state, enum tb_filter filt)
+{
+	struct fx *f = *state;
+	const struct tb *t = slow_then_noise(filt, true);
+	struct memsrc m = {t->buf, t->len, 0, 0, 0};
+	assert_int_equal(extract_layer(f->x, memsrc_read, &m), -EPERM);
+	assert_string_equal(extract_error(f->x),
+	                    "refused entry '../escape': path escapes the tree ('..' component)");
+	assert_true(m.pos < t->len / 2);
+	assert_true(exists(f->dir, "small/1499"));
+}
+
+static void test_refusal_stops_gzip_decoder(void **state)
+{
+	refusal_stops_decoder(state, TB_GZIP);
+}
+
+static void test_refusal_stops_zstd_decoder(void **state)
+{
+	refusal_stops_decoder(state, TB_ZSTD);
+}
+
+/* The same through the push model: the refusal reaches the writer, which
+ * has not had to send the whole layer. */
+static void test_push_refusal_stops_decoder(void **state)
+{
+	struct fx *f = *state;
+	const struct tb *t = slow_then_noise(TB_GZIP, true);
+	struct extract_push *p;
+	assert_int_equal(extract_push_begin(f->x, &p), 0);
+	int rc = 0;
+	size_t off = 0;
+	for (; off < t->len && rc == 0; off += 65536)
+		rc = extract_push_write(p, t->buf + off,
+		                        t->len - off < 65536 ? t->len - off : 65536);
+	assert_int_equal(rc, -EPERM);
+	assert_true(off < t->len / 2);
+	assert_int_equal(extract_push_end(p, false), -EPERM);
+	assert_non_null(strstr(extract_error(f->x), "refused entry '../escape'"));
+}
+
+/* Damage deep in the compressed stream: the decoder's error arrives after
+ * many good slots, in order, and names the entry being written. */
+static void corrupt_after_good_slots(void **state, enum tb_filter filt, const char *want)
+{
+	struct fx *f = *state;
+	const struct tb *t = slow_then_noise(filt, false);
+	unsigned char *bad = malloc(t->len);
+	memcpy(bad, t->buf, t->len);
+	memset(bad + t->len * 3 / 4, 0xa5, 64);
+	struct memsrc m = {bad, t->len, 0, 0, 0};
+	int rc = extract_layer(f->x, memsrc_read, &m);
+	free(bad);
+	if (rc != -EBADMSG || strncmp(extract_error(f->x), want, strlen(want)) != 0)
+		fail_msg("got %d '%s', want '%s'", rc, extract_error(f->x), want);
+	struct extract_stats st;
+	extract_get_stats(f->x, &st);
+	assert_true(st.tar_bytes > (24u << 20));
+	assert_true(exists(f->dir, "small/1499"));
+}
+
+static void test_corrupt_gzip_after_good_slots(void **state)
+{
+	corrupt_after_good_slots(state, TB_GZIP,
+	                         "entry 'noise': the gzip data is corrupt (isa-l error ");
+}
+
+static void test_corrupt_zstd_after_good_slots(void **state)
+{
+	corrupt_after_good_slots(state, TB_ZSTD, "entry 'noise': the zstd data is corrupt: ");
+}
+
+/* Bytes past the tar's end are read (for the digest) but not decoded, as
+ * before: junk after the gzip member is no error, however far the decoder
+ * had run ahead. */
+static void test_junk_after_tar_end_not_decoded(void **state)
+{
+	struct fx *f = *state;
+	struct tb t;
+	build_tree(&t, TB_GZIP);
+	unsigned char junk[4096];
+	memset(junk, 0x5a, sizeof(junk));
+	size_t n = t.len;
+	for (int i = 0; i < 64; i++)
+		tb_write_cb(NULL, &t, junk, sizeof(junk));
+	struct memsrc m = {t.buf, t.len, 0, 0, 0};
+	int rc = extract_layer(f->x, memsrc_read, &m);
+	if (rc)
+		fail_msg("%d %s", rc, extract_error(f->x));
+	struct extract_stats st;
+	extract_get_stats(f->x, &st);
+	assert_int_equal(st.compressed_bytes, n + sizeof(junk) * 64);
+	tb_free(&t);
+}
+
 /* ---- path rules ---- */
 
 static void test_clean_path(void **state)
@@ -855,6 +977,12 @@ int main(void)
 	    T(test_push_model),
 	    T(test_push_failure_stops_writer),
 	    T(test_push_abandoned),
+	    T(test_refusal_stops_gzip_decoder),
+	    T(test_refusal_stops_zstd_decoder),
+	    T(test_push_refusal_stops_decoder),
+	    T(test_corrupt_gzip_after_good_slots),
+	    T(test_corrupt_zstd_after_good_slots),
+	    T(test_junk_after_tar_end_not_decoded),
 	    T(test_clean_path),
 	    T(test_control_chars_in_messages),
 #undef T
