@@ -7,7 +7,6 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <inttypes.h>
-#include <isa-l/igzip_lib.h>
 #include <limits.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -17,12 +16,12 @@
 #include <unistd.h>
 
 #include "extract.h"
+#include "gzwrite.h"
 #include "oci_auth.h"
 #include "log.h"
 
 #define WALK_MAX_DEPTH 64
 #define LAYER_MANIFEST_MAX (16u << 20)
-#define GZ_OUT (256u << 10)
 
 static const char *fmt_prefix(enum cache_format f)
 {
@@ -550,9 +549,7 @@ struct layer_writer {
 	struct cache_meta *m;
 	struct archive *a;
 	int fd;
-	struct isal_zstream z;
-	unsigned char *zbuf;
-	unsigned char *out;
+	struct gzw *gz;
 	struct oci_hasher diff, comp;
 	uint64_t tar_bytes, gz_bytes;
 	int64_t newest;
@@ -560,28 +557,21 @@ struct layer_writer {
 	const char *prefix; /* "io.triton.cache" */
 };
 
-static int gz_emit(struct layer_writer *lw, bool finish)
+/* The compressed layer: hashed for its digest and written to the file. */
+static int gz_out(void *ud, const void *buf, size_t len)
 {
-	for (;;) {
-		lw->z.next_out = lw->out;
-		lw->z.avail_out = GZ_OUT;
-		if (isal_deflate(&lw->z) != COMP_OK)
-			return -EIO;
-		size_t n = GZ_OUT - lw->z.avail_out;
-		oci_hasher_update(&lw->comp, lw->out, n);
-		for (size_t off = 0; off < n;) {
-			ssize_t w = write(lw->fd, lw->out + off, n - off);
-			if (w < 0 && errno == EINTR)
-				continue;
-			if (w < 0)
-				return -errno;
-			off += (size_t)w;
-		}
-		lw->gz_bytes += n;
-		if (finish ? lw->z.internal_state.state == ZSTATE_END
-		           : lw->z.avail_in == 0 && lw->z.avail_out != 0)
-			return 0;
+	struct layer_writer *lw = ud;
+	oci_hasher_update(&lw->comp, buf, len);
+	lw->gz_bytes += len;
+	for (size_t off = 0; off < len;) {
+		ssize_t w = write(lw->fd, (const char *)buf + off, len - off);
+		if (w < 0 && errno == EINTR)
+			continue;
+		if (w < 0)
+			return -errno;
+		off += (size_t)w;
 	}
+	return 0;
 }
 
 static la_ssize_t tar_out(struct archive *a, void *ud, const void *buf, size_t len)
@@ -589,9 +579,7 @@ static la_ssize_t tar_out(struct archive *a, void *ud, const void *buf, size_t l
 	struct layer_writer *lw = ud;
 	oci_hasher_update(&lw->diff, buf, len);
 	lw->tar_bytes += len;
-	lw->z.next_in = (uint8_t *)buf;
-	lw->z.avail_in = (uint32_t)len;
-	int rc = gz_emit(lw, false);
+	int rc = gzw_write(lw->gz, buf, len);
 	if (rc) {
 		lw->io_errno = -rc;
 		archive_set_error(a, -rc, "writing the layer: %s", strerror(-rc));
@@ -742,26 +730,6 @@ static int layer_visit(struct walk_ctx *w, const char *rel, const char *full, co
 	return write_file(lw, rel, name, full, st);
 }
 
-static int gz_init(struct layer_writer *lw, int level)
-{
-	static const uint32_t sizes[] = {0, ISAL_DEF_LVL1_DEFAULT, ISAL_DEF_LVL2_DEFAULT,
-	                                 ISAL_DEF_LVL3_DEFAULT};
-	if (level < 0 || level > 3)
-		level = 1;
-	isal_deflate_init(&lw->z);
-	lw->z.level = (uint32_t)level;
-	lw->z.gzip_flag = IGZIP_GZIP;
-	lw->z.end_of_stream = 0;
-	lw->z.flush = NO_FLUSH;
-	if (sizes[level]) {
-		if (!(lw->zbuf = malloc(sizes[level])))
-			return -ENOMEM;
-		lw->z.level_buf = lw->zbuf;
-		lw->z.level_buf_size = sizes[level];
-	}
-	return (lw->out = malloc(GZ_OUT)) ? 0 : -ENOMEM;
-}
-
 /* Write the layer of dir into fd; fill res (digests, sizes, meta) and
  * *created (the image's creation time: SOURCE_DATE_EPOCH or the newest mtime). */
 static int write_layer(const char *dir, const struct cache_build_opts *o, int fd,
@@ -782,7 +750,7 @@ static int write_layer(const char *dir, const struct cache_build_opts *o, int fd
 		return -ENOTDIR;
 	}
 	if ((rc = oci_hasher_init(&lw.diff, NULL)) || (rc = oci_hasher_init(&lw.comp, NULL)) ||
-	    (rc = gz_init(&lw, o->level)))
+	    (rc = gzw_new(o->level, gz_out, &lw, &lw.gz)))
 		goto out;
 	rc = -ENOMEM;
 	if (!(lw.a = archive_write_new()))
@@ -810,9 +778,7 @@ static int write_layer(const char *dir, const struct cache_build_opts *o, int fd
 		rc = -EIO;
 		goto out;
 	}
-	lw.z.end_of_stream = 1;
-	lw.z.avail_in = 0;
-	if ((rc = gz_emit(&lw, true))) {
+	if ((rc = gzw_finish(lw.gz))) {
 		oci_errf(err, "compressing the layer: %s", strerror(-rc));
 		goto out;
 	}
@@ -830,8 +796,7 @@ out:
 		archive_write_free(lw.a);
 	oci_hasher_free(&lw.diff);
 	oci_hasher_free(&lw.comp);
-	free(lw.zbuf);
-	free(lw.out);
+	gzw_free(lw.gz);
 	free(manifest);
 	return rc;
 }
