@@ -12,6 +12,8 @@
 #include "log.h"
 
 #define KEY_MAX 512
+/* list pages queued for the owner before the watch thread waits for room */
+#define MAX_QUEUED_PAGES 4
 
 /* D_PAGE: items of a list (first: of a new list attempt); D_LISTED: the
  * list is complete. */
@@ -59,6 +61,8 @@ struct kube_informer {
 	struct delta *head, *tail;
 	bool pending;   /* a notify/post is outstanding */
 	bool page_lost; /* watch thread: a page of this list could not be queued */
+	unsigned pages; /* list pages queued: the watch thread waits for room */
+	pthread_cond_t room;
 	/* the cache: owner thread only */
 	struct entry **buckets;
 	size_t nbuckets, len;
@@ -265,6 +269,8 @@ size_t kube_informer_drain(struct kube_informer *inf)
 	struct delta *d = inf->head;
 	inf->head = inf->tail = NULL;
 	inf->pending = false;
+	inf->pages = 0;
+	pthread_cond_broadcast(&inf->room);
 	pthread_mutex_unlock(&inf->mu);
 	size_t n = 0;
 	while (d) {
@@ -357,6 +363,13 @@ static int prepare(struct kube_informer *inf, cJSON *obj, struct item *it)
 static void on_page(cJSON *items, bool first, void *ud)
 {
 	struct kube_informer *inf = ud;
+	/* an owner that falls behind holds the list back, instead of the
+	 * pages of a big list piling up between the threads */
+	pthread_mutex_lock(&inf->mu);
+	while (inf->pages >= MAX_QUEUED_PAGES && !atomic_load(&inf->stopped))
+		pthread_cond_wait(&inf->room, &inf->mu);
+	inf->pages++;
+	pthread_mutex_unlock(&inf->mu);
 	if (first)
 		inf->page_lost = false;
 	size_t n = (size_t)cJSON_GetArraySize(items);
@@ -434,9 +447,11 @@ int kube_informer_start(struct kube_client *c, const struct kube_informer_opts *
 	         o->watch.name ? o->watch.name : o->watch.resource.plural);
 	atomic_init(&inf->refs, 1);
 	pthread_mutex_init(&inf->mu, NULL);
+	pthread_cond_init(&inf->room, NULL);
 	inf->nbuckets = 64;
 	inf->buckets = calloc(inf->nbuckets, sizeof(*inf->buckets));
 	if (!inf->buckets) {
+		pthread_cond_destroy(&inf->room);
 		pthread_mutex_destroy(&inf->mu);
 		free(inf);
 		return -ENOMEM;
@@ -446,6 +461,7 @@ int kube_informer_start(struct kube_client *c, const struct kube_informer_opts *
 	int rc = kube_watch_start(c, &o->watch, &h, &inf->watch);
 	if (rc < 0) {
 		free(inf->buckets);
+		pthread_cond_destroy(&inf->room);
 		pthread_mutex_destroy(&inf->mu);
 		free(inf);
 		return rc;
@@ -472,6 +488,7 @@ static void release(struct kube_informer *inf)
 		}
 	}
 	free(inf->buckets);
+	pthread_cond_destroy(&inf->room);
 	pthread_mutex_destroy(&inf->mu);
 	free(inf);
 }
@@ -486,7 +503,10 @@ void kube_informer_stop(struct kube_informer *inf)
 {
 	if (!inf)
 		return;
+	pthread_mutex_lock(&inf->mu);
 	atomic_store(&inf->stopped, true);
+	pthread_cond_broadcast(&inf->room); /* a watch thread waiting for room */
+	pthread_mutex_unlock(&inf->mu);
 	kube_watch_stop(inf->watch); /* no push after this returns */
 	inf->watch = NULL;
 	unref(inf); /* drains still posted to the loop hold the rest */

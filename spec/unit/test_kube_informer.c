@@ -313,6 +313,42 @@ static void test_no_cache_pages(void **state)
 	assert_false(e->wrong_thread);
 }
 
+/* An owner that does not drain holds a long list back: the watch thread
+ * queues a few pages and waits for room, and nothing is lost. */
+static void test_pages_wait_for_room(void **state)
+{
+	struct ienv *e = *state;
+	char page[512], cont[32];
+	for (int i = 1; i <= 10; i++) {
+		snprintf(cont, sizeof(cont), i < 10 ? ",\"continue\":\"t%d\"" : "", i);
+		snprintf(page, sizeof(page),
+		         "{\"kind\":\"WidgetList\",\"metadata\":{\"resourceVersion\":\"20\"%s},"
+		         "\"items\":[{\"metadata\":{\"name\":\"w%d\",\"namespace\":\"default\","
+		         "\"resourceVersion\":\"%d\"}}]}",
+		         cont, i, i);
+		replay_push(e->srv, 200, page, strlen(page), false);
+	}
+	struct kube_informer_opts o = widget_informer(e);
+	o.watch.list_limit = 1;
+	struct kube_informer *inf = NULL;
+	assert_int_equal(kube_informer_start(e->c, &o, &inf), 0);
+	struct timespec nap = {0, 300 * 1000000L};
+	nanosleep(&nap, NULL);
+	/* the first drain finds no more than the pages that fit */
+	assert_true(kube_informer_drain(inf) <= 4);
+	size_t rounds = 0;
+	while ((e->n < 10 || !kube_informer_synced(inf)) && rounds++ < 200)
+		wait_drain(e, inf);
+	assert_int_equal(e->n, 10);
+	for (unsigned i = 0; i < 10; i++) {
+		char want[32];
+		snprintf(want, sizeof(want), "ADDED w%u %u", i + 1, i + 1);
+		assert_string_equal(e->log[i], want);
+	}
+	assert_int_equal(kube_informer_len(inf), 10);
+	kube_informer_stop(inf);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -320,6 +356,7 @@ int main(void)
 	    cmocka_unit_test_setup_teardown(test_informer_on_loop, isetup, iteardown),
 	    cmocka_unit_test_setup_teardown(test_bad_objects_not_cached, isetup, iteardown),
 	    cmocka_unit_test_setup_teardown(test_no_cache_pages, isetup, iteardown),
+	    cmocka_unit_test_setup_teardown(test_pages_wait_for_room, isetup, iteardown),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);
 }
