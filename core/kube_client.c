@@ -11,6 +11,7 @@
 #include <string.h>
 #include <time.h>
 
+#include "curlerr.h"
 #include "log.h"
 #include "loop.h"
 #include "metrics.h"
@@ -783,22 +784,6 @@ static void transport_error(CURLcode cc, const char *errbuf, const char *method,
 	               errbuf[0] ? errbuf : curl_easy_strerror(cc));
 }
 
-static int transport_errno(CURLcode cc)
-{
-	switch (cc) {
-	case CURLE_OPERATION_TIMEDOUT:
-		return -ETIMEDOUT;
-	case CURLE_COULDNT_CONNECT:
-		return -ECONNREFUSED;
-	case CURLE_COULDNT_RESOLVE_HOST:
-		return -EHOSTUNREACH;
-	case CURLE_OUT_OF_MEMORY:
-		return -ENOMEM;
-	default:
-		return -EIO;
-	}
-}
-
 /* Requests by verb and outcome ("200", "409", "transport"), and their latency. */
 static void observe(const char *method, long code, CURLcode cc, unsigned long long t0)
 {
@@ -865,7 +850,7 @@ int kube_client_do(struct kube_client *c, const struct kube_request *rq, cJSON *
 	}
 	if (cc != CURLE_OK) {
 		transport_error(cc, errbuf, rq->method, rq->path, err);
-		rc = transport_errno(cc);
+		rc = curlerr_errno(cc);
 		goto out;
 	}
 	if (code < 200 || code >= 300) {
@@ -967,13 +952,13 @@ int kube_client_stream(struct kube_client *c, const struct kube_stream *s, struc
 			/* The server closed mid-stream, a reset, or the cap ran out. */
 			transport_error(cc, errbuf, "GET", s->path, err);
 			err->http_code = code;
-			rc = transport_errno(cc);
+			rc = curlerr_errno(cc);
 		}
 		goto out;
 	}
 	if (cc != CURLE_OK && code == 0) {
 		transport_error(cc, errbuf, "GET", s->path, err);
-		rc = transport_errno(cc);
+		rc = curlerr_errno(cc);
 		goto out;
 	}
 	kube_error_from_response(code, x.buf, x.len, err);

@@ -14,6 +14,7 @@
 #include <curl/curl.h>
 
 #include "backoff.h"
+#include "curlerr.h"
 #include "log.h"
 #include "oci_auth.h"
 
@@ -613,28 +614,6 @@ static bool status_retryable(long s)
 	return s == 429 || s == 500 || s == 502 || s == 503 || s == 504 || s == 408;
 }
 
-static int cc_errno(CURLcode cc)
-{
-	switch (cc) {
-	case CURLE_OPERATION_TIMEDOUT:
-		return -ETIMEDOUT;
-	case CURLE_COULDNT_CONNECT:
-		return -ECONNREFUSED;
-	case CURLE_COULDNT_RESOLVE_HOST:
-		return -EHOSTUNREACH;
-	case CURLE_RECV_ERROR:
-	case CURLE_SEND_ERROR:
-	case CURLE_GOT_NOTHING:
-		return -ECONNRESET;
-	case CURLE_PARTIAL_FILE:
-		return -EPIPE;
-	case CURLE_OUT_OF_MEMORY:
-		return -ENOMEM;
-	default:
-		return -EIO;
-	}
-}
-
 static int status_errno(long s)
 {
 	switch (s) {
@@ -970,7 +949,7 @@ static int run_simple(struct oci_registry *r, const struct req *q, struct xfer *
 	}
 	if (x->cc != CURLE_OK) {
 		describe_cc(r, x, q->method, q->url, err);
-		int rc = cc_errno(x->cc);
+		int rc = curlerr_errno(x->cc);
 		xfer_free(x);
 		return rc;
 	}
@@ -1089,7 +1068,7 @@ static int request(struct oci_registry *r, struct req *q, char *url, size_t url_
 		if (attempt >= r->o.retries) {
 			if (x->cc != CURLE_OK) {
 				describe_cc(r, x, q->method, url, err);
-				rc = cc_errno(x->cc);
+				rc = curlerr_errno(x->cc);
 			} else {
 				describe_status(x, q->method, url, err);
 				rc = status_errno(x->status);
@@ -1114,7 +1093,7 @@ static int request(struct oci_registry *r, struct req *q, char *url, size_t url_
 	}
 	if (x->cc != CURLE_OK && !(q->stream && x->s_len > 0)) {
 		describe_cc(r, x, q->method, url, err);
-		rc = cc_errno(x->cc);
+		rc = curlerr_errno(x->cc);
 		goto out;
 	}
 	*out = x;
@@ -1383,7 +1362,7 @@ static ssize_t stream_read(void *ctx, void *buf, size_t len, struct oci_err *e)
 					    e, "transfer cut short after %" PRIu64 " bytes%s",
 					    s->delivered,
 					    s->restarts ? " (resumed and failed again)" : "");
-				return x->cc != CURLE_OK ? cc_errno(x->cc)
+				return x->cc != CURLE_OK ? curlerr_errno(x->cc)
 				                         : status_errno(x->status);
 			}
 			char n[24];
