@@ -293,7 +293,7 @@ static int parse(struct dflags *f, int argc, char **argv, const char *usage)
 			f->policy_dir = optarg;
 			break;
 		case OPT_HEALTH:
-			f->health_listen = *optarg ? optarg : NULL;
+			f->health_listen = optarg; /* "": none */
 			break;
 		case OPT_NODE:
 			if (!obj_valid_name(optarg))
@@ -626,7 +626,7 @@ static int run(struct dflags *f)
 			goto out;
 		}
 	}
-	if (f->health_listen && (rc = health_start(f->health_listen, &d.health))) {
+	if ((rc = health_start(f->health_listen, &d.health))) {
 		fprintf(stderr, "%s: cannot listen on %s: %s\n", f->cmd, f->health_listen,
 		        strerror(-rc));
 		goto out;

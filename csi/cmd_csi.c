@@ -135,8 +135,7 @@ static void on_shutdown(struct loop *l, int signo, void *ud)
 	(void)l;
 	(void)signo; /* the loop logs it */
 	struct daemon *d = ud;
-	if (d->health)
-		health_set_ready(d->health, false, "shutting down");
+	health_set_ready(d->health, false, "shutting down");
 }
 
 int csi_main(int argc, char **argv)
@@ -278,12 +277,12 @@ int csi_main(int argc, char **argv)
 		          strerror(-err));
 		goto out;
 	}
-	if (health && *health) {
-		if ((err = health_start(health, &d.health)) != 0) {
-			log_error("cannot serve health endpoint", "listen", health, "error",
-			          strerror(-err));
-			goto out;
-		}
+	if ((err = health_start(health, &d.health)) != 0) {
+		log_error("cannot serve health endpoint", "listen", health, "error",
+		          strerror(-err));
+		goto out;
+	}
+	if (d.health) {
 		char port[8];
 		snprintf(port, sizeof(port), "%u", (unsigned)health_port(d.health));
 		log_info("health endpoint listening", "port", port);
@@ -298,8 +297,7 @@ int csi_main(int argc, char **argv)
 		                             : strerror(-err));
 		goto out;
 	}
-	if (d.health)
-		health_set_ready(d.health, true, NULL);
+	health_set_ready(d.health, true, NULL);
 	loop_on_shutdown(d.loop, on_shutdown, &d);
 	log_info("CSI node plugin ready", "node", node_id, "root", root, "run_dir", run_dir);
 	if ((err = loop_run(d.loop)) != 0)
