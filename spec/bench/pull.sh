@@ -20,7 +20,9 @@
 # kept under GKM_BENCH_DIR so reruns skip the slow part (the image is
 # built again when the gkm binary is newer than it). Timed extractions
 # get fresh destinations by renaming old ones away; trees are deleted only
-# at the end (see BENCHMARKING.md for why).
+# at the end (see BENCHMARKING.md for why). Every timed command starts after
+# a `sync`, so that the writeback of the tree an earlier command left dirty
+# (none of the tools fsyncs) does not compete with it for the two cores.
 set -u
 cd "$GKM_ROOT"
 . spec/lib/registry.sh
@@ -156,6 +158,7 @@ fresh() { # d= a new, empty destination name; the old tree is renamed away
 timed() { # label cmd...: appends "wall_s rss_kb" to $RUN/<label>
 	local label=$1
 	shift
+	sync # start from no dirty pages: writeback of an earlier tree must not land in this run
 	/usr/bin/time -v -o "$RUN/tv" "$@" >"$RUN/cmd.out" 2>&1 || {
 		echo "$label failed:"
 		tail -5 "$RUN/cmd.out"
@@ -246,6 +249,10 @@ if "gkm" in med:
         slow = max(stages, key=lambda s: med[s])
         print(f"gkm / its slowest stage ({slow}, {med[slow]:.2f} s): {med['gkm']/med[slow]:.2f}x "
               f"(sum of the stages {sum(med[s] for s in stages):.2f} s)")
+        pairs = [g[0] / w[0] for g, w in zip(load("gkm"), load(slow))]
+        if pairs:
+            print(f"gkm / {slow} of the same run, median of {len(pairs)}: {statistics.median(pairs):.2f}x "
+                  f"({min(pairs):.2f}-{max(pairs):.2f})")
 if "gkm_zstd" in med and "write" in med and "zstd" in med:
     slow = max(med["zstd"], med["write"], med.get("curl", 0), med.get("sha256", 0))
     print(f"gkm zstd / its slowest stage: {med['gkm_zstd']/slow:.2f}x")
@@ -257,5 +264,10 @@ for label, title in (("store_first", "store: first pull by digest"),
     if r:
         print(f"{title:28} {r[0][0]:9.3f} s  peak RSS {r[0][1]/1024:.1f} MB")
 print(f"({n} runs each, alternating; tree {tree/1e6:.0f} MB)")
+w = [x[0] for x in load("write")]
+if w and max(w) > 2 * min(w):
+    print(f"note: writing the same tree took {min(w):.2f}-{max(w):.2f} s: the VM's page cache was in its slow "
+          "state for some runs (or files were deleted shortly before; see BENCHMARKING.md), which stretches "
+          "every extraction of those runs; the ratios from the same runs are the figures to compare")
 PY
 rm -rf "$RUN/trash"
