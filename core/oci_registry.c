@@ -21,7 +21,14 @@
 #define HDR_MAX 8192
 #define ERR_BODY_MAX (64u << 10)
 #define TOKEN_BODY_MAX (1u << 20)
-#define STREAM_BUF (1u << 20)
+/* Blob streams: libcurl receives up to STREAM_RECV bytes per read (its
+ * default, 16 KiB, costs a recv and a callback per 16 KiB: 40,000 of each
+ * for a 600 MB layer) into a buffer that holds several of them. Under the
+ * malloc mmap threshold (256 KiB, see main.c), so the copy libcurl keeps of
+ * a chunk while the stream is paused reuses heap memory instead of mapping
+ * fresh pages each time. */
+#define STREAM_RECV (128u << 10)
+#define STREAM_BUF (8 * STREAM_RECV)
 #define URL_MAX 8192
 #define RETRY_AFTER_MAX_S 30
 #define BACKOFF_CAP_MS 8000
@@ -381,7 +388,7 @@ static size_t on_body(char *buf, size_t size, size_t n, void *ud)
 			x->s_off = 0;
 		}
 		if (x->s_len + len > STREAM_BUF)
-			return 0; /* cannot happen: chunks are at most CURL_MAX_WRITE_SIZE */
+			return 0; /* cannot happen: chunks are at most STREAM_RECV */
 		memcpy(x->sbuf + x->s_off + x->s_len, buf, len);
 		x->s_len += len;
 		return size * n;
@@ -496,6 +503,8 @@ static int xfer_start(struct oci_registry *r, const struct req *q, struct xfer *
 	if (!(x->h = curl_easy_init()))
 		goto nomem;
 	CURL *h = x->h;
+	if (q->stream)
+		curl_easy_setopt(h, CURLOPT_BUFFERSIZE, (long)STREAM_RECV);
 	curl_easy_setopt(h, CURLOPT_URL, q->url);
 	curl_easy_setopt(h, CURLOPT_NOSIGNAL, 1L);
 	curl_easy_setopt(h, CURLOPT_ERRORBUFFER, x->errbuf);
@@ -1335,7 +1344,7 @@ static ssize_t stream_read(void *ctx, void *buf, size_t len, struct oci_err *e)
 			x->s_len -= n;
 			if (x->s_len == 0)
 				x->s_off = 0;
-			if (x->paused && STREAM_BUF - x->s_len >= CURL_MAX_WRITE_SIZE) {
+			if (x->paused && STREAM_BUF - x->s_len >= STREAM_RECV) {
 				x->paused = false;
 				curl_easy_pause(x->h, CURLPAUSE_CONT);
 			}
