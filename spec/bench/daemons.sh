@@ -7,7 +7,9 @@
 # file pages (mostly shared library code, shared with every other process
 # that maps the same libraries), PSS and private dirty memory, and the same
 # figures for `gkm csi` idle (the CSI plugin is the only command that maps
-# gRPC: it lives in build/gkm-csi.so, loaded by `gkm csi` alone).
+# gRPC: it lives in build/gkm-csi.so, loaded by `gkm csi` alone), and two
+# floors: programs that do nothing but link libcurl, or every library gkm
+# links, and initialise libcurl.
 # GKM_BENCH_WRAP runs the agent under a profiler (e.g. heaptrack).
 set -u
 cd "$GKM_ROOT"
@@ -46,7 +48,7 @@ mem() { # pid label: one line of memory figures
 		FILENAME ~ /status$/ && /^VmRSS/ {rss=$2} FILENAME ~ /status$/ && /^VmHWM/ {hwm=$2}
 		FILENAME ~ /status$/ && /^RssAnon/ {anon=$2} FILENAME ~ /status$/ && /^RssFile/ {file=$2}
 		FILENAME ~ /rollup$/ && /^Pss:/ {pss=$2} FILENAME ~ /rollup$/ && /^Private_Dirty/ {priv=$2}
-		END {printf "  %-22s VmRSS %5.1f MiB (anon %.1f + file %.1f), VmHWM %5.1f MiB, PSS %5.1f MiB, private dirty %5.1f MiB\n",
+		END {printf "  %-23s VmRSS %5.1f MiB (anon %.1f + file %.1f), VmHWM %5.1f MiB, PSS %5.1f MiB, private dirty %5.1f MiB\n",
 			label, rss/1024, anon/1024, file/1024, hwm/1024, pss/1024, priv/1024}' \
 		"/proc/$p/status" "/proc/$p/smaps_rollup"
 }
@@ -93,11 +95,19 @@ int main(void)
 	return 0;
 }
 C
-if cc -O2 -o "$W/floor" "$W/floor.c" -lcurl 2>/dev/null; then
+# The second links every library the gkm binary names (loaded and
+# relocated, their constructors run: libmicrohttpd's initialises GnuTLS),
+# the same call, nothing else: what any daemon built on them starts from.
+floor() { # label libraries...
+	local label=$1 pid
+	shift
+	cc -O2 -o "$W/floor" "$W/floor.c" -Wl,--no-as-needed "$@" 2>/dev/null || return 0
 	"$W/floor" &
-	FLOOR=$!
+	pid=$!
 	sleep 0.5
-	mem "$FLOOR" "floor: libcurl alone:"
-	kill "$FLOOR"
-	wait "$FLOOR" 2>/dev/null || true
-fi
+	mem "$pid" "$label"
+	kill "$pid"
+	wait "$pid" 2>/dev/null || true
+}
+floor "floor: libcurl alone:" -lcurl
+floor "floor: gkm's libraries:" $(readelf -d "$G" | sed -n 's/.*(NEEDED).*\[\(.*\)\]/-l:\1/p' | grep -v 'libc\.so')
