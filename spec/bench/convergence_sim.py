@@ -27,7 +27,6 @@ import http.client
 import json
 import os
 import queue
-import socket
 import subprocess
 import sys
 import threading
@@ -36,28 +35,13 @@ import time
 ROOT = os.environ.get("GKM_ROOT") or os.path.abspath(os.path.join(os.path.dirname(__file__), "..", ".."))
 sys.path.insert(0, os.path.join(ROOT, "spec", "lib"))
 from kubeserver import KubeServer  # noqa: E402
+from proc import cpu_s, free_port  # noqa: E402
 
 GKM = os.environ.get("GKM_BIN") or os.path.join(ROOT, "build", "gkm")
 GROUP = "/apis/gkm.io/v1alpha1"
 NS = "default"
 DIGEST = "sha256:" + "7c" * 32
 APPLY = "application/apply-patch+yaml"
-TICK = os.sysconf("SC_CLK_TCK")
-
-
-def cpu_s(pid):
-    """User + system CPU seconds of a process."""
-    with open("/proc/%d/stat" % pid) as fh:
-        f = fh.read().rsplit(")", 1)[1].split()
-    return (int(f[11]) + int(f[12])) / TICK
-
-
-def free_port():
-    s = socket.socket()
-    s.bind(("127.0.0.1", 0))
-    p = s.getsockname()[1]
-    s.close()
-    return p
 
 
 class Conn:

@@ -25,7 +25,6 @@ import argparse
 import http.client
 import json
 import os
-import socket
 import subprocess
 import sys
 import time
@@ -34,45 +33,14 @@ import uuid
 ROOT = os.environ.get("GKM_ROOT") or os.path.abspath(os.path.join(os.path.dirname(__file__), "..", ".."))
 sys.path.insert(0, os.path.join(ROOT, "spec", "lib"))
 from kubeserver import KubeServer  # noqa: E402
+from proc import cpu_s, free_port, memory  # noqa: E402
 
 GKM = os.environ.get("GKM_BIN") or os.path.join(ROOT, "build", "gkm")
 GROUP = "/apis/gkm.io/v1alpha1"
 AV = "gkm.io/v1alpha1"
 NS = "ml-serving"
-TICK = os.sysconf("SC_CLK_TCK")
 H100 = "NVIDIA H100 80GB HBM3"
 A100 = "NVIDIA A100-SXM4-80GB"
-
-
-def cpu_s(pid):
-    with open("/proc/%d/stat" % pid) as fh:
-        f = fh.read().rsplit(")", 1)[1].split()
-    return (int(f[11]) + int(f[12])) / TICK
-
-
-def memory(pid):
-    """VmRSS (RssAnon: the process's own, RssFile: mapped files, mostly
-    shared libraries), VmHWM, PSS and private dirty in KiB."""
-    out = {}
-    with open("/proc/%d/status" % pid) as fh:
-        for line in fh:
-            k, _, v = line.partition(":")
-            if k in ("VmRSS", "VmHWM", "RssAnon", "RssFile"):
-                out[k] = int(v.split()[0])
-    with open("/proc/%d/smaps_rollup" % pid) as fh:
-        for line in fh:
-            k, _, v = line.partition(":")
-            if k in ("Pss", "Private_Dirty"):
-                out[k] = int(v.split()[0])
-    return out
-
-
-def free_port():
-    s = socket.socket()
-    s.bind(("127.0.0.1", 0))
-    p = s.getsockname()[1]
-    s.close()
-    return p
 
 
 def ts(sec):

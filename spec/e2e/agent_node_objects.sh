@@ -7,6 +7,7 @@
 set -u
 . "$(dirname "$0")/../lib/tap.sh"
 . "$(dirname "$0")/../lib/poll.sh"
+. "$(dirname "$0")/../lib/port.sh"
 cd "$GKM_ROOT"
 . spec/lib/kubeserver.sh
 G=${GKM_BIN_SAN:-$GKM_BIN}
@@ -33,7 +34,7 @@ kubectl create namespace team >/dev/null &&
 	kubeserver_control fault "{\"stage\": \"request\", \"action\": \"status:500\", \"method\": \"PATCH\", \"path\": \"/namespaces/team/gkmcachenodes/\", \"count\": $FAILS}" >/dev/null
 ok $? "a GKMCache, and the API server set to fail the next $FAILS writes of the namespace's node object"
 
-PORT=$(/usr/bin/python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')
+PORT=$(free_port)
 $G agent --node n1 --kubeconfig "$KUBECONFIG" --gpu-file spec/fixtures/gpu/inventory/t4.json \
 	--root "$W/root" --run-dir "$W/run" --health-listen "127.0.0.1:$PORT" >"$W/agent.log" 2>&1 &
 AGENT=$!
