@@ -19,6 +19,7 @@
 #include "extract.h"
 
 #include "fstree.h"
+#include "strmap.h"
 
 #include <archive.h>
 #include <archive_entry.h>
@@ -47,71 +48,33 @@
 
 /* ---- small containers ---- */
 
-/* Set of paths (created in the current layer), open addressing. */
-struct pathset {
-	char **slot;
-	size_t cap, n;
-};
-
-static uint64_t hash_str(const char *s)
+/* Set of paths (created in the current layer): each key, a copy of the
+ * path, is also its value. */
+static bool pathset_has(const struct strmap *ps, const char *p)
 {
-	uint64_t h = 1469598103934665603ull;
-	for (; *s; s++)
-		h = (h ^ (unsigned char)*s) * 1099511628211ull;
-	return h;
+	return strmap_get(ps, p) != NULL;
 }
 
-static bool pathset_has(const struct pathset *ps, const char *p)
-{
-	if (ps->cap == 0)
-		return false;
-	size_t j = hash_str(p) & (ps->cap - 1);
-	while (ps->slot[j] != NULL) {
-		if (strcmp(ps->slot[j], p) == 0)
-			return true;
-		j = (j + 1) & (ps->cap - 1);
-	}
-	return false;
-}
-
-static void pathset_put_slot(char **slot, size_t cap, char *p)
-{
-	size_t j = hash_str(p) & (cap - 1);
-	while (slot[j] != NULL)
-		j = (j + 1) & (cap - 1);
-	slot[j] = p;
-}
-
-static int pathset_add(struct pathset *ps, const char *p)
+static int pathset_add(struct strmap *ps, const char *p)
 {
 	if (pathset_has(ps, p))
 		return 0;
-	if ((ps->n + 1) * 2 > ps->cap) {
-		size_t ncap = ps->cap ? ps->cap * 2 : 1024;
-		char **ns = calloc(ncap, sizeof(*ns));
-		if (ns == NULL)
-			return -ENOMEM;
-		for (size_t i = 0; i < ps->cap; i++)
-			if (ps->slot[i] != NULL)
-				pathset_put_slot(ns, ncap, ps->slot[i]);
-		free(ps->slot);
-		ps->slot = ns;
-		ps->cap = ncap;
-	}
 	char *dup = strdup(p);
 	if (dup == NULL)
 		return -ENOMEM;
-	pathset_put_slot(ps->slot, ps->cap, dup);
-	ps->n++;
-	return 0;
+	int rc = strmap_put(ps, dup, dup);
+	if (rc != 0)
+		free(dup);
+	return rc;
 }
 
-static void pathset_clear(struct pathset *ps)
+static void pathset_clear(struct strmap *ps)
 {
-	for (size_t i = 0; i < ps->cap; i++)
-		free(ps->slot[i]);
-	free(ps->slot);
-	memset(ps, 0, sizeof(*ps));
+	size_t pos = 0;
+	void *v;
+	while (strmap_next(ps, &pos, NULL, &v))
+		free(v);
+	strmap_clear(ps);
 }
 
 struct dirattr {
@@ -136,7 +99,7 @@ struct extract {
 	char **links; /* symlinks written, re-checked in extract_finish() */
 	size_t nlinks, caplinks;
 
-	struct pathset created; /* this layer's paths, only when a layer lies below */
+	struct strmap created; /* this layer's paths, only when a layer lies below */
 	bool below;
 
 	char ppath[PATH_BUF]; /* cached parent directory */

@@ -10,6 +10,7 @@
 #include <string.h>
 
 #include "log.h"
+#include "strmap.h"
 
 #define KEY_MAX 512
 /* list pages queued for the owner before the watch thread waits for room */
@@ -69,14 +70,6 @@ struct kube_informer {
 	uint64_t gen;
 	bool synced;
 };
-
-static uint32_t hash_str(const char *s)
-{
-	uint32_t h = 2166136261u;
-	for (; *s; s++)
-		h = (h ^ (unsigned char)*s) * 16777619u;
-	return h;
-}
 
 int kube_informer_key(const cJSON *obj, char *buf, size_t len)
 {
@@ -181,7 +174,7 @@ static void drop_entry(struct kube_informer *inf, struct entry *e, const cJSON *
 /* Insert or update one object (the item's strings pass to the cache). */
 static void upsert(struct kube_informer *inf, struct item *it, bool from_list)
 {
-	uint32_t h = hash_str(it->key);
+	uint32_t h = strmap_hash(it->key);
 	struct entry *e = find(inf, it->key, h);
 	if (e) {
 		e->gen = inf->gen;
@@ -218,7 +211,7 @@ static void upsert(struct kube_informer *inf, struct item *it, bool from_list)
 
 static void remove_item(struct kube_informer *inf, struct item *it)
 {
-	struct entry *e = find(inf, it->key, hash_str(it->key));
+	struct entry *e = find(inf, it->key, strmap_hash(it->key));
 	if (e)
 		drop_entry(inf, e, it->obj);
 }
@@ -524,7 +517,7 @@ static const struct entry *lookup(const struct kube_informer *inf, const char *n
 		n = snprintf(key, sizeof(key), "%s", name);
 	if (n < 0 || (size_t)n >= sizeof(key))
 		return NULL;
-	return find(inf, key, hash_str(key));
+	return find(inf, key, strmap_hash(key));
 }
 
 cJSON *kube_informer_get(const struct kube_informer *inf, const char *ns, const char *name)

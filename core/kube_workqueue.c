@@ -6,6 +6,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "strmap.h"
+
 #define KEY_MAX 512
 
 struct item {
@@ -35,14 +37,6 @@ struct kube_workqueue {
 	struct heap_ent *heap; /* min-heap on due; stale entries skipped lazily */
 	size_t heap_len, heap_cap;
 };
-
-static uint32_t hash_str(const char *s)
-{
-	uint32_t h = 2166136261u;
-	for (; *s; s++)
-		h = (h ^ (unsigned char)*s) * 16777619u;
-	return h;
-}
 
 int kube_workqueue_new(const struct kube_workqueue_opts *o, struct kube_workqueue **out)
 {
@@ -120,7 +114,7 @@ static struct item *get_or_create(struct kube_workqueue *q, const char *key)
 		errno = EINVAL;
 		return NULL;
 	}
-	uint32_t h = hash_str(key);
+	uint32_t h = strmap_hash(key);
 	struct item *it = find(q, key, h);
 	if (it)
 		return it;
@@ -277,7 +271,7 @@ int kube_workqueue_add_rate_limited(struct kube_workqueue *q, const char *key, u
 
 void kube_workqueue_forget(struct kube_workqueue *q, const char *key)
 {
-	struct item *it = find(q, key, hash_str(key));
+	struct item *it = find(q, key, strmap_hash(key));
 	if (!it)
 		return;
 	it->failures = 0;
@@ -286,7 +280,7 @@ void kube_workqueue_forget(struct kube_workqueue *q, const char *key)
 
 unsigned kube_workqueue_failures(struct kube_workqueue *q, const char *key)
 {
-	struct item *it = find(q, key, hash_str(key));
+	struct item *it = find(q, key, strmap_hash(key));
 	return it ? it->failures : 0;
 }
 
@@ -323,7 +317,7 @@ const char *kube_workqueue_get(struct kube_workqueue *q, uint64_t now_ms)
 
 void kube_workqueue_done(struct kube_workqueue *q, const char *key)
 {
-	struct item *it = find(q, key, hash_str(key));
+	struct item *it = find(q, key, strmap_hash(key));
 	if (!it || !it->processing)
 		return;
 	it->processing = false;

@@ -22,8 +22,8 @@
 #define ERR_BODY_MAX (64u << 10)
 #define TOKEN_BODY_MAX (1u << 20)
 /* Blob streams: libcurl receives up to STREAM_RECV bytes per read (its
- * default, 16 KiB, costs a recv and a callback per 16 KiB: 40,000 of each
- * for a 600 MB layer) into a buffer that holds several of them. Under the
+ * default, 16 KiB, costs a recv and a callback per 16 KiB: about 38,000 of
+ * each for a 600 MB layer) into a buffer that holds several of them. Under the
  * malloc mmap threshold (256 KiB, see main.c), so the copy libcurl keeps of
  * a chunk while the stream is paused reuses heap memory instead of mapping
  * fresh pages each time. */
