@@ -1263,7 +1263,8 @@ int agent_start(struct loop *l, struct workers *w, struct objstore *os,
 	                               .label_selector = mine,
 	                               .on_event = on_nodeobj_event,
 	                               .ud = a,
-	                               .no_cache = true /* only deletions matter */};
+	                               .no_cache = true, /* only deletions matter */
+	                               .list_page = GKM_NODEOBJ_LIST_PAGE};
 	struct objstore_watch cl_nw = ns_nw;
 	cl_nw.kind = "ClusterGKMCacheNode";
 	if ((rc = os->ops->watch(os, &ns_w)) || (rc = os->ops->watch(os, &cl_w)) ||

@@ -16,6 +16,9 @@
 
 #define GKM_GROUP "gkm.io"
 #define GKM_API_VERSION "gkm.io/v1alpha1"
+/* List page for the node objects (GKMCacheNode, ClusterGKMCacheNode): one
+ * reports every cache on its node, 100 KB and more with 100 caches. */
+#define GKM_NODEOBJ_LIST_PAGE 10
 
 enum objstore_event_type { OBJSTORE_ADDED = 1, OBJSTORE_MODIFIED, OBJSTORE_DELETED };
 
@@ -34,10 +37,12 @@ struct objstore_watch {
 	objstore_synced_fn on_synced; /* may be NULL */
 	void *ud;
 	/* The caller keeps what it needs of each object it is given: the store
-	 * keeps no copy (Kubernetes: an informer without an object cache,
-	 * listing in small pages), and a DELETED found by a relist carries only
-	 * apiVersion, kind and metadata.name/namespace. */
+	 * keeps no copy (Kubernetes: an informer without an object cache), and a DELETED found by a
+	 * relist carries only apiVersion, kind and metadata.name/namespace. */
 	bool no_cache;
+	/* Objects per list page (Kubernetes); 0: the default. A page is parsed
+	 * whole, so watches of big objects ask for small pages. */
+	unsigned list_page;
 };
 
 struct objstore;

@@ -9,10 +9,6 @@
 #include "kube_informer.h"
 #include "log.h"
 
-/* List page size of watches whose caller keeps its own state (objects of
- * 100 KB and more, such as node reports with 100 caches). */
-#define NO_CACHE_PAGE 10
-
 struct kwatch {
 	struct objstore_watch w; /* strings below */
 	char api_version[160], kind[96], ns[256], labels[1024], fields[1024];
@@ -83,8 +79,7 @@ static int k_watch(struct objstore *s, const struct objstore_watch *in)
 	              .ns = w->w.namespace_,
 	              .label_selector = w->w.label_selector,
 	              .field_selector = w->w.field_selector,
-	              /* a page of big objects is parsed whole: keep pages small */
-	              .list_limit = in->no_cache ? NO_CACHE_PAGE : 0},
+	              .list_limit = in->list_page},
 	    .no_cache = in->no_cache,
 	    .loop = ks->loop,
 	    .on_change = on_change,

@@ -685,11 +685,13 @@ int operator_start(struct loop *l, struct workers *w, struct objstore *os,
 	 * keeps no second copy (no_cache) */
 	struct objstore_watch watches[] = {
 	    {GKM_API_VERSION, "ClusterGKMCacheNode", NULL, NULL, NULL, on_nodeobj, on_synced, op,
-	     true},
-	    {GKM_API_VERSION, "GKMCacheNode", NULL, NULL, NULL, on_nodeobj, on_synced, op, true},
-	    {GKM_API_VERSION, "GKMCache", NULL, NULL, NULL, on_cache, on_synced, op, true},
-	    {GKM_API_VERSION, "ClusterGKMCache", NULL, NULL, NULL, on_cache, on_synced, op, true},
-	    {"v1", "Node", NULL, NULL, NULL, on_node, on_synced, op, true},
+	     true, GKM_NODEOBJ_LIST_PAGE},
+	    {GKM_API_VERSION, "GKMCacheNode", NULL, NULL, NULL, on_nodeobj, on_synced, op, true,
+	     GKM_NODEOBJ_LIST_PAGE},
+	    {GKM_API_VERSION, "GKMCache", NULL, NULL, NULL, on_cache, on_synced, op, true, 0},
+	    {GKM_API_VERSION, "ClusterGKMCache", NULL, NULL, NULL, on_cache, on_synced, op, true,
+	     0},
+	    {"v1", "Node", NULL, NULL, NULL, on_node, on_synced, op, true, 0},
 	};
 	size_t n = sizeof(watches) / sizeof(watches[0]) - (o->watch_nodes ? 0 : 1);
 	op->want_synced = (unsigned)n;
