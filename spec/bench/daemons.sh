@@ -42,15 +42,14 @@ for i in $(seq 1 "$N"); do
 		"$i" "$DIGEST" "$R"
 done | kubectl apply -f - >/dev/null || exit 1
 
-mem() { # pid label: one line of memory figures
-	local p=$1
-	awk -v label="$2" '
-		FILENAME ~ /status$/ && /^VmRSS/ {rss=$2} FILENAME ~ /status$/ && /^VmHWM/ {hwm=$2}
-		FILENAME ~ /status$/ && /^RssAnon/ {anon=$2} FILENAME ~ /status$/ && /^RssFile/ {file=$2}
-		FILENAME ~ /rollup$/ && /^Pss:/ {pss=$2} FILENAME ~ /rollup$/ && /^Private_Dirty/ {priv=$2}
-		END {printf "  %-23s VmRSS %5.1f MiB (anon %.1f + file %.1f), VmHWM %5.1f MiB, PSS %5.1f MiB, private dirty %5.1f MiB\n",
-			label, rss/1024, anon/1024, file/1024, hwm/1024, pss/1024, priv/1024}' \
-		"/proc/$p/status" "/proc/$p/smaps_rollup"
+mem() { # pid label: one line of memory figures (spec/lib/proc.py)
+	/usr/bin/python3 -c 'import sys; sys.path.insert(0, "spec/lib"); from proc import memory
+m = {k: v / 1024 for k, v in memory(int(sys.argv[1])).items()}
+print("  %-23s VmRSS %5.1f MiB (anon %.1f + file %.1f), VmHWM %5.1f MiB, PSS %5.1f MiB, private dirty %5.1f MiB"
+      % (sys.argv[2], m["VmRSS"], m["RssAnon"], m["RssFile"], m["VmHWM"], m["Pss"], m["Private_Dirty"]))' "$1" "$2"
+}
+cpu() { # pid: its user + system CPU seconds
+	/usr/bin/python3 -c 'import sys; sys.path.insert(0, "spec/lib"); from proc import cpu_s; print(cpu_s(int(sys.argv[1])))' "$1"
 }
 
 mkdir -p "$W/root" "$W/run"
@@ -66,13 +65,14 @@ for _ in $(seq 1 1200); do
 	sleep 0.1
 done
 t_ready=$(echo "$(date +%s.%N) - $start" | bc)
+cpu_ready=$(cpu "$AGENT")
 printf 'gkm agent: %d of %d caches Ready on its node in %.2f s (one pull, %d views)\n' "$ready" "$N" "$t_ready" "$N"
 sleep 5 # at rest: a few resync and poll cycles
 mem "$AGENT" "agent, at rest:"
-cpu=$(awk '{print ($14 + $15) / 100}' "/proc/$AGENT/stat")
+cpu0=$(cpu "$AGENT")
 sleep 10
-cpu2=$(awk '{print ($14 + $15) / 100}' "/proc/$AGENT/stat")
-printf '  agent CPU: %.2f s to get there, %.2f s in the next 10 s at rest\n' "$cpu" "$(echo "$cpu2 - $cpu" | bc)"
+cpu1=$(cpu "$AGENT")
+printf '  agent CPU: %.2f s to get ready, %.2f s in 10 s at rest\n' "$cpu_ready" "$(echo "$cpu1 - $cpu0" | bc)"
 
 $G csi --node-id bench-node --endpoint "unix://$W/csi.sock" --root "$W/root" --run-dir "$W/run" \
 	--health-listen "" >"$W/csi.log" 2>&1 &
