@@ -55,10 +55,11 @@ static bool pathset_has(const struct strmap *ps, const char *p)
 	return strmap_get(ps, p) != NULL;
 }
 
+/* 0 when added, 1 when it was there, or -ENOMEM. */
 static int pathset_add(struct strmap *ps, const char *p)
 {
 	if (pathset_has(ps, p))
-		return 0;
+		return 1;
 	char *dup = strdup(p);
 	if (dup == NULL)
 		return -ENOMEM;
@@ -879,11 +880,11 @@ static int note_created(struct extract *x, const char *path)
 		return 0;
 	memcpy(buf, path, n + 1);
 	for (;;) {
-		if (pathset_has(&x->created, buf))
-			return 0; /* its ancestors are in too */
 		int rc = pathset_add(&x->created, buf);
 		if (rc < 0)
 			return fail(x, rc, "out of memory");
+		if (rc == 1)
+			return 0; /* its ancestors are in too */
 		char *slash = strrchr(buf, '/');
 		if (slash == NULL)
 			return 0;

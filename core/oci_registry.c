@@ -53,6 +53,7 @@ struct oci_registry {
 	enum oci_auth_scheme auth;
 	char *realm, *service;
 	struct token *tokens;
+	uint64_t seed; /* backoff jitter */
 };
 
 /* One HTTP exchange. */
@@ -682,14 +683,14 @@ static void describe_status(const struct xfer *x, const char *method, const char
 }
 
 /* Exponential backoff with jitter, or the server's Retry-After. */
-static void backoff(const struct oci_registry *r, unsigned attempt, const char *retry_after)
+static void backoff(struct oci_registry *r, unsigned attempt, const char *retry_after)
 {
-	uint64_t ms, seed = 0;
+	uint64_t ms;
 	long ra = retry_after && *retry_after ? strtol(retry_after, NULL, 10) : 0;
 	if (ra > 0)
 		ms = (uint64_t)(ra > RETRY_AFTER_MAX_S ? RETRY_AFTER_MAX_S : ra) * 1000;
 	else
-		ms = backoff_ms(attempt, r->o.backoff_ms, BACKOFF_CAP_MS, &seed);
+		ms = backoff_ms(attempt, r->o.backoff_ms, BACKOFF_CAP_MS, &r->seed);
 	struct timespec ts = {(time_t)(ms / 1000), (long)(ms % 1000) * 1000000L};
 	while (nanosleep(&ts, &ts) < 0 && errno == EINTR)
 		;
