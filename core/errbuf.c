@@ -1,14 +1,17 @@
 #include "errbuf.h"
 
-#include <stdarg.h>
 #include <stdio.h>
+
+void errbuf_vset(char *err, size_t errlen, const char *fmt, va_list ap)
+{
+	if (err && errlen > 0)
+		vsnprintf(err, errlen, fmt, ap);
+}
 
 void errbuf_set(char *err, size_t errlen, const char *fmt, ...)
 {
-	if (!err || errlen == 0)
-		return;
 	va_list ap;
 	va_start(ap, fmt);
-	vsnprintf(err, errlen, fmt, ap);
+	errbuf_vset(err, errlen, fmt, ap);
 	va_end(ap);
 }

@@ -3,10 +3,14 @@
 #ifndef GKM_ERRBUF_H
 #define GKM_ERRBUF_H
 
+#include <stdarg.h>
 #include <stddef.h>
 
 /* Format into err; a NULL err or zero errlen is fine (nothing written). */
 void errbuf_set(char *err, size_t errlen, const char *fmt, ...)
     __attribute__((format(printf, 3, 4)));
+/* The same with a va_list, for functions that format on a caller's behalf. */
+void errbuf_vset(char *err, size_t errlen, const char *fmt, va_list ap)
+    __attribute__((format(printf, 3, 0)));
 
 #endif

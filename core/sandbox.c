@@ -6,11 +6,11 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
 
 #include "embedded.h"
 #include "engine.h"
 #include "log.h"
+#include "loop.h"
 
 /* How often (in VM instructions) the budget hook runs before it trips. */
 #define HOOK_STEP 1000
@@ -28,13 +28,6 @@ extern const struct engine_module __stop_gkm_modules[] __attribute__((weak));
 struct sandbox *sandbox_of(lua_State *L)
 {
 	return *(struct sandbox **)lua_getextraspace(L);
-}
-
-static uint64_t now_ms(void)
-{
-	struct timespec ts;
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return (uint64_t)ts.tv_sec * 1000u + (uint64_t)ts.tv_nsec / 1000000u;
 }
 
 /* ---- memory ---- */
@@ -77,7 +70,7 @@ static void budget_hook(lua_State *L, lua_Debug *ar)
 			snprintf(sb->trip_msg, sizeof(sb->trip_msg),
 			         "instruction budget of %llu exceeded",
 			         (unsigned long long)sb->instr_max);
-		else if (now_ms() > sb->deadline_ms)
+		else if (loop_now_ms() > sb->deadline_ms)
 			snprintf(sb->trip_msg, sizeof(sb->trip_msg),
 			         "time budget of %llu ms exceeded",
 			         (unsigned long long)sb->wall_ms);
@@ -101,7 +94,7 @@ void sandbox_arm(struct sandbox *sb, uint64_t instructions, uint64_t wall_ms)
 	sb->instr_used = 0;
 	sb->instr_max = instructions;
 	sb->wall_ms = wall_ms;
-	sb->deadline_ms = now_ms() + wall_ms;
+	sb->deadline_ms = loop_now_ms() + wall_ms;
 	lua_sethook(sb->L, budget_hook, LUA_MASKCOUNT, HOOK_STEP);
 }
 

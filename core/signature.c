@@ -26,7 +26,6 @@
 #include <openssl/pem.h>
 #include <openssl/x509.h>
 #include <pthread.h>
-#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>

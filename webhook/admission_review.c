@@ -6,6 +6,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "errbuf.h"
 #include "signature.h"
 
 static int fail(int rc, char *err, size_t errlen, const char *fmt, ...)
@@ -14,7 +15,7 @@ static int fail(int rc, char *err, size_t errlen, const char *fmt, ...)
 {
 	va_list ap;
 	va_start(ap, fmt);
-	vsnprintf(err, errlen, fmt, ap);
+	errbuf_vset(err, errlen, fmt, ap);
 	va_end(ap);
 	return rc;
 }

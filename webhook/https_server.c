@@ -22,6 +22,7 @@
 
 #include "errbuf.h"
 #include "log.h"
+#include "loop.h"
 
 /* TLS 1.2 and 1.3 only. */
 #define TLS_PRIORITIES "NORMAL:-VERS-ALL:+VERS-TLS1.3:+VERS-TLS1.2"
@@ -455,9 +456,7 @@ static int instance_start(struct https_server *s, const char *cert, size_t cert_
 static void instance_quiesce(struct instance *in)
 {
 	atomic_store(&in->draining, true);
-	struct timespec ts;
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	in->drain_since_ms = (uint64_t)ts.tv_sec * 1000u + (uint64_t)ts.tv_nsec / 1000000u;
+	in->drain_since_ms = loop_now_ms();
 	/* the returned descriptor is our in->fd: closed after MHD_stop_daemon */
 	(void)MHD_quiesce_daemon(in->d);
 }
@@ -517,9 +516,7 @@ int https_set_cert(struct https_server *s, const char *cert, size_t cert_len, co
 
 unsigned https_reap(struct https_server *s)
 {
-	struct timespec ts;
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	uint64_t now = (uint64_t)ts.tv_sec * 1000u + (uint64_t)ts.tv_nsec / 1000000u;
+	uint64_t now = loop_now_ms();
 	unsigned left = 0;
 	for (struct instance **p = &s->old; *p;) {
 		struct instance *in = *p;
