@@ -24,7 +24,7 @@ DEPS := build-essential pkg-config git ca-certificates \
 	libarchive-tools zstd isal time wrk hyperfine
 
 PKGS := lua5.4 libcurl libcjson libarchive yaml-0.1 openssl libmicrohttpd zlib libzstd
-PKG_CFLAGS = $(shell pkg-config --cflags $(PKGS) $(CSI_PKGS) 2>/dev/null)
+PKG_CFLAGS = $(shell pkg-config --cflags $(PKGS) 2>/dev/null)
 PKG_LIBS   = $(shell pkg-config --libs $(PKGS) 2>/dev/null) -lpthread -ldl -lm
 
 WARN     := -Wall -Wextra -Werror -Wshadow -Wformat=2 -Wno-unused-parameter
@@ -37,12 +37,10 @@ EMBED_FILES := $(sort $(shell find lua policies -name '*.lua' 2>/dev/null))
 
 .DEFAULT_GOAL := all
 
-# Generated C sources (protobuf-c output etc.) are appended by */*.mk files.
-GEN_SRCS :=
 -include $(wildcard core/*.mk webhook/*.mk csi/*.mk spec/*.mk)
 
 MAIN_SRC := core/main.c
-LIB_SRCS := $(filter-out $(MAIN_SRC),$(wildcard core/*.c webhook/*.c)) $(GEN_SRCS)
+LIB_SRCS := $(filter-out $(MAIN_SRC),$(wildcard core/*.c webhook/*.c))
 LIB_OBJS := $(patsubst %.c,$(BUILD)/obj/%.o,$(LIB_SRCS)) $(BUILD)/obj/embedded.o
 SAN_OBJS := $(patsubst %.c,$(BUILD)/san/%.o,$(LIB_SRCS)) $(BUILD)/san/embedded.o
 UNIT_SRCS := $(wildcard spec/unit/test_*.c)

@@ -12,8 +12,7 @@
 #define OUT_CAP (2 * GZW_CHUNK + ISAL_DEF_MAX_HDR_SIZE + 64)
 
 struct gzw {
-	struct isal_zstream z;
-	unsigned char *level_buf;
+	struct isal_zstream z; /* z.level_buf is ours to free */
 	unsigned char in[GZW_CHUNK];
 	size_t in_len;
 	unsigned char out[OUT_CAP];
@@ -36,7 +35,7 @@ int gzw_new(int level, gzw_out_fn out, void *ud, struct gzw **wp)
 	w->z.level = (uint32_t)level;
 	w->z.gzip_flag = IGZIP_DEFLATE; /* the gzip wrapper is ours */
 	w->z.flush = SYNC_FLUSH;        /* each chunk ends byte-aligned */
-	if (sizes[level] && !(w->z.level_buf = w->level_buf = malloc(sizes[level]))) {
+	if (sizes[level] && !(w->z.level_buf = malloc(sizes[level]))) {
 		free(w);
 		return -ENOMEM;
 	}
@@ -138,6 +137,6 @@ void gzw_free(struct gzw *w)
 {
 	if (!w)
 		return;
-	free(w->level_buf);
+	free(w->z.level_buf);
 	free(w);
 }

@@ -13,11 +13,13 @@ CSI_GEN := $(BUILD)/gen/csi.pb-c.c $(BUILD)/gen/google/protobuf/wrappers.pb-c.c
 CSI_GEN_H := $(CSI_GEN:.c=.h)
 CSI_PKGS := grpc libprotobuf-c
 CSI_LIBS = $(shell pkg-config --libs $(CSI_PKGS) 2>/dev/null)
+CSI_CFLAGS = $(shell pkg-config --cflags $(CSI_PKGS) 2>/dev/null)
 CSI_SRCS := $(wildcard csi/*.c) $(CSI_GEN)
 CSI_OBJS := $(patsubst %.c,$(BUILD)/obj/%.o,$(CSI_SRCS))
 CSI_SAN_OBJS := $(patsubst %.c,$(BUILD)/san/%.o,$(CSI_SRCS))
 
 all: $(BUILD)/gkm-csi.so
+$(CSI_OBJS) $(CSI_SAN_OBJS): ALL_CFLAGS += $(CSI_CFLAGS)
 spec-extra:: $(BUILD)/gkm-san-csi.so
 
 $(BUILD)/gkm-csi.so: $(CSI_OBJS)
@@ -47,6 +49,6 @@ $(patsubst spec/unit/%.c,$(BUILD)/unit/%,$(wildcard spec/unit/test_csi*.c)): | $
 
 # Unit tests of the plugin include its headers and link its objects.
 CSI_UNIT_BINS := $(patsubst spec/unit/%.c,$(BUILD)/unit/%,$(wildcard spec/unit/test_csi*.c))
-$(CSI_UNIT_BINS): ALL_CFLAGS += -Icsi
+$(CSI_UNIT_BINS): ALL_CFLAGS += -Icsi $(CSI_CFLAGS)
 $(CSI_UNIT_BINS): PKG_LIBS += $(CSI_LIBS)
 $(CSI_UNIT_BINS): $(CSI_SAN_OBJS)
