@@ -666,8 +666,10 @@ static void status_done(struct loop *l, void *ud)
 		sj->n->write_not_before = loop_now_ms() + delay;
 		if (sj->rc == -ENOENT) /* the object was deleted: create it again */
 			sj->n->created = false;
-		if (!a->stopping)
-			mark_dirty(a, sj->n->ns);
+		if (!a->stopping) {
+			sj->n->dirty = true;
+			arm_status_timer(a, delay);
+		}
 	} else {
 		sj->n->failures = 0;
 		sj->n->write_not_before = 0;
