@@ -7,7 +7,7 @@
 set -u
 . "$(dirname "$0")/../lib/tap.sh"
 . "$(dirname "$0")/../lib/poll.sh"
-. "$(dirname "$0")/../lib/port.sh"
+. "$(dirname "$0")/../lib/loopback.sh"
 cd "$GKM_ROOT"
 . spec/lib/kubeserver.sh
 G=${GKM_BIN_SAN:-$GKM_BIN}
@@ -60,8 +60,7 @@ for k, g in enumerate(gaps):
 PY
 ok $? "failed writes are retried with exponential backoff ($(tail -1 "$W/gaps"))"
 
-metric() { curl -s "http://127.0.0.1:$PORT/metrics" | awk -v m="$1" '$1 == m { print $2 }'; }
-[ "$(metric 'gkm_agent_errors_total{kind="status_write"}')" = "$FAILS" ]
+[ "$(metric "$PORT" 'gkm_agent_errors_total{kind="status_write"}')" = "$FAILS" ]
 ok $? "each failed write is counted in gkm_agent_errors_total{kind=\"status_write\"}"
 grep -q 'node status write failed; will retry.*in=' "$W/agent.log"
 ok $? "the log says when it retries"

@@ -110,9 +110,6 @@ start_operator() { # identity [flags...]
 		--health-listen "127.0.0.1:${PORT[$id]}" "$@" >>"$W/$id.log" 2>&1 &
 	PID[$id]=$!
 }
-metric() { # daemon name: value of one metric sample
-	curl -s "http://127.0.0.1:${PORT[$1]}/metrics" | awk -v m="$2" '$1 == m { print $2 }'
-}
 for i in 1 2 3; do start_agent "$i"; done
 start_operator op-a
 start_operator op-b
@@ -348,7 +345,7 @@ ok $? "kubectl describe configmap shows it" || sed 's/^/#   /' "$W/describe"
 field "o['metadata']['annotations']['gkm.io/policy-status'] + ' ' + o['metadata']['annotations']['gkm.io/policy-error']" \
 	configmap gkm-policies -n gkm-system | grep -q '^Refused .*compat.lua:3'
 ok $? "the ConfigMap's gkm.io/policy-status annotation says Refused, with the error"
-[ "$(metric agent1 'gkm_policy_reloads_total{result="refused"}')" -ge 1 ] 2>/dev/null
+[ "$(metric "${PORT[agent1]}" 'gkm_policy_reloads_total{result="refused"}')" -ge 1 ] 2>/dev/null
 ok $? "metrics count the refused reload"
 kubectl annotate gkmc vector-add gkm.io/poke=1 >/dev/null # any event: a fresh decision
 sleep 1
@@ -359,7 +356,7 @@ ok $? "the last good policies stay in force"
 kubectl delete configmap gkm-policies -n gkm-system >/dev/null
 wait_for 30 is 2 field "o['status']['readyNodes']" gkmc vector-add
 ok $? "deleting the ConfigMap restores the built-in policies: ready on two nodes again"
-[ "$(metric agent1 'gkm_pulls_total{result="pulled"}')" = 1 ]
+[ "$(metric "${PORT[agent1]}" 'gkm_pulls_total{result="pulled"}')" = 1 ]
 ok $? "... from the store, without pulling again"
 
 # ---- an agent killed during extraction ----
@@ -402,7 +399,7 @@ start_agent 1
 start_agent 3
 wait_for 60 entry team-b node-1 big "assert e['state'] == 'Ready', e"
 ok $? "restarted, the agent pulls again and the cache becomes ready"
-[ -z "$(ls "$S1/tmp/")" ] && [ "$(metric agent1 'gkm_pulls_total{result="pulled"}')" = 1 ]
+[ -z "$(ls "$S1/tmp/")" ] && [ "$(metric "${PORT[agent1]}" 'gkm_pulls_total{result="pulled"}')" = 1 ]
 ok $? "the leftovers are cleaned up; one pull"
 (cd "$W/big" && find io.triton.cache -type f | sort) >"$W/want" &&
 	(cd "$W/n1/root/caches/team-b/big/data/" && find io.triton.cache -type f | sort) >"$W/have" &&
@@ -412,8 +409,8 @@ ok $? "the view holds every file of the image, a kernel binary byte for byte"
 stop -KILL agent1
 start_agent 1
 has_metric() { [ -n "$(metric "$@")" ]; }
-wait_for 30 has_metric agent1 'gkm_agent_reconciles_total{result="ok"}'
-entry team-b node-1 big "assert e['state'] == 'Ready', e" && [ -z "$(metric agent1 'gkm_pulls_total{result="pulled"}')" ] &&
+wait_for 30 has_metric "${PORT[agent1]}" 'gkm_agent_reconciles_total{result="ok"}'
+entry team-b node-1 big "assert e['state'] == 'Ready', e" && [ -z "$(metric "${PORT[agent1]}" 'gkm_pulls_total{result="pulled"}')" ] &&
 	[ -e "$W/n1/root/caches/team-b/big/ready.json" ]
 ok $? "killed again once complete, it recovers from the store without pulling"
 wait_for 20 is 3 eval "kubectl get gkmcn -n team-b -o name | wc -l"

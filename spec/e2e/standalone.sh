@@ -45,7 +45,6 @@ field() { # kind name [ns] python-expression-on-obj
 }
 cache_state() { field cgkmcn node-1 "" "o['status']['caches']['$1']['state']"; }
 ns_state() { field gkmcn node-1 default "o['status']['caches']['$1']['state']"; }
-metric() { curl -s "http://127.0.0.1:$PORT/metrics" | awk -v m="$1" '$1 == m { print $2 }'; }
 
 mkdir -p "$W/policies"
 cp policies/*.lua "$W/policies/"
@@ -111,7 +110,7 @@ wait_for 10 is Unsigned field cgkmc rocm-unsigned "" "[c['reason'] for c in o['s
 ok $? "the cluster cache says Verified False, Unsigned"
 grep -q '"reason":"CacheReady"' "$S/events.jsonl"
 ok $? "an Event records the cache becoming ready"
-[ "$(metric 'gkm_pulls_total{result="pulled"}')" = 1 ]
+[ "$(metric "$PORT" 'gkm_pulls_total{result="pulled"}')" = 1 ]
 ok $? "metrics: one pull"
 
 # a policy change that flips the verdict takes effect without a restart
@@ -138,12 +137,12 @@ wait_for 10 grep -q 'compat.lua:3' "$S/policy-status.json"
 ok $? "a broken policy is refused with file and line (policy-status.json)"
 grep -q 'policy bundle refused' "$W/up.log"
 ok $? "the refusal is logged"
-[ "$(metric 'gkm_policy_reloads_total{result="refused"}')" -ge 1 ] 2>/dev/null
+[ "$(metric "$PORT" 'gkm_policy_reloads_total{result="refused"}')" -ge 1 ] 2>/dev/null
 ok $? "metrics count the refused reload"
 cp policies/compat.lua "$W/policies/compat.lua"
 wait_for 20 is Ready entry "['state']"
 ok $? "restoring the policy makes the cache ready again"
-[ "$(metric 'gkm_pulls_total{result="pulled"}')" = 1 ]
+[ "$(metric "$PORT" 'gkm_pulls_total{result="pulled"}')" = 1 ]
 ok $? "... from the store, without pulling again"
 
 # restart: state is recovered from the store and the views, nothing is pulled
@@ -151,7 +150,7 @@ stop_up
 start_up
 wait_for 20 curl -sf "http://127.0.0.1:$PORT/readyz"
 sleep 1
-[ "$(ns_state vector-add)" = Ready ] && [ -z "$(metric 'gkm_pulls_total{result="pulled"}')" ]
+[ "$(ns_state vector-add)" = Ready ] && [ -z "$(metric "$PORT" 'gkm_pulls_total{result="pulled"}')" ]
 ok $? "after a restart the cache is ready with no pull"
 
 # deleting the cache releases its files

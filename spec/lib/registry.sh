@@ -4,13 +4,13 @@
 #   registry_start NAME [htpasswd FILE | token REALM SERVICE ISSUER CERT]
 #       -> sets REG_<NAME>_ADDR (127.0.0.1:PORT), REG_<NAME>_DIR (storage root)
 #   registry_stop NAME        (registry_stop_all runs from the EXIT trap)
-#   free_port                 prints a free loopback TCP port (port.sh)
+#   free_port                 prints a free loopback TCP port (loopback.sh)
 #   registry_blob_file NAME DIGEST   the file holding a blob in storage
 #
 # Each registry gets a temporary directory (config + storage) removed at
 # exit. Needs /usr/bin/docker-registry; registry_available says whether it
 # is there.
-. "$(dirname "${BASH_SOURCE[0]}")/port.sh"
+. "$(dirname "${BASH_SOURCE[0]}")/loopback.sh"
 REGISTRY_BIN=${REGISTRY_BIN:-/usr/bin/docker-registry}
 _REG_TMP=${_REG_TMP:-$(mktemp -d "${TMPDIR:-/tmp}/gkm-registry.XXXXXX")}
 _REG_NAMES=""
