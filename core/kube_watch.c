@@ -291,15 +291,11 @@ static int do_list(struct kube_watch *w)
 		log_warn("kube: list failed", "watch", w->name, "error", err.message);
 		return rc;
 	}
+	cJSON_Delete(items); /* NULL: the pages went to h.page */
 	memcpy(w->rv, rv, sizeof(rv));
 	atomic_fetch_add_explicit(&w->st.lists, 1, memory_order_relaxed);
-	char n[24];
-	snprintf(n, sizeof(n), "%d", cJSON_GetArraySize(items));
-	log_debug("kube: listed", "watch", w->name, "objects", n, "resourceVersion", rv);
-	if (w->h.page)
-		w->h.listed(rv, w->h.ud);
-	else
-		w->h.replace(items, rv, w->h.ud);
+	log_debug("kube: listed", "watch", w->name, "resourceVersion", rv);
+	w->h.listed(rv, w->h.ud);
 	atomic_store(&w->synced, true);
 	return 0;
 }
@@ -402,7 +398,7 @@ static void *watch_main(void *ud)
 int kube_watch_start(struct kube_client *c, const struct kube_watch_opts *o,
                      const struct kube_watch_handler *h, struct kube_watch **out)
 {
-	if (!h || !h->event || (h->page ? !h->listed : !h->replace))
+	if (!h || !h->event || !h->page || !h->listed)
 		return -EINVAL;
 	struct kube_watch *w = calloc(1, sizeof(*w));
 	if (!w)

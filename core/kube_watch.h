@@ -10,7 +10,7 @@
  *   nothing is applied twice out of order.
  * - Bookmarks (allowWatchBookmarks) advance the resourceVersion.
  * - 410 Gone, as an HTTP status or as an ERROR event carrying a 410 Status,
- *   means the resourceVersion was compacted away: list again (replace).
+ *   means the resourceVersion was compacted away: list again.
  * - Failures back off exponentially with jitter (no busy loop when the server
  *   is down); a healthy stream resets the backoff. A watch never stops by
  *   itself: only kube_watch_stop() ends it.
@@ -65,18 +65,15 @@ __attribute__((warn_unused_result)) int kube_watch_parser_feed(struct kube_watch
 /* ---- The watch ---- */
 
 struct kube_watch_handler {
-	/* After every (re)list: the complete set of objects (an array; owned by
-	 * the callee) and the list's resourceVersion. */
-	void (*replace)(cJSON *items, const char *rv, void *ud);
+	/* Every (re)list is streamed: each page's items (an array, owned by the
+	 * callee) as they arrive, first set on the first page of every list
+	 * attempt (start over: an attempt can fail half-way); then listed() with
+	 * the resourceVersion once the list is complete. */
+	void (*page)(cJSON *items, bool first, void *ud);
+	void (*listed)(const char *rv, void *ud);
 	/* ADDED / MODIFIED / DELETED with the object (owned by the callee). */
 	void (*event)(enum kube_event_type type, cJSON *object, void *ud);
 	void *ud;
-	/* Optional, instead of replace: lists are streamed, each page's items
-	 * (owned by the callee) as they arrive, first set on the first page of
-	 * every list attempt (start over: an attempt can fail half-way); then
-	 * listed() with the resourceVersion once a list is complete. */
-	void (*page)(cJSON *items, bool first, void *ud);
-	void (*listed)(const char *rv, void *ud);
 };
 
 struct kube_watch_opts {
@@ -95,7 +92,7 @@ struct kube_watch_opts {
 
 /* Counters, readable at any time (relaxed). */
 struct kube_watch_stats {
-	_Atomic uint64_t lists;        /* complete lists (replace calls) */
+	_Atomic uint64_t lists;        /* complete lists (listed calls) */
 	_Atomic uint64_t relists_gone; /* lists caused by 410 Gone */
 	_Atomic uint64_t connects;     /* watch requests made */
 	_Atomic uint64_t failures;     /* list or watch attempts that failed */

@@ -20,6 +20,7 @@ struct seen {
 	char log[64][96]; /* "MODIFIED w3 333", "REPLACE 5 332" */
 	unsigned n;
 	unsigned replaces;
+	unsigned listed; /* objects of the list being received */
 	unsigned events;
 };
 
@@ -173,14 +174,24 @@ struct wenv {
 	struct seen seen;
 };
 
-static void h_replace(cJSON *items, const char *rv, void *ud)
+/* A list arrives page by page; once complete it is logged as
+ * "REPLACE <objects> <resourceVersion>". */
+static void h_page(cJSON *items, bool first, void *ud)
 {
 	struct seen *s = ud;
-	seen_add(s, "REPLACE %d %s", cJSON_GetArraySize(items), rv);
+	pthread_mutex_lock(&s->mu);
+	s->listed = (first ? 0 : s->listed) + (unsigned)cJSON_GetArraySize(items);
+	pthread_mutex_unlock(&s->mu);
+	cJSON_Delete(items);
+}
+
+static void h_listed(const char *rv, void *ud)
+{
+	struct seen *s = ud;
+	seen_add(s, "REPLACE %u %s", s->listed, rv);
 	pthread_mutex_lock(&s->mu);
 	s->replaces++;
 	pthread_mutex_unlock(&s->mu);
-	cJSON_Delete(items);
 }
 
 static void h_event(enum kube_event_type t, cJSON *obj, void *ud)
@@ -273,7 +284,8 @@ static void test_watch_resume_and_relist_on_410_event(void **state)
 	push_file(e->srv, "31-watch-too-old.json");   /* ERROR event with a 410 */
 	push_file(e->srv, "29-list-for-rv.json");
 	struct kube_watch_opts o = widget_watch();
-	struct kube_watch_handler h = {.replace = h_replace, .event = h_event, .ud = &e->seen};
+	struct kube_watch_handler h = {
+	    .page = h_page, .listed = h_listed, .event = h_event, .ud = &e->seen};
 	struct kube_watch *w = NULL;
 	assert_int_equal(kube_watch_start(e->c, &o, &h, &w), 0);
 	WAIT_FOR(nreq(e->srv) >= 5);
@@ -309,7 +321,8 @@ static void test_watch_http_410_relists(void **state)
 	push_file(e->srv, "26-list-label-selector.json");
 	struct kube_watch_opts o = widget_watch();
 	o.label_selector = "app=demo";
-	struct kube_watch_handler h = {.replace = h_replace, .event = h_event, .ud = &e->seen};
+	struct kube_watch_handler h = {
+	    .page = h_page, .listed = h_listed, .event = h_event, .ud = &e->seen};
 	struct kube_watch *w = NULL;
 	assert_int_equal(kube_watch_start(e->c, &o, &h, &w), 0);
 	WAIT_FOR(e->seen.replaces == 2);
@@ -339,7 +352,8 @@ static void test_watch_truncated_and_malformed(void **state)
 	                  "\"namespace\":\"default\",\"resourceVersion\":\"342\"}}}\n";
 	replay_push(e->srv, 200, bad, strlen(bad), true);
 	struct kube_watch_opts o = widget_watch();
-	struct kube_watch_handler h = {.replace = h_replace, .event = h_event, .ud = &e->seen};
+	struct kube_watch_handler h = {
+	    .page = h_page, .listed = h_listed, .event = h_event, .ud = &e->seen};
 	struct kube_watch *w = NULL;
 	assert_int_equal(kube_watch_start(e->c, &o, &h, &w), 0);
 	WAIT_FOR(nreq(e->srv) >= 4);
@@ -377,7 +391,8 @@ static void test_watch_oversized_event_skipped(void **state)
 	free(s);
 	struct kube_watch_opts o = widget_watch();
 	o.max_event_bytes = 4096;
-	struct kube_watch_handler h = {.replace = h_replace, .event = h_event, .ud = &e->seen};
+	struct kube_watch_handler h = {
+	    .page = h_page, .listed = h_listed, .event = h_event, .ud = &e->seen};
 	struct kube_watch *w = NULL;
 	assert_int_equal(kube_watch_start(e->c, &o, &h, &w), 0);
 	WAIT_FOR(e->seen.events == 1);
@@ -395,7 +410,8 @@ static void test_watch_server_down_backs_off(void **state)
 	struct kube_watch_opts o = widget_watch();
 	o.backoff_initial_ms = 50;
 	o.backoff_max_ms = 400;
-	struct kube_watch_handler h = {.replace = h_replace, .event = h_event, .ud = &e->seen};
+	struct kube_watch_handler h = {
+	    .page = h_page, .listed = h_listed, .event = h_event, .ud = &e->seen};
 	struct kube_watch *w = NULL;
 	assert_int_equal(kube_watch_start(e->c, &o, &h, &w), 0);
 	usleep(1500 * 1000);
@@ -417,7 +433,8 @@ static void test_watch_stop_is_prompt_while_streaming(void **state)
 	replay_push(e->srv, 200, "", 0, true);
 	e->srv->resp[e->srv->nresp - 1].delay_ms = 30000;
 	struct kube_watch_opts o = widget_watch();
-	struct kube_watch_handler h = {.replace = h_replace, .event = h_event, .ud = &e->seen};
+	struct kube_watch_handler h = {
+	    .page = h_page, .listed = h_listed, .event = h_event, .ud = &e->seen};
 	struct kube_watch *w = NULL;
 	assert_int_equal(kube_watch_start(e->c, &o, &h, &w), 0);
 	WAIT_FOR(nreq(e->srv) >= 2);
