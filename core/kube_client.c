@@ -1112,9 +1112,7 @@ int kube_client_list(struct kube_client *c, const struct kube_resource *r, const
 	char *cont = NULL;
 	int restarts = 0;
 	size_t count = 0;
-	bool first;
 restart:
-	first = true;
 	count = 0;
 	cJSON_Delete(all);
 	all = cJSON_CreateArray();
@@ -1172,8 +1170,7 @@ restart:
 			cJSON_AddItemToArray(all, it);
 		}
 		if (o->on_page) {
-			o->on_page(all, first, o->page_ud);
-			first = false;
+			o->on_page(all, cont == NULL /* the first page */, o->page_ud);
 			all = cJSON_CreateArray();
 			if (!all) {
 				rc = -ENOMEM;
