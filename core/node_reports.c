@@ -37,13 +37,18 @@ int node_reports_new(struct node_reports **out)
 	return 0;
 }
 
+/* Drop the entry's references to its strings. */
+static void put_entry(struct node_reports *r, const struct nr_entry *e)
+{
+	intern_put(&r->strings, e->cache);
+	intern_put(&r->strings, e->body);
+	intern_put(&r->strings, e->updated);
+}
+
 static void release_entries(struct node_reports *r, struct nr_entry *e, size_t n)
 {
-	for (size_t i = 0; i < n; i++) {
-		intern_put(&r->strings, e[i].cache);
-		intern_put(&r->strings, e[i].body);
-		intern_put(&r->strings, e[i].updated);
-	}
+	for (size_t i = 0; i < n; i++)
+		put_entry(r, &e[i]);
 	free(e);
 }
 
@@ -98,9 +103,7 @@ static int entry_of(struct node_reports *r, const cJSON *v, struct nr_entry *out
 	out->updated = cJSON_IsString(u) ? intern_get(&r->strings, u->valuestring) : NULL;
 	free(text);
 	if (!out->cache || !out->body || (cJSON_IsString(u) && !out->updated)) {
-		intern_put(&r->strings, out->cache);
-		intern_put(&r->strings, out->body);
-		intern_put(&r->strings, out->updated);
+		put_entry(r, out);
 		return -ENOMEM;
 	}
 	return 0;
@@ -169,9 +172,7 @@ int node_reports_set(struct node_reports *r, const char *ns, const char *node, c
 	size_t u = 0;
 	for (size_t i = 0; i < k; i++) {
 		if (u && e[u - 1].cache == e[i].cache) {
-			intern_put(&r->strings, e[i].cache);
-			intern_put(&r->strings, e[i].body);
-			intern_put(&r->strings, e[i].updated);
+			put_entry(r, &e[i]);
 			continue;
 		}
 		e[u++] = e[i];
