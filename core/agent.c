@@ -603,8 +603,7 @@ static struct status_job *status_job_for(struct agent *a, struct nodeobj *n)
 	}
 	cJSON_AddStringToObject(cJSON_AddObjectToObject(obj, "spec"), "nodeName", a->node);
 
-	cJSON *st = cJSON_Duplicate(obj, 1);
-	cJSON_DeleteItemFromObjectCaseSensitive(st, "spec");
+	cJSON *st = obj_without(obj, "spec");
 	cJSON_DeleteItemFromObjectCaseSensitive(cJSON_GetObjectItemCaseSensitive(st, "metadata"),
 	                                        "ownerReferences");
 	cJSON *status = cJSON_AddObjectToObject(st, "status");

@@ -7,6 +7,7 @@
 #include <string.h>
 
 #include "intern.h"
+#include "objstore.h"
 #include "strmap.h"
 
 #define NAME_MAX_LEN 253
@@ -91,8 +92,7 @@ static int entry_of(struct node_reports *r, const cJSON *v, struct nr_entry *out
 	    cJSON_IsObject(v) ? cJSON_GetObjectItemCaseSensitive(v, "lastUpdated") : NULL;
 	char *text = NULL;
 	if (cJSON_IsString(u)) {
-		cJSON *rest = cJSON_Duplicate(v, 1);
-		cJSON_DeleteItemFromObjectCaseSensitive(rest, "lastUpdated");
+		cJSON *rest = obj_without(v, "lastUpdated");
 		text = rest ? cJSON_PrintUnformatted(rest) : NULL;
 		cJSON_Delete(rest);
 	} else {

@@ -88,6 +88,9 @@ bool obj_valid_name(const char *s);
 bool obj_valid_label(const char *s);
 /* Set obj[key] = item (replacing any value); takes ownership of item. */
 void obj_set(cJSON *obj, const char *key, cJSON *item);
+/* A copy of obj without its member key (caller frees); NULL for a NULL obj
+ * or out of memory. */
+cJSON *obj_without(const cJSON *obj, const char *key);
 /* RFC 3339 UTC time now, "2026-11-21T10:00:00Z". buf >= 32 bytes. */
 void obj_now(char *buf, size_t len);
 

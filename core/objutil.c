@@ -78,6 +78,13 @@ void obj_now(char *buf, size_t len)
 	strftime(buf, len, "%Y-%m-%dT%H:%M:%SZ", &tm);
 }
 
+cJSON *obj_without(const cJSON *obj, const char *key)
+{
+	cJSON *c = cJSON_Duplicate(obj, 1);
+	cJSON_DeleteItemFromObjectCaseSensitive(c, key);
+	return c;
+}
+
 void obj_set(cJSON *obj, const char *key, cJSON *item)
 {
 	if (!item)

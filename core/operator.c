@@ -154,8 +154,7 @@ static bool own_write(const struct ocache *c, const cJSON *obj)
 	    !same_item(m0, m1, "generation") || !same_item(m0, m1, "annotations") ||
 	    !same_item(m0, m1, "uid"))
 		return false;
-	cJSON *st = cJSON_Duplicate(cJSON_GetObjectItemCaseSensitive(obj, "status"), 1);
-	cJSON_DeleteItemFromObjectCaseSensitive(st, "lastUpdated");
+	cJSON *st = obj_without(cJSON_GetObjectItemCaseSensitive(obj, "status"), "lastUpdated");
 	bool same = st && cJSON_Compare(st, c->applied, 1);
 	cJSON_Delete(st);
 	return same;
@@ -560,8 +559,7 @@ static void reconcile(struct operator_ *op, struct ocache *c)
 		}
 	}
 	/* compare without the timestamp: an unchanged status is not written */
-	cJSON *cmp = cJSON_Duplicate(status, 1);
-	cJSON_DeleteItemFromObjectCaseSensitive(cmp, "lastUpdated");
+	cJSON *cmp = obj_without(status, "lastUpdated");
 	if (c->applied && cJSON_Compare(c->applied, cmp, 1)) {
 		op->skipped++;
 		metrics_add(m_writes, METRICS_L("unchanged"), 1);
