@@ -22,7 +22,6 @@ until every cache shows it, with the operator's CPU for it. Figures only,
 printed as one JSON line.
 """
 import argparse
-import http.client
 import json
 import os
 import subprocess
@@ -197,20 +196,11 @@ def populate(ks, n, caches):
     return os.path.getsize(ks.state)
 
 
-def get(port, path):
-    c = http.client.HTTPConnection("127.0.0.1", port, timeout=120)
-    c.request("GET", path, headers={"Accept": "application/json"})
-    r = c.getresponse()
-    body = r.read()
-    c.close()
-    return r.status, json.loads(body) if body else None
-
-
-def wait_caches(port, want, check, timeout):
+def wait_caches(ks, want, check, timeout):
     """Poll the GKMCaches until check(status, want_ready) holds for all."""
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
-        st, lst = get(port, GROUP + "/namespaces/%s/gkmcaches" % NS)
+        _, _, lst = ks.request("GET", GROUP + "/namespaces/%s/gkmcaches" % NS)
         done = 0
         for o in (lst or {}).get("items", []):
             j = int(o["metadata"]["name"][2:])
@@ -256,7 +246,7 @@ def main():
                                "--log-level", os.environ.get("GKM_BENCH_LOG", "warn")], stdout=log, stderr=subprocess.STDOUT)
         r = {"nodes": a.nodes, "caches": a.caches, "state_mb": state_bytes / 1e6}
         try:
-            t1, done = wait_caches(ks.port, want, converged, a.timeout)
+            t1, done = wait_caches(ks, want, converged, a.timeout)
             r["converged"] = t1 is not None
             r["ready_s"] = (t1 or time.monotonic()) - t0
             r["ready_caches"] = done
@@ -283,7 +273,7 @@ def main():
                 "metadata": {"name": "gkm-policies", "namespace": "gkm-system"},
                 "data": {"aggregate.lua": src2}})
             assert st == 201, (st, body)
-            t3, done = wait_caches(ks.port, want, reworded, a.timeout)
+            t3, done = wait_caches(ks, want, reworded, a.timeout)
             r["reaggregate_s"] = (t3 or time.monotonic()) - t2
             r["reaggregated_caches"] = done
             r["reaggregate_cpu_s"] = cpu_s(op.pid) - c0
