@@ -2,7 +2,6 @@
 #include "kube_informer.h"
 
 #include <errno.h>
-#include <malloc.h>
 #include <pthread.h>
 #include <stdatomic.h>
 #include <stdio.h>
@@ -240,7 +239,8 @@ static void list_done(struct kube_informer *inf, bool complete)
 		}
 	}
 	/* the pages were parsed and freed: give what they took back */
-	malloc_trim(0);
+	if (inf->o.loop)
+		loop_trim_soon(inf->o.loop);
 	if (!inf->synced) {
 		inf->synced = true;
 		if (inf->o.on_synced)

@@ -1,6 +1,7 @@
 #include "loop.h"
 
 #include <errno.h>
+#include <malloc.h>
 #include <pthread.h>
 #include <signal.h>
 #include <stdatomic.h>
@@ -41,6 +42,7 @@ struct loop {
 	pthread_mutex_t post_lock;
 	struct posted *posted, **posted_tail;
 	atomic_bool stopping;
+	atomic_bool trim_posted;
 	int stop_signal;
 	void (*on_shutdown)(struct loop *, int, void *);
 	void *shutdown_ud;
@@ -274,6 +276,19 @@ int loop_post(struct loop *l, loop_fn cb, void *ud)
 	ssize_t w = write(l->wakefd, &one, sizeof(one));
 	(void)w; /* EAGAIN means a wake-up is already pending */
 	return 0;
+}
+
+static void trim(struct loop *l, void *ud)
+{
+	(void)ud;
+	atomic_store(&l->trim_posted, false);
+	malloc_trim(0);
+}
+
+void loop_trim_soon(struct loop *l)
+{
+	if (!atomic_exchange(&l->trim_posted, true) && loop_post(l, trim, NULL) != 0)
+		atomic_store(&l->trim_posted, false);
 }
 
 static void run_posted(struct loop *l)

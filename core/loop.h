@@ -32,6 +32,12 @@ void loop_cancel_timer(struct loop *l, uint64_t id);
 /* Run cb on the loop thread soon. Thread-safe; 0 or -errno. */
 int loop_post(struct loop *l, loop_fn cb, void *ud);
 
+/* Give the heap's free memory back to the kernel (malloc_trim) once the
+ * loop has run what is posted now, which may free more: for the end of a
+ * burst of work that freed much, so an idle daemon does not keep its peak.
+ * Calls before it runs make one trim. Thread-safe. */
+void loop_trim_soon(struct loop *l);
+
 /* Run the functions posted so far (after loop_run returned, e.g. the
  * completions a worker pool posted while shutting down). */
 void loop_drain(struct loop *l);

@@ -1,7 +1,6 @@
 #include "operator.h"
 
 #include <errno.h>
-#include <malloc.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -630,7 +629,7 @@ static void flush(struct loop *l, void *ud)
 	if (n && op->policies->current)
 		engine_collect(op->policies->current);
 	if (n)
-		malloc_trim(0);
+		loop_trim_soon(op->loop);
 }
 
 static void resync_tick(struct loop *l, void *ud)

@@ -1,7 +1,6 @@
 #include "workers.h"
 
 #include <errno.h>
-#include <malloc.h>
 #include <pthread.h>
 #include <stdbool.h>
 #include <stdlib.h>
@@ -32,16 +31,6 @@ static void finish(struct loop *l, void *ud)
 	free(j);
 }
 
-/* Posted after the last completion of a burst: what the jobs and their
- * completions freed (pull buffers, parsed documents) goes back to the kernel
- * instead of staying in the heap of an idle daemon. */
-static void trim(struct loop *l, void *ud)
-{
-	(void)l;
-	(void)ud;
-	malloc_trim(0);
-}
-
 static void *worker_main(void *arg)
 {
 	struct workers *w = arg;
@@ -66,8 +55,8 @@ static void *worker_main(void *arg)
 		pthread_mutex_unlock(&w->lock);
 		if (loop_post(w->loop, finish, j) != 0)
 			free(j); /* out of memory: the completion is lost, never run twice */
-		else if (idle)
-			(void)loop_post(w->loop, trim, NULL);
+		else if (idle)   /* give back what the burst's jobs and completions freed */
+			loop_trim_soon(w->loop);
 	}
 }
 
