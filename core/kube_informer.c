@@ -33,7 +33,8 @@ struct item {
 struct delta {
 	enum delta_kind kind;
 	enum kube_event_type type; /* D_EVENT */
-	bool first;                /* D_PAGE; D_LISTED: every page was kept */
+	bool first;                /* D_PAGE: of a new list attempt */
+	bool complete;             /* D_LISTED: every page was kept */
 	struct item *items;        /* D_EVENT: one; D_PAGE: n */
 	size_t n;
 	struct delta *next;
@@ -271,7 +272,7 @@ size_t kube_informer_drain(struct kube_informer *inf)
 		if (d->kind == D_PAGE)
 			apply_page(inf, d->items, d->n, d->first);
 		else if (d->kind == D_LISTED)
-			list_done(inf, d->first);
+			list_done(inf, d->complete);
 		else if (d->type == KUBE_DELETED)
 			remove_item(inf, &d->items[0]);
 		else
@@ -401,7 +402,7 @@ static void on_listed(const char *rv, void *ud)
 		return;
 	}
 	d->kind = D_LISTED;
-	d->first = !inf->page_lost;
+	d->complete = !inf->page_lost;
 	push(inf, d);
 }
 
