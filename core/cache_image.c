@@ -563,15 +563,7 @@ static int gz_out(void *ud, const void *buf, size_t len)
 	struct layer_writer *lw = ud;
 	oci_hasher_update(&lw->comp, buf, len);
 	lw->gz_bytes += len;
-	for (size_t off = 0; off < len;) {
-		ssize_t w = write(lw->fd, (const char *)buf + off, len - off);
-		if (w < 0 && errno == EINTR)
-			continue;
-		if (w < 0)
-			return -errno;
-		off += (size_t)w;
-	}
-	return 0;
+	return fsutil_write_all(lw->fd, buf, len);
 }
 
 static la_ssize_t tar_out(struct archive *a, void *ud, const void *buf, size_t len)

@@ -18,6 +18,7 @@
  * follow the last entry (that would be a header cut short). */
 #include "extract.h"
 
+#include "fsutil.h"
 #include "fstree.h"
 #include "strmap.h"
 
@@ -901,22 +902,6 @@ static void entry_times(struct archive_entry *e, struct timespec ts[2], bool *ha
 		ts[0].tv_nsec = ts[1].tv_nsec = 0;
 }
 
-static int write_all(int fd, const void *buf, size_t len)
-{
-	const char *p = buf;
-	while (len > 0) {
-		ssize_t w = write(fd, p, len);
-		if (w < 0) {
-			if (errno == EINTR)
-				continue;
-			return -errno;
-		}
-		p += w;
-		len -= (size_t)w;
-	}
-	return 0;
-}
-
 static int archive_failure(struct extract *x, struct archive *a, struct source *s,
                            const char *entry)
 {
@@ -976,7 +961,7 @@ static int do_file(struct extract *x, struct archive *a, struct source *s, struc
 			rc = refuse(x, -EBADMSG, path, "data does not match the header's size");
 			goto out;
 		}
-		if ((rc = write_all(fd, buf, len)) < 0) {
+		if ((rc = fsutil_write_all(fd, buf, len)) < 0) {
 			rc = fail(x, rc, "writing '%s': %s", path, strerror(-rc));
 			goto out;
 		}

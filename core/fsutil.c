@@ -83,6 +83,21 @@ static int fsync_dir_of(const char *path)
 	return rc;
 }
 
+int fsutil_write_all(int fd, const void *buf, size_t len)
+{
+	const char *p = buf;
+	while (len > 0) {
+		ssize_t w = write(fd, p, len);
+		if (w < 0 && errno == EINTR)
+			continue;
+		if (w < 0)
+			return -errno;
+		p += w;
+		len -= (size_t)w;
+	}
+	return 0;
+}
+
 int fsutil_write_atomic(const char *path, const void *data, size_t len, mode_t mode)
 {
 	char tmp[PATH_MAX];
@@ -91,20 +106,7 @@ int fsutil_write_atomic(const char *path, const void *data, size_t len, mode_t m
 	int fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC | O_NOFOLLOW, mode);
 	if (fd < 0)
 		return -errno;
-	const char *p = data;
-	size_t left = len;
-	int rc = 0;
-	while (left) {
-		ssize_t w = write(fd, p, left);
-		if (w < 0 && errno == EINTR)
-			continue;
-		if (w < 0) {
-			rc = -errno;
-			break;
-		}
-		p += w;
-		left -= (size_t)w;
-	}
+	int rc = fsutil_write_all(fd, data, len);
 	if (rc == 0 && fsync(fd) != 0)
 		rc = -errno;
 	if (close(fd) != 0 && rc == 0)

@@ -15,6 +15,8 @@ __attribute__((warn_unused_result)) int fsutil_read_file(const char *path, size_
  * content, never a part. */
 __attribute__((warn_unused_result)) int fsutil_write_atomic(const char *path, const void *data,
                                                             size_t len, mode_t mode);
+/* All of buf to fd, write(2) after write(2) (EINTR retried). */
+__attribute__((warn_unused_result)) int fsutil_write_all(int fd, const void *buf, size_t len);
 /* mkdir -p. */
 __attribute__((warn_unused_result)) int fsutil_mkdirs(const char *path, mode_t mode);
 /* Append one line (a '\n' is added) with a single write(2) under O_APPEND. */

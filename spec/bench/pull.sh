@@ -20,9 +20,16 @@
 # kept under GKM_BENCH_DIR so reruns skip the slow part (the image is
 # built again when the gkm binary is newer than it). Timed extractions
 # get fresh destinations by renaming old ones away; trees are deleted only
-# at the end (see BENCHMARKING.md for why). Every timed command starts after
-# a `sync`, so that the writeback of the tree an earlier command left dirty
-# (none of the tools fsyncs) does not compete with it for the two cores.
+# at the end (see BENCHMARKING.md for why). Every timed command starts from
+# the same memory state: after a `sync`, so that the writeback of the tree an
+# earlier command left dirty (none of the tools fsyncs) does not compete with
+# it for the two cores, and, where the bench may write
+# /proc/sys/vm/drop_caches (root), with the page cache emptied and then
+# refilled with every input the commands read (the registry's storage, the
+# layer files) and the files they run from (binaries and their libraries). Without that, later runs write into a full page cache and
+# every page written first needs one reclaimed; the kernel does that on the
+# other core, which a one-threaded tar has spare and a pipelined extractor
+# does not, so the drift would fall on one side of the comparison.
 set -u
 cd "$GKM_ROOT"
 . spec/lib/registry.sh
@@ -155,10 +162,23 @@ fresh() { # d= a new, empty destination name; the old tree is renamed away
 	[ -e "$RUN/dest" ] && mv "$RUN/dest" "$RUN/trash/$k"
 	d=$RUN/dest
 }
+DROP=no
+[ -w /proc/sys/vm/drop_caches ] && DROP=yes
+# what the timed commands run from: their binaries and the libraries they load
+TOOLS=$(for t in "$G" /usr/bin/time sh skopeo umoci tar bsdtar curl openssl igzip zstd; do
+	p=$(command -v "$t") && echo "$p" && ldd "$p" 2>/dev/null | awk '$3 ~ /^\// {print $3} $1 ~ /^\// {print $1}'
+done | sort -u)
+settle() { # nothing dirty; with root, a page cache holding just the inputs and the tools
+	sync
+	[ "$DROP" = yes ] || return 0
+	echo 3 >/proc/sys/vm/drop_caches
+	# shellcheck disable=SC2086 # one path per word
+	find "$REG_bench_DIR" "$LAYER" "$ZLAYER" "$B/layer.tar" $TOOLS -type f -exec cat {} + >/dev/null
+}
 timed() { # label cmd...: appends "wall_s rss_kb" to $RUN/<label>
 	local label=$1
 	shift
-	sync # start from no dirty pages: writeback of an earlier tree must not land in this run
+	settle
 	/usr/bin/time -v -o "$RUN/tv" "$@" >"$RUN/cmd.out" 2>&1 || {
 		echo "$label failed:"
 		tail -5 "$RUN/cmd.out"
@@ -210,9 +230,9 @@ timed store_tag "$G" cache extract "$R/bench/cache:v1" --store "$ST" && commit_p
 fresh
 timed tiny "$G" cache extract "$R/bench/tiny:v1" "$d" && commit_part tiny
 
-/usr/bin/python3 - "$RUN" "$tree_bytes" "$N" "$layer_size" <<'PY'
+/usr/bin/python3 - "$RUN" "$tree_bytes" "$N" "$layer_size" "$DROP" <<'PY'
 import statistics, sys
-run, tree, n, layer = sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), int(sys.argv[4])
+run, tree, n, layer, drop = sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), int(sys.argv[4]), sys.argv[5]
 def load(label):
     try:
         return [tuple(map(float, l.split())) for l in open(f"{run}/{label}")]
@@ -264,7 +284,8 @@ for label, title in (("store_first", "store: first pull by digest"),
     r = load(label)
     if r:
         print(f"{title:28} {r[0][0]:9.3f} s  peak RSS {r[0][1]/1024:.1f} MB")
-print(f"({n} runs each, alternating; tree {tree/1e6:.0f} MB)")
+print(f"({n} runs each, alternating; tree {tree/1e6:.0f} MB; page cache emptied and refilled with the inputs "
+      f"and the tools before each timed command: {drop})")
 w = [x[0] for x in load("write")]
 if w and max(w) > 2 * min(w):
     print(f"note: writing the same tree took {min(w):.2f}-{max(w):.2f} s: the VM's page cache was in its slow "

@@ -10,7 +10,10 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <signal.h>
+#include <sys/resource.h>
 #include <sys/stat.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include <cmocka.h>
@@ -937,6 +940,79 @@ static void test_control_chars_in_messages(void **state)
 	tb_free(&t);
 }
 
+/* Tar's last entry wins: a later entry unlinks the name (a hard link made
+ * to the first keeps its content), and a file can give way to a directory. */
+static void test_later_entry_wins(void **state)
+{
+	struct fx *f = *state;
+	struct tb t;
+	tb_begin(&t, TB_NONE);
+	tb_file(&t, "a/x", 0644, "first version", 0);
+	tb_hardlink(&t, "a/x-link", "a/x");
+	tb_file(&t, "a/x", 0600, "second", 0);
+	tb_file(&t, "a/y", 0644, "a file, then a directory", 0);
+	tb_dir(&t, "a/y/", 0755, 0);
+	tb_file(&t, "a/y/z", 0644, "inside", 0);
+	tb_end(&t);
+	int rc = run_layer(f, &t, 0);
+	if (rc)
+		fail_msg("extract: %d %s", rc, extract_error(f->x));
+	assert_int_equal(extract_finish(f->x), 0);
+	assert_file(f, "a/x", "second", 0600);
+	assert_file(f, "a/x-link", "first version", 0644);
+	assert_file(f, "a/y/z", "inside", 0644);
+	tb_free(&t);
+}
+
+/* A write that fails (here: past the process's file size limit, so in a
+ * child) fails the layer with the file's name and the reason. */
+static void test_failed_write_names_the_file(void **state)
+{
+	(void)state;
+	char outer[256], dir[300], msg[1024];
+	tmpdir_make(outer, sizeof(outer), "extract-efbig");
+	snprintf(dir, sizeof(dir), "%s/dest", outer);
+	assert_int_equal(mkdir(dir, 0755), 0);
+	struct tb t;
+	tb_begin(&t, TB_GZIP);
+	tb_file(&t, "before", 0644, "fits", 0);
+	tb_fill(&t, "too-big.bin", 300000, 'x');
+	tb_file(&t, "after", 0644, "never written", 0);
+	tb_end(&t);
+	int pfd[2];
+	assert_int_equal(pipe(pfd), 0);
+	pid_t pid = fork();
+	assert_true(pid >= 0);
+	if (pid == 0) {
+		close(pfd[0]);
+		signal(SIGXFSZ, SIG_IGN);
+		struct rlimit rl = {8192, 8192};
+		setrlimit(RLIMIT_FSIZE, &rl);
+		int fd = open(dir, O_RDONLY | O_DIRECTORY);
+		struct extract *x;
+		if (fd < 0 || extract_new(fd, NULL, &x) < 0)
+			_exit(2);
+		struct memsrc m = {t.buf, t.len, 0, 0, 0};
+		int rc = extract_layer(x, memsrc_read, &m);
+		dprintf(pfd[1], "%d %s", rc, extract_error(x));
+		_exit(0);
+	}
+	close(pfd[1]);
+	ssize_t n = read(pfd[0], msg, sizeof(msg) - 1);
+	msg[n > 0 ? n : 0] = '\0';
+	close(pfd[0]);
+	int status;
+	waitpid(pid, &status, 0);
+	assert_true(WIFEXITED(status) && WEXITSTATUS(status) == 0);
+	char want[128];
+	snprintf(want, sizeof(want), "%d writing 'too-big.bin': %s", -EFBIG, strerror(EFBIG));
+	if (strcmp(msg, want) != 0)
+		fail_msg("got '%s', want '%s'", msg, want);
+	assert_false(exists(dir, "after"));
+	tb_free(&t);
+	tmpdir_remove(outer);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -985,6 +1061,8 @@ int main(void)
 	    T(test_junk_after_tar_end_not_decoded),
 	    T(test_clean_path),
 	    T(test_control_chars_in_messages),
+	    T(test_later_entry_wins),
+	    T(test_failed_write_names_the_file),
 #undef T
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);
