@@ -110,6 +110,13 @@ print(m['layers'][0]['digest'][7:], m['layers'][0]['size'])")
 layer_hex=${layer% *}
 layer_size=${layer#* }
 echo "cache: $files files, $((tree_bytes / 1000000)) MB; layer $((layer_size / 1000000)) MB gzip; gkm cache build took $(cat "$B/build.time" 2>/dev/null || echo '?')"
+# trees are only deleted at the end: each run leaves six (and skopeo's copy of the layout)
+need_kb=$((N * 7 * tree_bytes / 1024 + 2 * 1024 * 1024))
+avail_kb=$(df -Pk "$B" | awk 'NR == 2 {print $4}')
+if [ "$avail_kb" -lt "$need_kb" ]; then
+	echo "pull.sh: $N runs need about $((need_kb / 1048576)) GiB free in $B, there are $((avail_kb / 1048576)); use fewer runs (GKM_BENCH_RUNS) or free some disk"
+	exit 1
+fi
 
 # the plain tar (for the write stage) and the same image with a zstd layer
 LAYER=$B/layout/blobs/sha256/$layer_hex
