@@ -180,7 +180,7 @@ settle() { # nothing dirty; with root, a page cache holding just the inputs and 
 	[ "$DROP" = yes ] || return 0
 	echo 3 >/proc/sys/vm/drop_caches
 	# shellcheck disable=SC2086 # one path per word
-	find "$REG_bench_DIR" "$LAYER" "$ZLAYER" "$B/layer.tar" $TOOLS -type f -exec cat {} + >/dev/null
+	find -H "$REG_bench_DIR" "$LAYER" "$ZLAYER" "$B/layer.tar" $TOOLS -type f -exec cat {} + >/dev/null # -H: libraries are named by their symlinks
 }
 timed() { # label cmd...: appends "wall_s rss_kb" to $RUN/<label>
 	local label=$1
