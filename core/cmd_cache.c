@@ -1197,9 +1197,9 @@ static int write_new_file(const char *path, const char *data, mode_t mode)
 	int fd = open(path, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, mode);
 	if (fd < 0)
 		return -errno;
-	size_t len = strlen(data);
-	ssize_t n = write(fd, data, len);
-	int rc = (n == (ssize_t)len && fsync(fd) == 0) ? 0 : -EIO;
+	int rc = fsutil_write_all(fd, data, strlen(data));
+	if (rc == 0 && fsync(fd) != 0)
+		rc = -errno;
 	close(fd);
 	if (rc)
 		unlink(path);

@@ -45,16 +45,8 @@ static int write_atomic(const char *dir, const char *name, const char *data, siz
 		rc = -errno;
 		goto out;
 	}
-	for (size_t off = 0; off < len;) {
-		ssize_t n = write(fd, data + off, len - off);
-		if (n < 0 && errno == EINTR)
-			continue;
-		if (n < 0) {
-			rc = -errno;
-			goto out;
-		}
-		off += (size_t)n;
-	}
+	if ((rc = fsutil_write_all(fd, data, len)) < 0)
+		goto out;
 	if (fsync(fd) < 0 || close(fd) < 0) {
 		fd = -1;
 		rc = -errno;
@@ -378,17 +370,9 @@ int oci_layout_put_blob_reader(struct oci_layout *l, struct oci_blob_reader *r, 
 		}
 		if (n == 0)
 			break;
-		for (ssize_t off = 0; off < n;) {
-			ssize_t w = write(fd, buf + off, (size_t)(n - off));
-			if (w < 0 && errno == EINTR)
-				continue;
-			if (w < 0) {
-				rc = -errno;
-				oci_errf(err, "writing blob %s into %s: %s", digest, l->dir,
-				         strerror(errno));
-				goto fail;
-			}
-			off += w;
+		if ((rc = fsutil_write_all(fd, buf, (size_t)n)) < 0) {
+			oci_errf(err, "writing blob %s into %s: %s", digest, l->dir, strerror(-rc));
+			goto fail;
 		}
 	}
 	close(fd);

@@ -26,10 +26,12 @@
 # it for the two cores, and, where the bench may write
 # /proc/sys/vm/drop_caches (root), with the page cache emptied and then
 # refilled with every input the commands read (the registry's storage, the
-# layer files) and the files they run from (binaries and their libraries). Without that, later runs write into a full page cache and
-# every page written first needs one reclaimed; the kernel does that on the
-# other core, which a one-threaded tar has spare and a pipelined extractor
-# does not, so the drift would fall on one side of the comparison.
+# layer files) and the files they run from (binaries and their libraries).
+# Without that, later runs write into a full page cache where every page
+# written first needs one reclaimed, and the spread of each command was
+# several times as wide (reclaim work that can run on a spare core, which
+# a one-threaded tar leaves and a pipelined extractor does not, is the
+# likely reason the drift fell more on gkm).
 set -u
 cd "$GKM_ROOT"
 . spec/lib/registry.sh
