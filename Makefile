@@ -16,12 +16,13 @@ VERSION   := $(shell git describe --tags --always --dirty 2>/dev/null || echo 0.
 DEPS := build-essential pkg-config git ca-certificates \
 	liblua5.4-dev lua5.4 libcurl4-openssl-dev libcjson-dev libarchive-dev \
 	libyaml-dev libssl-dev libmicrohttpd-dev libgrpc-dev libprotobuf-c-dev \
-	protobuf-c-compiler protobuf-compiler libzstd-dev zlib1g-dev libisal-dev libdeflate-dev \
+	protobuf-c-compiler protobuf-compiler libprotobuf-dev libzstd-dev zlib1g-dev libisal-dev libdeflate-dev \
 	libcmocka-dev lua-busted lua-check clang-format cppcheck \
 	docker-registry skopeo umoci apache2-utils openssl curl \
 	python3 python3-grpcio python3-grpc-tools python3-yaml \
 	golang-1.19-go golang-github-masterminds-sprig-dev golang-gopkg-yaml.v3-dev \
-	libarchive-tools zstd isal time wrk hyperfine
+	libarchive-tools zstd isal time wrk hyperfine \
+	etcd-server xz-utils containerd runc containernetworking-plugins busybox-static
 
 PKGS := lua5.4 libcurl libcjson libarchive yaml-0.1 openssl libmicrohttpd zlib libzstd
 PKG_CFLAGS = $(shell pkg-config --cflags $(PKGS) 2>/dev/null)
