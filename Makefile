@@ -60,21 +60,30 @@ $(BUILD)/gkm-san: $(BUILD)/san/core/main.o $(SAN_OBJS)
 	@echo "  LD san  $@"
 	$(Q)$(CC) $(CFLAGS) $(SAN) -rdynamic -o $@ $^ -Wl,--as-needed $(PKG_LIBS)
 
-$(BUILD)/obj/%.o: %.c
+# Nothing is compiled before the build's inputs are checked (core/inputs.sh):
+# a missing one is named with its Debian package, never as a make error.
+# `make test` checks the test programs' inputs too.
+INPUTS ?= build
+.PHONY: inputs
+inputs:
+	@PROTO_INCLUDE=$(PROTO_INCLUDE) GO_1_19=$(GO_1_19) sh core/inputs.sh $(INPUTS)
+
+$(BUILD)/obj/%.o: %.c | inputs
 	@mkdir -p $(dir $@)
 	@echo "  CC      $<"
 	$(Q)$(CC) $(ALL_CFLAGS) -MMD -MP -c -o $@ $<
 
-$(BUILD)/san/%.o: %.c
+$(BUILD)/san/%.o: %.c | inputs
 	@mkdir -p $(dir $@)
 	@echo "  CC san  $<"
 	$(Q)$(CC) $(ALL_CFLAGS) $(SAN) -MMD -MP -c -o $@ $<
 
 # Lua and policy files are compiled into the binary (.incbin keeps them byte-exact).
-$(BUILD)/gen/embedded.S: $(EMBED_FILES) core/embed.sh
+$(BUILD)/gen/embedded.S: $(EMBED_FILES) core/embed.sh | inputs
 	@mkdir -p $(dir $@)
 	sh core/embed.sh $(EMBED_FILES) > $@
 $(BUILD)/obj/embedded.o: $(BUILD)/gen/embedded.S
+	@mkdir -p $(dir $@)
 	$(CC) -c -o $@ $<
 $(BUILD)/san/embedded.o: $(BUILD)/gen/embedded.S
 	@mkdir -p $(dir $@)
@@ -98,7 +107,8 @@ deps:
 	@sh core/deps.sh $(DEPS)
 
 test: deps
-	@$(MAKE) --no-print-directory -j$$(nproc) all $(BUILD)/gkm-san unit-tests $(SPEC_MOD) spec-extra
+	@$(MAKE) --no-print-directory -j$$(nproc) INPUTS="build test" \
+		all $(BUILD)/gkm-san unit-tests $(SPEC_MOD) spec-extra
 	@BUILD=$(BUILD) bash spec/run.sh
 
 # Extra test artefacts (fake libraries, generated stubs) hook in here from */*.mk.
@@ -118,7 +128,8 @@ format:
 bench: deps all
 	@BUILD=$(BUILD) bash spec/bench/run.sh
 
-run: deps all
+run: deps
+	@$(MAKE) --no-print-directory all
 	@BUILD=$(BUILD) bash core/demo.sh
 
 install: all

@@ -4,7 +4,7 @@
 # with protoc-c; it calls into the gkm binary (linked -rdynamic) for the rest.
 # csi.proto imports google/protobuf/wrappers.proto (ProbeResponse.ready), and
 # libprotobuf-c ships no code for the well-known types, so that one is
-# generated from the copy protobuf-compiler installs.
+# generated from the copy libprotobuf-dev installs.
 # This file is included before the Makefile's first rule: keep `all` the default.
 .DEFAULT_GOAL := all
 
@@ -31,14 +31,19 @@ $(BUILD)/gkm-san-csi.so: $(CSI_SAN_OBJS)
 	$(Q)$(CC) $(CFLAGS) $(SAN) -shared -o $@ $^ -Wl,--as-needed $(CSI_LIBS)
 
 $(BUILD)/gen/csi.pb-c.c $(BUILD)/gen/csi.pb-c.h &: csi/csi.proto \
-		| $(BUILD)/gen/google/protobuf/wrappers.pb-c.h
+		| $(BUILD)/gen/google/protobuf/wrappers.pb-c.h inputs
 	@mkdir -p $(BUILD)/gen
 	protoc-c --c_out=$(BUILD)/gen -Icsi -I$(PROTO_INCLUDE) csi/csi.proto
 
 $(BUILD)/gen/google/protobuf/wrappers.pb-c.c $(BUILD)/gen/google/protobuf/wrappers.pb-c.h &: \
-		$(PROTO_INCLUDE)/google/protobuf/wrappers.proto
+		$(PROTO_INCLUDE)/google/protobuf/wrappers.proto | inputs
 	@mkdir -p $(BUILD)/gen
 	protoc-c --c_out=$(BUILD)/gen -I$(PROTO_INCLUDE) google/protobuf/wrappers.proto
+
+# The file comes from libprotobuf-dev. Where it is missing, the input check
+# (core/inputs.sh) runs first and names the package; this rule, with no
+# recipe, only keeps make from stopping at "No rule to make target" before.
+$(PROTO_INCLUDE)/google/protobuf/wrappers.proto: | inputs
 
 # Everything under csi/ (and the unit tests) may include the generated
 # headers: make sure they exist before the first compile (later builds know
