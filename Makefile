@@ -20,7 +20,7 @@ DEPS := build-essential pkg-config git ca-certificates \
 	libcmocka-dev lua-busted lua-check clang-format cppcheck \
 	docker-registry skopeo umoci apache2-utils openssl curl \
 	python3 python3-grpcio python3-grpc-tools python3-yaml \
-	golang-1.19-go golang-github-masterminds-sprig-dev golang-gopkg-yaml.v3-dev \
+	golang-1.19-go golang-github-masterminds-sprig-dev golang-gopkg-yaml.v3-dev golang-google-protobuf-dev \
 	libarchive-tools zstd isal time wrk hyperfine \
 	etcd-server xz-utils containerd runc containernetworking-plugins busybox-static
 

@@ -1,4 +1,5 @@
 /* kubeconfig and in-cluster configuration (see kube_config.h). */
+#include "base64.h"
 #include "fsutil.h"
 #include "errbuf.h"
 #include "kube_config.h"
@@ -68,56 +69,16 @@ static const cJSON *named(const cJSON *root, const char *section, const char *fi
 	return NULL;
 }
 
-static int b64val(int c)
-{
-	if (c >= 'A' && c <= 'Z')
-		return c - 'A';
-	if (c >= 'a' && c <= 'z')
-		return c - 'a' + 26;
-	if (c >= '0' && c <= '9')
-		return c - '0' + 52;
-	if (c == '+' || c == '-')
-		return 62;
-	if (c == '/' || c == '_')
-		return 63;
-	return -1;
-}
-
-/* Standard or URL-safe base64, whitespace ignored, padding optional. */
+/* Read as kubectl reads it (client-go: encoding/json's []byte, Go's
+ * StdEncoding): line breaks ignored, padding required, nothing else. */
 static int b64decode(const char *in, struct kube_blob *out)
 {
-	size_t n = strlen(in);
-	unsigned char *buf = malloc(n / 4 * 3 + 4);
-	if (!buf)
-		return -ENOMEM;
+	unsigned char *buf = NULL;
 	size_t len = 0;
-	unsigned acc = 0;
-	int bits = 0, pad = 0;
-	for (const char *p = in; *p; p++) {
-		if (*p == ' ' || *p == '\n' || *p == '\r' || *p == '\t')
-			continue;
-		if (*p == '=') {
-			pad++;
-			continue;
-		}
-		int v = b64val((unsigned char)*p);
-		if (v < 0 || pad) {
-			free(buf);
-			return -EINVAL;
-		}
-		acc = (acc << 6) | (unsigned)v;
-		bits += 6;
-		if (bits >= 8) {
-			bits -= 8;
-			buf[len++] = (unsigned char)(acc >> bits);
-		}
-	}
-	if (pad > 2 || bits >= 6) {
-		free(buf);
-		return -EINVAL;
-	}
-	buf[len] = 0; /* PEM consumers like a terminator; not counted */
-	out->data = buf;
+	int rc = base64_decode(in, strlen(in), BASE64_STD, &buf, &len, NULL);
+	if (rc < 0)
+		return rc;
+	out->data = buf; /* NUL-terminated for PEM consumers; not counted */
 	out->len = len;
 	return 0;
 }

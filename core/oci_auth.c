@@ -1,5 +1,5 @@
+#include "base64.h"
 #include "fsutil.h"
-#include "signature.h"
 #include "oci_auth.h"
 
 #include <ctype.h>
@@ -187,40 +187,6 @@ void oci_creds_clear(struct oci_creds *c)
 	memset(c, 0, sizeof(*c));
 }
 
-int oci_b64_encode(const void *buf, size_t len, char **out)
-{
-	return sig_base64_encode(buf, len, out);
-}
-
-/* dockerconfigjson values may be wrapped: whitespace is dropped first. */
-int oci_b64_decode(const char *s, size_t slen, unsigned char **out, size_t *outlen)
-{
-	char *clean = malloc(slen + 1);
-	size_t n = 0;
-	if (!clean)
-		return -ENOMEM;
-	for (size_t i = 0; i < slen; i++)
-		if (!isspace((unsigned char)s[i]))
-			clean[n++] = s[i];
-	clean[n] = '\0';
-	unsigned char *raw = NULL;
-	size_t rlen = 0;
-	int rc = sig_base64_decode(clean, n, &raw, &rlen);
-	free(clean);
-	if (rc)
-		return rc;
-	/* callers read the result as a string */
-	unsigned char *o = realloc(raw, rlen + 1);
-	if (!o) {
-		free(raw);
-		return -ENOMEM;
-	}
-	o[rlen] = '\0';
-	*out = o;
-	*outlen = rlen;
-	return 0;
-}
-
 static const char *jstr(const cJSON *o, const char *k)
 {
 	const cJSON *v = cJSON_GetObjectItemCaseSensitive(o, k);
@@ -258,7 +224,8 @@ static int entry_to_creds(const cJSON *e, const char *host, struct oci_creds *ou
 	if (auth && *auth) {
 		unsigned char *dec = NULL;
 		size_t dlen = 0;
-		if (oci_b64_decode(auth, strlen(auth), &dec, &dlen) || memchr(dec, '\0', dlen)) {
+		if (base64_decode(auth, strlen(auth), BASE64_STD, &dec, &dlen, NULL) ||
+		    memchr(dec, '\0', dlen)) {
 			free(dec);
 			oci_errf(err, "credentials for %s: 'auth' is not base64 of user:password",
 			         host);
@@ -309,7 +276,7 @@ static int lookup_encoded(const char *b64, bool encoded, const char *host, struc
 	unsigned char *dec = NULL;
 	size_t dlen = 0;
 	if (encoded) {
-		if (oci_b64_decode(b64, strlen(b64), &dec, &dlen)) {
+		if (base64_decode(b64, strlen(b64), BASE64_STD, &dec, &dlen, NULL)) {
 			oci_errf(err, "pull secret data is not valid base64");
 			return -EINVAL;
 		}

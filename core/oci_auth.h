@@ -2,7 +2,7 @@
  * WWW-Authenticate challenges, finding credentials for a host in a
  * dockerconfigjson document (a file such as ~/.docker/config.json or
  * $REGISTRY_AUTH_FILE, or the data of a kubernetes.io/dockerconfigjson
- * Secret), and base64. */
+ * Secret). */
 #ifndef GKM_OCI_AUTH_H
 #define GKM_OCI_AUTH_H
 
@@ -47,11 +47,5 @@ __attribute__((warn_unused_result)) int oci_creds_lookup(const char *json, size_
 __attribute__((warn_unused_result)) int oci_creds_lookup_file(const char *path, const char *host,
                                                               struct oci_creds *out,
                                                               struct oci_err *err);
-
-/* Base64 (standard alphabet, padding optional on decode, whitespace
- * ignored). Results are malloc'd and NUL-terminated; caller frees. */
-__attribute__((warn_unused_result)) int oci_b64_encode(const void *buf, size_t len, char **out);
-__attribute__((warn_unused_result)) int oci_b64_decode(const char *s, size_t slen,
-                                                       unsigned char **out, size_t *outlen);
 
 #endif

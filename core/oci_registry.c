@@ -14,6 +14,7 @@
 #include <curl/curl.h>
 
 #include "backoff.h"
+#include "base64.h"
 #include "curlerr.h"
 #include "log.h"
 #include "oci_auth.h"
@@ -737,7 +738,7 @@ static int basic_header(const struct oci_creds *c, char **out)
 	char *plain = NULL, *b64 = NULL;
 	if (asprintf(&plain, "%s:%s", c->username, c->password ? c->password : "") < 0)
 		return -ENOMEM;
-	int rc = oci_b64_encode(plain, strlen(plain), &b64);
+	int rc = base64_encode(plain, strlen(plain), &b64);
 	explicit_bzero(plain, strlen(plain));
 	free(plain);
 	if (rc)

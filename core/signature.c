@@ -15,6 +15,7 @@
  * bundle are ignored, never taken as proof. */
 #include "signature.h"
 
+#include "base64.h"
 #include "errbuf.h"
 
 #include <cjson/cJSON.h>
@@ -61,75 +62,6 @@ static void hex_of(const unsigned char *b, size_t n, char *out)
 		out[2 * i + 1] = h[b[i] & 15];
 	}
 	out[2 * n] = '\0';
-}
-
-/* ---- base64 ---- */
-
-static int b64val(unsigned char c)
-{
-	if (c >= 'A' && c <= 'Z')
-		return c - 'A';
-	if (c >= 'a' && c <= 'z')
-		return c - 'a' + 26;
-	if (c >= '0' && c <= '9')
-		return c - '0' + 52;
-	if (c == '+')
-		return 62;
-	if (c == '/')
-		return 63;
-	return -1;
-}
-
-int sig_base64_decode(const char *in, size_t len, unsigned char **out, size_t *out_len)
-{
-	while (len > 0 && (in[len - 1] == '\n' || in[len - 1] == '\r'))
-		len--;
-	size_t pad = 0;
-	while (len > 0 && in[len - 1] == '=' && pad < 2) {
-		len--;
-		pad++;
-	}
-	if (len % 4 == 1 || (pad && (len + pad) % 4 != 0))
-		return -EINVAL;
-	unsigned char *o = malloc(len / 4 * 3 + 3);
-	if (o == NULL)
-		return -ENOMEM;
-	size_t n = 0;
-	uint32_t acc = 0;
-	int bits = 0;
-	for (size_t i = 0; i < len; i++) {
-		int v = b64val((unsigned char)in[i]);
-		if (v < 0) {
-			free(o);
-			return -EINVAL;
-		}
-		acc = (acc << 6) | (uint32_t)v;
-		bits += 6;
-		if (bits >= 8) {
-			bits -= 8;
-			o[n++] = (unsigned char)(acc >> bits);
-		}
-	}
-	/* Leftover bits must be zero (canonical encoding). */
-	if (bits > 0 && (acc & ((1u << bits) - 1)) != 0) {
-		free(o);
-		return -EINVAL;
-	}
-	*out = o;
-	*out_len = n;
-	return 0;
-}
-
-int sig_base64_encode(const void *in, size_t len, char **out)
-{
-	if (len > (SIZE_MAX / 4) * 3 - 3)
-		return -EOVERFLOW;
-	char *o = malloc(4 * ((len + 2) / 3) + 1);
-	if (o == NULL)
-		return -ENOMEM;
-	EVP_EncodeBlock((unsigned char *)o, in, (int)len);
-	*out = o;
-	return 0;
 }
 
 /* ---- keys ---- */
@@ -643,7 +575,7 @@ static int sign_raw(const struct sig_key *k, const void *msg, size_t len, char *
 	if (ctx && EVP_DigestSignInit(ctx, NULL, md, NULL, k->pkey) == 1 &&
 	    EVP_DigestSign(ctx, NULL, &siglen, msg, len) == 1 && (sig = malloc(siglen)) != NULL &&
 	    EVP_DigestSign(ctx, sig, &siglen, msg, len) == 1)
-		rc = sig_base64_encode(sig, siglen, sig_b64);
+		rc = base64_encode(sig, siglen, sig_b64);
 	free(sig);
 	EVP_MD_CTX_free(ctx);
 	ERR_clear_error();
@@ -744,6 +676,37 @@ int sig_check_simple_payload(const void *payload, size_t len, const char *image_
 	return rc;
 }
 
+/* Longest signature text read (an RSA-16384 signature wrapped at 64 columns
+ * fits); anything longer is refused before decoding. */
+#define SIG_TEXT_MAX 4096
+
+/* Decode a base64 field of a signature (text may be NULL: missing). On
+ * failure why names the field and, for bad text, the offset Go's decoder
+ * (cosign's) would report. -EBADMSG, -EMSGSIZE or -ENOMEM. */
+static int decode_field(const char *text, enum base64_dialect d, size_t max, const char *what,
+                        unsigned char **out, size_t *out_len, char *why, size_t whylen)
+{
+	if (text == NULL) {
+		errbuf_set(why, whylen, "%s is missing", what);
+		return -EBADMSG;
+	}
+	size_t n = strlen(text), bad = 0;
+	if (n > max) {
+		errbuf_set(why, whylen, "%s is %zu characters of base64 (limit %zu)", what, n, max);
+		return -EMSGSIZE;
+	}
+	int rc = base64_decode(text, n, d, out, out_len, &bad);
+	if (rc == -EINVAL) {
+		errbuf_set(why, whylen,
+		           "%s is not valid base64 (illegal base64 data at input byte %zu)", what,
+		           bad);
+		return -EBADMSG;
+	}
+	if (rc < 0)
+		errbuf_set(why, whylen, "out of memory decoding %s", what);
+	return rc;
+}
+
 /* Checks shared by both verifiers before any parsing. */
 static int precheck(const struct sig_keyset *ks, const char *image_digest, size_t len, size_t max,
                     const char *what, char *why, size_t whylen)
@@ -769,11 +732,14 @@ int sig_verify_simple(const struct sig_keyset *ks, const char *image_digest, con
 		return pre;
 	unsigned char *sig = NULL;
 	size_t siglen = 0;
-	if (signature_b64 == NULL || strlen(signature_b64) > 4096 ||
-	    sig_base64_decode(signature_b64, strlen(signature_b64), &sig, &siglen) < 0 ||
-	    siglen == 0) {
+	/* cosign and containers/image read the annotation with Go's StdEncoding */
+	int rc = decode_field(signature_b64, BASE64_STD, SIG_TEXT_MAX, "signature", &sig, &siglen,
+	                      why, whylen);
+	if (rc < 0)
+		return rc;
+	if (siglen == 0) {
 		free(sig);
-		errbuf_set(why, whylen, "signature is not valid base64");
+		errbuf_set(why, whylen, "signature is empty");
 		return -EBADMSG;
 	}
 	long k = first_verifying(ks, payload, len, sig, siglen);
@@ -782,7 +748,7 @@ int sig_verify_simple(const struct sig_keyset *ks, const char *image_digest, con
 		errbuf_set(why, whylen, "no trusted key verifies the signature");
 		return -EKEYREJECTED;
 	}
-	int rc = sig_check_simple_payload(payload, len, image_digest, why, whylen);
+	rc = sig_check_simple_payload(payload, len, image_digest, why, whylen);
 	if (rc < 0)
 		return rc;
 	if (fp_out)
@@ -876,11 +842,18 @@ int sig_verify_bundle(const struct sig_keyset *ks, const char *image_digest, con
 		           ptype ? ptype : "(missing)", SIGNATURE_INTOTO_TYPE);
 		goto out;
 	}
-	if (payload == NULL || strlen(payload) > SIGNATURE_MAX_PAYLOAD * 4 / 3 + 4 ||
-	    sig_base64_decode(payload, strlen(payload), &body, &body_len) < 0) {
-		errbuf_set(why, whylen, "DSSE payload is not valid base64");
+	/* bundles are read through protobuf's JSON mapping (sigstore-go, cosign v3);
+	 * the text is bounded by the bundle's size, the statement after decoding */
+	if ((rc = decode_field(payload, BASE64_PROTOJSON, SIGNATURE_MAX_BUNDLE, "DSSE payload",
+	                       &body, &body_len, why, whylen)) < 0)
+		goto out;
+	if (body_len > SIGNATURE_MAX_PAYLOAD) {
+		errbuf_set(why, whylen, "DSSE payload is %zu bytes (limit %u)", body_len,
+		           SIGNATURE_MAX_PAYLOAD);
+		rc = -EMSGSIZE;
 		goto out;
 	}
+	rc = -EBADMSG;
 	if (!cJSON_IsArray(sigs) || cJSON_GetArraySize(sigs) == 0 ||
 	    cJSON_GetArraySize(sigs) > MAX_DSSE_SIGS) {
 		errbuf_set(why, whylen, "DSSE envelope has no signatures (or more than %d)",
@@ -890,29 +863,30 @@ int sig_verify_bundle(const struct sig_keyset *ks, const char *image_digest, con
 	if ((rc = sig_dsse_pae(ptype, body, body_len, &pae, &pae_len)) < 0)
 		goto out;
 	long k = -1;
-	bool any_b64 = false;
+	bool any_decoded = false;
+	char first_bad[160] = "";
 	const cJSON *s;
 	cJSON_ArrayForEach(s, sigs)
 	{
-		const char *sb = jstr(s, "sig");
 		unsigned char *sig = NULL;
 		size_t siglen = 0;
-		if (sb == NULL || strlen(sb) > 4096 ||
-		    sig_base64_decode(sb, strlen(sb), &sig, &siglen) < 0) {
-			free(sig);
+		char bad[160];
+		if (decode_field(jstr(s, "sig"), BASE64_PROTOJSON, SIG_TEXT_MAX, "DSSE signature",
+		                 &sig, &siglen, bad, sizeof(bad)) < 0) {
+			if (!first_bad[0])
+				snprintf(first_bad, sizeof(first_bad), "%s", bad);
 			continue;
 		}
-		any_b64 = true;
+		any_decoded = true;
 		k = first_verifying(ks, pae, pae_len, sig, siglen);
 		free(sig);
 		if (k >= 0)
 			break;
 	}
 	if (k < 0) {
-		rc = any_b64 ? -EKEYREJECTED : -EBADMSG;
-		errbuf_set(why, whylen,
-		           any_b64 ? "no trusted key verifies the DSSE signature"
-		                   : "DSSE signature is not valid base64");
+		rc = any_decoded ? -EKEYREJECTED : -EBADMSG;
+		errbuf_set(why, whylen, "%s",
+		           any_decoded ? "no trusted key verifies the DSSE signature" : first_bad);
 		goto out;
 	}
 	if ((rc = check_statement(body, body_len, image_digest, why, whylen)) < 0)
@@ -1042,7 +1016,7 @@ int sig_sign_bundle(const struct sig_key *priv, const char *subject_name, const 
 	if (rc == 0)
 		rc = sign_raw(priv, pae, pae_len, &sig);
 	if (rc == 0)
-		rc = sig_base64_encode(body, strlen(body), &body64);
+		rc = base64_encode(body, strlen(body), &body64);
 	if (rc == 0) {
 		cJSON *b = cJSON_CreateObject();
 		cJSON_AddStringToObject(b, "mediaType", SIGNATURE_BUNDLE_MEDIA_TYPE);

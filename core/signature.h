@@ -5,7 +5,8 @@
  *  - simple signing: the payload is the JSON blob of a signature layer
  *    (media type application/vnd.dev.cosign.simplesigning.v1+json) and the
  *    signature is the base64 annotation dev.cosignproject.cosign/signature,
- *    over the exact payload bytes. The payload must say
+ *    over the exact payload bytes (read as cosign reads it: base64.h's
+ *    BASE64_STD, line breaks anywhere allowed). The payload must say
  *    critical.type == "cosign container image signature" and
  *    critical.image.docker-manifest-digest == the image digest.
  *  - sigstore bundle v0.3 (application/vnd.dev.sigstore.bundle.v0.3+json):
@@ -199,12 +200,6 @@ __attribute__((warn_unused_result)) int sig_sign_bundle(const struct sig_key *pr
 __attribute__((warn_unused_result)) int sig_dsse_pae(const char *type, const void *body,
                                                      size_t body_len, unsigned char **out,
                                                      size_t *out_len);
-
-/* Standard base64 (RFC 4648, padding optional, no whitespace inside except a
- * trailing newline). Decode: caller frees *out; -EINVAL on bad input. */
-__attribute__((warn_unused_result)) int sig_base64_decode(const char *in, size_t len,
-                                                          unsigned char **out, size_t *out_len);
-__attribute__((warn_unused_result)) int sig_base64_encode(const void *in, size_t len, char **out);
 
 /* Check a simple-signing payload (no crypto): 0 if it is well-formed and
  * names image_digest, else -EBADMSG / -EMSGSIZE with why. */

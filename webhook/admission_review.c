@@ -6,8 +6,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "base64.h"
 #include "errbuf.h"
-#include "signature.h"
 
 static int fail(int rc, char *err, size_t errlen, const char *fmt, ...)
     __attribute__((format(printf, 4, 5)));
@@ -223,7 +223,7 @@ int admission_response_build(const struct admission_response *r, char **out, siz
 	    !cJSON_AddBoolToObject(resp, "allowed", r->allowed))
 		goto out;
 	if (r->allowed && r->patch) {
-		if ((rc = sig_base64_encode(r->patch, strlen(r->patch), &b64)) != 0)
+		if ((rc = base64_encode(r->patch, strlen(r->patch), &b64)) != 0)
 			goto out;
 		rc = -ENOMEM;
 		if (!cJSON_AddStringToObject(resp, "patchType", "JSONPatch") ||

@@ -5,6 +5,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "base64.h"
 #include "signature.h"
 
 #define DIGEST "sha256:4f6b1c3e0c5a9d2b7e8f1a2b3c4d5e6f708192a3b4c5d6e7f8091a2b3c4d5e6f"
@@ -39,11 +40,10 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 		break;
 	case 2: {
 		unsigned char *out;
-		size_t n;
-		char *s = strndup(doc, len);
-		if (s && sig_base64_decode(s, strlen(s), &out, &n) == 0)
-			free(out);
-		free(s);
+		size_t n, bad;
+		for (int d = BASE64_STD; d <= BASE64_PROTOJSON; d++)
+			if (base64_decode(doc, len, (enum base64_dialect)d, &out, &n, &bad) == 0)
+				free(out);
 		break;
 	}
 	default: {
