@@ -222,13 +222,6 @@ int cache_view_ready_parse(const char *json, size_t len, struct cache_view_ready
 		errbuf_set(err, errlen, "not a JSON object");
 		goto out;
 	}
-	const cJSON *digest = cJSON_GetObjectItemCaseSensitive(root, "digest");
-	if (!cJSON_IsString(digest) || !cache_view_valid_digest(digest->valuestring)) {
-		errbuf_set(err, errlen, "\"digest\" is missing or not sha256:<64 hex digits>");
-		goto out;
-	}
-	memcpy(r.digest, digest->valuestring, CACHE_VIEW_DIGEST_LEN + 1);
-
 	const cJSON *state = cJSON_GetObjectItemCaseSensitive(root, "state");
 	if (!cJSON_IsString(state) || !state->valuestring[0] ||
 	    strlen(state->valuestring) >= sizeof(r.state) || !printable(state->valuestring)) {
@@ -236,6 +229,17 @@ int cache_view_ready_parse(const char *json, size_t len, struct cache_view_ready
 		goto out;
 	}
 	memcpy(r.state, state->valuestring, strlen(state->valuestring) + 1);
+
+	/* A cache whose digest is not resolved yet has none; a Ready one must. */
+	const cJSON *digest = cJSON_GetObjectItemCaseSensitive(root, "digest");
+	bool need_digest = strcmp(r.state, "Ready") == 0;
+	if ((digest || need_digest) &&
+	    (!cJSON_IsString(digest) || !cache_view_valid_digest(digest->valuestring))) {
+		errbuf_set(err, errlen, "\"digest\" is missing or not sha256:<64 hex digits>");
+		goto out;
+	}
+	if (digest)
+		memcpy(r.digest, digest->valuestring, CACHE_VIEW_DIGEST_LEN + 1);
 
 	const cJSON *compat = cJSON_GetObjectItemCaseSensitive(root, "compatible");
 	if (!cJSON_IsBool(compat)) {
@@ -423,7 +427,7 @@ static cJSON *ready_to_json(const struct cache_view_ready *r)
 	if (!o)
 		return NULL;
 	cJSON *gpus = cJSON_AddArrayToObject(o, "compatibleGPUs");
-	bool ok = cJSON_AddStringToObject(o, "digest", r->digest) &&
+	bool ok = (!r->digest[0] || cJSON_AddStringToObject(o, "digest", r->digest)) &&
 	          cJSON_AddStringToObject(o, "state", r->state) &&
 	          cJSON_AddBoolToObject(o, "compatible", r->compatible) && gpus &&
 	          cJSON_AddStringToObject(o, "reason", r->reason ? r->reason : "") &&
@@ -438,6 +442,18 @@ static cJSON *ready_to_json(const struct cache_view_ready *r)
 		return NULL;
 	}
 	return o;
+}
+
+/* ready.json replaced whole (temp file, fsync, rename, directory fsync):
+ * a reader sees the old record or the new one, never a torn one. */
+static int write_ready(const char *path, const struct cache_view_ready *r)
+{
+	cJSON *j = ready_to_json(r);
+	char *text = j ? cJSON_PrintUnformatted(j) : NULL;
+	int rc = text ? fsutil_write_atomic(path, text, strlen(text), 0644) : -ENOMEM;
+	cJSON_free(text);
+	cJSON_Delete(j);
+	return rc;
 }
 
 int cache_view_publish(const char *root, const char *ns, const char *name,
@@ -462,13 +478,51 @@ int cache_view_publish(const char *root, const char *ns, const char *name,
 		return -ENOTDIR;
 	if ((rc = fsutil_mkdirs(dir, 0755)) || (rc = replace_symlink(dir, CACHE_VIEW_DATA, target)))
 		return rc;
-	cJSON *j = ready_to_json(r);
-	char *text = j ? cJSON_PrintUnformatted(j) : NULL;
 	/* Also makes the link's rename durable (it syncs the directory). */
-	rc = text ? fsutil_write_atomic(ready, text, strlen(text), 0644) : -ENOMEM;
-	cJSON_free(text);
-	cJSON_Delete(j);
-	return rc;
+	return write_ready(ready, r);
+}
+
+int cache_view_record(const char *root, const char *ns, const char *name,
+                      const struct cache_view_ready *r)
+{
+	char dir[PATH_MAX], ready[PATH_MAX];
+	/* Only cache_view_publish() writes Ready: it links the data first. */
+	if (!r || !r->state[0] || strcmp(r->state, "Ready") == 0 ||
+	    (r->digest[0] && !cache_view_valid_digest(r->digest)))
+		return -EINVAL;
+	int rc = cache_view_dir(dir, sizeof(dir), root, "caches", ns, name);
+	if (rc == 0)
+		rc = fmt_path(ready, sizeof(ready), "%s/%s", dir, CACHE_VIEW_READY);
+	if (rc || (rc = fsutil_mkdirs(dir, 0755)))
+		return rc;
+	return write_ready(ready, r);
+}
+
+int cache_view_linked_digest(const char *root, const char *ns, const char *name,
+                             char out[CACHE_VIEW_DIGEST_LEN + 1])
+{
+	static const char prefix[] = "../../../store/sha256/";
+	char dir[PATH_MAX], link[PATH_MAX], target[256];
+	int rc = cache_view_dir(dir, sizeof(dir), root, "caches", ns, name);
+	if (rc == 0)
+		rc = fmt_path(link, sizeof(link), "%s/%s", dir, CACHE_VIEW_DATA);
+	if (rc)
+		return rc;
+	ssize_t n = readlink(link, target, sizeof(target) - 1);
+	if (n < 0)
+		return errno == ENOTDIR ? -ENOENT : -errno;
+	target[n] = '\0';
+	char digest[CACHE_VIEW_DIGEST_LEN + 1];
+	const char *hex = target + sizeof(prefix) - 1;
+	if ((size_t)n != sizeof(prefix) - 1 + 64 ||
+	    strncmp(target, prefix, sizeof(prefix) - 1) != 0)
+		return -EINVAL;
+	memcpy(digest, "sha256:", 7);
+	memcpy(digest + 7, hex, 65);
+	if (!cache_view_valid_digest(digest))
+		return -EINVAL;
+	memcpy(out, digest, CACHE_VIEW_DIGEST_LEN + 1);
+	return 0;
 }
 
 int cache_view_unpublish(const char *root, const char *ns, const char *name)

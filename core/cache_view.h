@@ -6,19 +6,27 @@
  *
  *   <root>/store/sha256/<hex>/            one extracted image tree per digest,
  *                                         immutable once renamed into place
- *   <root>/caches/<scope>/<name>/         one view per cache
+ *   <root>/caches/<scope>/<name>/         one view per cache the node knows
  *       data        relative symlink to the store entry of the cache's digest,
- *                   e.g. "../../../store/sha256/<hex>"
- *       ready.json  the agent's verdict for this node:
- *         {"digest": "sha256:<hex>",      required, the image digest
+ *                   e.g. "../../../store/sha256/<hex>"; only while the cache is
+ *                   (or was, and a pod still uses it) extracted here
+ *       ready.json  the agent's record of the cache on this node, in every
+ *                   state (the state and reason of its node status entry),
+ *                   so that the CSI plugin can say why it does not mount:
+ *         {"digest": "sha256:<hex>",      the image digest; required when
+ *                                          Ready, absent while unresolved
  *          "state": "Ready",              required; only "Ready" is mounted
- *                                          (others: Pending, Pulling, Verifying,
- *                                          Extracting, Failed, Incompatible...)
+ *                                          (others: Pending, Pulling, Failed,
+ *                                          Incompatible, Deleting)
  *          "compatible": true,            required; false: no GPU here can use it
  *          "compatibleGPUs": ["GPU-..."], optional, GPU ids that can use it
  *          "reason": "", "message": "",   optional, why not ready / incompatible
  *          "updated": "RFC3339"}          optional, when the agent wrote it
  *         Unknown members are ignored (newer agents may add some).
+ *         A record says Ready only when cache_view_publish() wrote it, after
+ *         the data link; cache_view_record() writes every other state and
+ *         refuses Ready, so no record can make a cache mountable without
+ *         its data in place.
  *
  *   <scope> is the namespace of a GKMCache, or "_cluster" for a
  *   ClusterGKMCache ("_" can never start a namespace: namespaces are DNS
@@ -92,7 +100,7 @@ __attribute__((warn_unused_result)) int cache_view_dir(char *buf, size_t size, c
 /* ---- ready.json ---- */
 
 struct cache_view_ready {
-	char digest[CACHE_VIEW_DIGEST_LEN + 1];
+	char digest[CACHE_VIEW_DIGEST_LEN + 1]; /* "" in a record without one */
 	char state[32];
 	bool compatible;
 	char **compatible_gpus; /* owned */
@@ -135,6 +143,18 @@ __attribute__((warn_unused_result)) int cache_view_open_data(const char *root, c
 __attribute__((warn_unused_result)) int cache_view_publish(const char *root, const char *ns,
                                                            const char *name,
                                                            const struct cache_view_ready *r);
+/* Agent side: write ready.json with a state other than Ready (r->digest may
+ * be "" while unresolved), leaving `data` as it is: the cache is then not
+ * mountable, whatever `data` links to. -EINVAL for a Ready record. */
+__attribute__((warn_unused_result)) int cache_view_record(const char *root, const char *ns,
+                                                          const char *name,
+                                                          const struct cache_view_ready *r);
+/* The digest the view's `data` link names ("sha256:<hex>" into out), read
+ * from the link itself. -ENOENT when there is no link, -EINVAL when it is
+ * not a link into the store. */
+__attribute__((warn_unused_result)) int
+cache_view_linked_digest(const char *root, const char *ns, const char *name,
+                         char out[CACHE_VIEW_DIGEST_LEN + 1]);
 /* Agent side: remove the view (ready.json first). 0 also when it was gone. */
 __attribute__((warn_unused_result)) int cache_view_unpublish(const char *root, const char *ns,
                                                              const char *name);

@@ -448,8 +448,37 @@ static int parse_publish(const Csi__V1__NodePublishVolumeRequest *req, struct cs
 
 /* ---- publish: the cache ---- */
 
-/* Check the agent's verdict and open the store entry. On success *fd is the
- * entry (caller closes) and digest is set. */
+/* Refuse a publish with what the agent's record says: its state, reason
+ * and message, in the words a user reads in `kubectl describe pod`. */
+static void refuse(struct csi_reply *r, const char *what, const struct cache_view_ready *rec)
+{
+	char reason[128], msg[320];
+	shown(rec->reason, reason, sizeof(reason));
+	shown(rec->message, msg, sizeof(msg));
+	const char *sep = msg[0] ? ": " : "";
+	const char *st = rec->state;
+	if (!rec->compatible || strcmp(st, "Incompatible") == 0)
+		fail(r, CSI_FAILED_PRECONDITION,
+		     "%s is incompatible with this node's GPUs (%s%s%s)", what,
+		     reason[0] ? reason : "no reason given", sep, msg);
+	else if (strcmp(st, "Failed") == 0)
+		fail(r, CSI_FAILED_PRECONDITION, "%s failed on this node (%s%s%s)", what,
+		     reason[0] ? reason : "no reason given", sep, msg);
+	else if (strcmp(st, "Deleting") == 0)
+		fail(r, CSI_FAILED_PRECONDITION,
+		     "%s is being deleted and takes no new pods here (%s%s%s)", what,
+		     reason[0] ? reason : st, sep, msg);
+	else if (!reason[0] || strcmp(reason, st) == 0)
+		fail(r, CSI_FAILED_PRECONDITION, "%s is not ready on this node yet (%s%s%s)", what,
+		     st, sep, msg);
+	else
+		fail(r, CSI_FAILED_PRECONDITION, "%s is not ready on this node yet (%s, %s%s%s)",
+		     what, st, reason, sep, msg);
+}
+
+/* Check the agent's record and open the store entry: only a record that
+ * says Ready and compatible, whose digest the view's data link names, is
+ * mounted. On success *fd is the entry (caller closes) and digest is set. */
 static int resolve_cache(struct csi_node *n, const struct csi_volume *v, int *fd,
                          char digest[CACHE_VIEW_DIGEST_LEN + 1], struct csi_reply *r)
 {
@@ -461,7 +490,8 @@ static int resolve_cache(struct csi_node *n, const struct csi_volume *v, int *fd
 	                               sizeof(err));
 	if (rc == -ENOENT) {
 		fail(r, CSI_FAILED_PRECONDITION,
-		     "%s is not on this node: the agent has not prepared it here (no ready marker)",
+		     "%s is not on this node: the agent has no record of it here (it does not "
+		     "exist, or the agent has not seen it yet)",
 		     what);
 		return rc;
 	}
@@ -469,17 +499,8 @@ static int resolve_cache(struct csi_node *n, const struct csi_volume *v, int *fd
 		fail(r, CSI_FAILED_PRECONDITION, "%s: %s", what, err);
 		return rc;
 	}
-	if (!ready.compatible) {
-		fail(r, CSI_FAILED_PRECONDITION,
-		     "%s is incompatible with this node's GPUs (%s%s%s)", what,
-		     ready.reason[0] ? ready.reason : "no reason given",
-		     ready.message[0] ? ": " : "", ready.message);
-		rc = -EPERM;
-		goto out;
-	}
-	if (strcmp(ready.state, "Ready") != 0) {
-		fail(r, CSI_FAILED_PRECONDITION, "%s is not ready on this node yet (state %s%s%s)",
-		     what, ready.state, ready.message[0] ? ": " : "", ready.message);
+	if (!ready.compatible || strcmp(ready.state, "Ready") != 0) {
+		refuse(r, what, &ready);
 		rc = -EAGAIN;
 		goto out;
 	}
@@ -903,13 +924,23 @@ static void node_stats(struct csi_node *n, const uint8_t *data, size_t len, stru
 	    csi__v1__node_get_volume_stats_request__unpack(NULL, len, data);
 	struct csi_volume v;
 	bool found = false, at_path = false;
+	char b[144], pb[160];
 	memset(&v, 0, sizeof(v));
 	if (!req) {
 		fail(r, CSI_INVALID_ARGUMENT, "malformed NodeGetVolumeStatsRequest");
 		return;
 	}
-	if (check_volume_id(req->volume_id, r) || check_path("volume_path", req->volume_path, r))
+	/* Missing arguments are INVALID_ARGUMENT; anything else names no
+	 * volume published here (a malformed id or a relative path included),
+	 * which CSI answers NOT_FOUND. */
+	if (!req->volume_id || !*req->volume_id) {
+		fail(r, CSI_INVALID_ARGUMENT, "volume_id is required");
 		goto out;
+	}
+	if (!req->volume_path || !*req->volume_path) {
+		fail(r, CSI_INVALID_ARGUMENT, "volume_path is required");
+		goto out;
+	}
 	pthread_mutex_lock(&n->lock);
 	struct entry *e = find_id(n, req->volume_id);
 	if (e && !e->placeholder) {
@@ -920,12 +951,13 @@ static void node_stats(struct csi_node *n, const uint8_t *data, size_t len, stru
 	}
 	pthread_mutex_unlock(&n->lock);
 	if (!found) {
-		fail(r, CSI_NOT_FOUND, "volume %s is not published on this node", req->volume_id);
+		fail(r, CSI_NOT_FOUND, "volume %s is not published on this node",
+		     shown(req->volume_id, b, 140));
 		goto out;
 	}
 	if (!at_path) {
 		fail(r, CSI_NOT_FOUND, "volume %s is not published at %s", req->volume_id,
-		     req->volume_path);
+		     shown(req->volume_path, pb, sizeof(pb)));
 		goto out;
 	}
 	if (csi_mount_is_mountpoint(v.target_path) != 1) {
@@ -1039,26 +1071,90 @@ static void node_get_capabilities(struct csi_node *n, const uint8_t *data, size_
 	reply_msg(r, &resp.base);
 }
 
+/* A node-only plugin has no controller service, and says so in
+ * GetPluginCapabilities. Conformance tools (csi-sanity releases before 5.5)
+ * still ask for controller capabilities before every node test and fail on
+ * an error, and also on an empty list (it decodes as nil in Go, which they
+ * refuse); one capability of type UNKNOWN is what they read as "none".
+ * kubelet never asks a node plugin this. */
+static void controller_get_capabilities(struct csi_node *n, const uint8_t *data, size_t len,
+                                        struct csi_reply *r)
+{
+	(void)n;
+	(void)data;
+	(void)len;
+	Csi__V1__ControllerServiceCapability__RPC rpc =
+	    CSI__V1__CONTROLLER_SERVICE_CAPABILITY__RPC__INIT;
+	rpc.type = CSI__V1__CONTROLLER_SERVICE_CAPABILITY__RPC__TYPE__UNKNOWN;
+	Csi__V1__ControllerServiceCapability cap = CSI__V1__CONTROLLER_SERVICE_CAPABILITY__INIT;
+	cap.type_case = CSI__V1__CONTROLLER_SERVICE_CAPABILITY__TYPE_RPC;
+	cap.rpc = &rpc;
+	Csi__V1__ControllerServiceCapability *caps[] = {&cap};
+	Csi__V1__ControllerGetCapabilitiesResponse resp =
+	    CSI__V1__CONTROLLER_GET_CAPABILITIES_RESPONSE__INIT;
+	resp.n_capabilities = 1;
+	resp.capabilities = caps;
+	reply_msg(r, &resp.base);
+}
+
 /* ---- dispatch ---- */
 
 typedef void (*handler_fn)(struct csi_node *, const uint8_t *, size_t, struct csi_reply *);
 
+static const char no_staging[] = "gkm volumes are published without staging or expansion";
+static const char node_only[] = "gkm is a node-only plugin (no controller service)";
+
+/* Every method of the specification has its own metrics label; paths that
+ * are not in the specification share "other", so a client cannot grow the
+ * label set. */
 static const struct method {
-	const char *path, *name;
-	handler_fn fn; /* NULL: part of the spec, not offered by gkm */
+	const char *service, *name; /* the path is /csi.v1.<service>/<name> */
+	handler_fn fn;              /* NULL: part of the spec, not offered by gkm */
+	const char *why;            /* with fn NULL: the reason given in UNIMPLEMENTED */
 } methods[] = {
-    {"/csi.v1.Identity/GetPluginInfo", "GetPluginInfo", get_plugin_info},
-    {"/csi.v1.Identity/GetPluginCapabilities", "GetPluginCapabilities", get_plugin_capabilities},
-    {"/csi.v1.Identity/Probe", "Probe", probe},
-    {"/csi.v1.Node/NodeGetInfo", "NodeGetInfo", node_get_info},
-    {"/csi.v1.Node/NodeGetCapabilities", "NodeGetCapabilities", node_get_capabilities},
-    {"/csi.v1.Node/NodePublishVolume", "NodePublishVolume", node_publish},
-    {"/csi.v1.Node/NodeUnpublishVolume", "NodeUnpublishVolume", node_unpublish},
-    {"/csi.v1.Node/NodeGetVolumeStats", "NodeGetVolumeStats", node_stats},
-    {"/csi.v1.Node/NodeStageVolume", "NodeStageVolume", NULL},
-    {"/csi.v1.Node/NodeUnstageVolume", "NodeUnstageVolume", NULL},
-    {"/csi.v1.Node/NodeExpandVolume", "NodeExpandVolume", NULL},
+    {"Identity", "GetPluginInfo", get_plugin_info, NULL},
+    {"Identity", "GetPluginCapabilities", get_plugin_capabilities, NULL},
+    {"Identity", "Probe", probe, NULL},
+    {"Node", "NodeGetInfo", node_get_info, NULL},
+    {"Node", "NodeGetCapabilities", node_get_capabilities, NULL},
+    {"Node", "NodePublishVolume", node_publish, NULL},
+    {"Node", "NodeUnpublishVolume", node_unpublish, NULL},
+    {"Node", "NodeGetVolumeStats", node_stats, NULL},
+    {"Node", "NodeStageVolume", NULL, no_staging},
+    {"Node", "NodeUnstageVolume", NULL, no_staging},
+    {"Node", "NodeExpandVolume", NULL, no_staging},
+    {"Controller", "ControllerGetCapabilities", controller_get_capabilities, NULL},
+    {"Controller", "CreateVolume", NULL, node_only},
+    {"Controller", "DeleteVolume", NULL, node_only},
+    {"Controller", "ControllerPublishVolume", NULL, node_only},
+    {"Controller", "ControllerUnpublishVolume", NULL, node_only},
+    {"Controller", "ValidateVolumeCapabilities", NULL, node_only},
+    {"Controller", "ListVolumes", NULL, node_only},
+    {"Controller", "GetCapacity", NULL, node_only},
+    {"Controller", "CreateSnapshot", NULL, node_only},
+    {"Controller", "DeleteSnapshot", NULL, node_only},
+    {"Controller", "ListSnapshots", NULL, node_only},
+    {"Controller", "ControllerExpandVolume", NULL, node_only},
+    {"Controller", "ControllerGetVolume", NULL, node_only},
+    {"Controller", "ControllerModifyVolume", NULL, node_only},
+    {"GroupController", "GroupControllerGetCapabilities", NULL, node_only},
+    {"GroupController", "CreateVolumeGroupSnapshot", NULL, node_only},
+    {"GroupController", "DeleteVolumeGroupSnapshot", NULL, node_only},
+    {"GroupController", "GetVolumeGroupSnapshot", NULL, node_only},
+    {"SnapshotMetadata", "GetMetadataAllocated", NULL, node_only},
+    {"SnapshotMetadata", "GetMetadataDelta", NULL, node_only},
 };
+
+static bool is_method(const char *path, const struct method *m)
+{
+	static const char pkg[] = "/csi.v1.";
+	size_t sl = strlen(m->service);
+	if (strncmp(path, pkg, sizeof(pkg) - 1) != 0)
+		return false;
+	path += sizeof(pkg) - 1;
+	return strncmp(path, m->service, sl) == 0 && path[sl] == '/' &&
+	       strcmp(path + sl + 1, m->name) == 0;
+}
 
 static bool controller_method(const char *m)
 {
@@ -1080,22 +1176,17 @@ void csi_node_call(struct csi_node *n, const char *method, const uint8_t *req, s
 
 	memset(r, 0, sizeof(*r));
 	for (size_t i = 0; method && i < sizeof(methods) / sizeof(methods[0]); i++)
-		if (strcmp(methods[i].path, method) == 0)
+		if (is_method(method, &methods[i]))
 			m = &methods[i];
 	if (m) {
 		label = m->name;
 		if (m->fn)
 			m->fn(n, req, len, r);
 		else
-			fail(r, CSI_UNIMPLEMENTED,
-			     "%s is not implemented: gkm volumes are published without staging or "
-			     "expansion",
-			     m->name);
+			fail(r, CSI_UNIMPLEMENTED, "%s is not implemented: %s", m->name, m->why);
 	} else if (method && controller_method(method)) {
-		label = "Controller";
-		fail(r, CSI_UNIMPLEMENTED,
-		     "%s is not implemented: gkm is a node-only plugin (no controller service)",
-		     shown(method, b, 80));
+		fail(r, CSI_UNIMPLEMENTED, "%s is not implemented: %s", shown(method, b, 80),
+		     node_only);
 	} else {
 		fail(r, CSI_UNIMPLEMENTED, "unknown method %s", shown(method, b, 80));
 	}

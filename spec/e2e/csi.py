@@ -63,9 +63,22 @@ digest = lay.store_entry(FILES)
 store_entry = os.path.join(root, "store", "sha256", digest[7:])
 lay.view("team-a", "llama", digest)
 lay.view(None, "shared", digest)
-lay.view("team-a", "pulling", digest, state="Pulling", message="layer 1 of 1")
+# The agent's record in each state that is not Ready, as it writes it: no
+# data link, except where an earlier digest is still linked ("stale").
+lay.view("team-a", "pulling", digest, state="Pulling", reason="Pulling",
+         message="pulling and extracting the image", data=False)
+lay.view("team-a", "pending", None, state="Pending", reason="DigestNotResolved",
+         message="waiting for the image digest", data=False)
+lay.view("team-a", "failed", digest, state="Failed", reason="PullFailed",
+         message="registry answered 503", data=False)
 lay.view("team-a", "wronggpu", digest, state="Incompatible", compatible=False,
-         reason="ArchMismatch", message="built for sm_90, node has sm_80")
+         reason="ArchMismatch", message="built for sm_90, node has sm_80", data=False)
+lay.view("team-a", "deleting", digest, state="Deleting", reason="InUse",
+         message="deleted; kept until 1 pod(s) stop using it")
+lay.view("team-a", "stale", digest, state="Pulling", reason="Pulling",
+         message="pulling and extracting the image")
+lay.view("team-a", "readyincompatible", digest, compatible=False, reason="ArchMismatch",
+         message="built for sm_90")
 lay.view("team-a", "broken", digest, ready_text='{"digest": "sha256:nope"')
 os.makedirs(os.path.join(tmp, "elsewhere", digest[7:]))
 lay.view("team-a", "escape", digest, link="../../../../elsewhere/" + digest[7:])
@@ -166,6 +179,11 @@ def test_identity_and_node_info():
         types = [c.rpc.type for c in nc.capabilities] if code == C.OK else None
         t.eq(types, [pb.NodeServiceCapability.RPC.GET_VOLUME_STATS],
              "NodeGetCapabilities advertises GET_VOLUME_STATS only")
+        code, cc_ = call(pbg.ControllerStub(ch).ControllerGetCapabilities, pb.ControllerGetCapabilitiesRequest())
+        t.ok(code == C.OK and len(cc_.capabilities) == 1 and cc_.capabilities[0].HasField("rpc")
+             and cc_.capabilities[0].rpc.type == pb.ControllerServiceCapability.RPC.UNKNOWN,
+             "ControllerGetCapabilities answers OK with one capability naming none (UNKNOWN)",
+             diag=(code, cc_))
 
 
 def test_unimplemented():
@@ -180,6 +198,70 @@ def test_unimplemented():
             code, details = call(fn, req)
             t.ok(code == C.UNIMPLEMENTED and "not implemented" in details,
                  "%s answers UNIMPLEMENTED" % name, diag=(code, details))
+
+
+def test_conformance_node():
+    """What CSI conformance (csi-sanity's Node Service specs) expects of a
+    node-only plugin, checked with the same requests it sends."""
+    tgt = new_target("sanity")
+    with channel() as ch:
+        ident, node, ctl = pbg.IdentityStub(ch), pbg.NodeStub(ch), pbg.ControllerStub(ch)
+        # Before every node spec: plugin capabilities, then controller
+        # capabilities (an error or a nil list fails the spec).
+        code, caps = call(ident.GetPluginCapabilities, pb.GetPluginCapabilitiesRequest())
+        t.ok(code == C.OK and pb.PluginCapability.Service.CONTROLLER_SERVICE not in
+             [c.service.type for c in caps.capabilities if c.HasField("service")],
+             "sanity: no CONTROLLER_SERVICE in GetPluginCapabilities", diag=(code, caps))
+        code, cc_ = call(ctl.ControllerGetCapabilities, pb.ControllerGetCapabilitiesRequest())
+        t.ok(code == C.OK and len(cc_.capabilities) > 0 and all(c.HasField("rpc") for c in cc_.capabilities)
+             and pb.ControllerServiceCapability.RPC.EXPAND_VOLUME not in [c.rpc.type for c in cc_.capabilities],
+             "sanity: ControllerGetCapabilities succeeds with a non-empty list, every entry an rpc, "
+             "no EXPAND_VOLUME", diag=(code, cc_))
+        code, nc = call(node.NodeGetCapabilities, pb.NodeGetCapabilitiesRequest())
+        known = set(pb.NodeServiceCapability.RPC.Type.values())
+        t.ok(code == C.OK and all(c.HasField("rpc") and c.rpc.type in known for c in nc.capabilities),
+             "sanity: NodeGetCapabilities lists known rpc capabilities only", diag=(code, nc))
+        code, ni = call(node.NodeGetInfo, pb.NodeGetInfoRequest())
+        t.ok(code == C.OK and ni.node_id and ni.max_volumes_per_node >= 0,
+             "sanity: NodeGetInfo has a node id and max_volumes_per_node >= 0", diag=(code, ni))
+
+        # Missing arguments: INVALID_ARGUMENT for every Node RPC.
+        for name, fn, req in [
+            ("NodePublishVolume without volume id", node.NodePublishVolume, pb.NodePublishVolumeRequest()),
+            ("NodePublishVolume without target path", node.NodePublishVolume,
+             pb.NodePublishVolumeRequest(volume_id="sanity-vol")),
+            ("NodePublishVolume without volume capability", node.NodePublishVolume,
+             pb.NodePublishVolumeRequest(volume_id="sanity-vol", target_path=tgt)),
+            ("NodeUnpublishVolume without volume id", node.NodeUnpublishVolume,
+             pb.NodeUnpublishVolumeRequest()),
+            ("NodeUnpublishVolume without target path", node.NodeUnpublishVolume,
+             pb.NodeUnpublishVolumeRequest(volume_id="sanity-vol")),
+            ("NodeGetVolumeStats without volume id", node.NodeGetVolumeStats,
+             pb.NodeGetVolumeStatsRequest(volume_path="some/path")),
+            ("NodeGetVolumeStats without volume path", node.NodeGetVolumeStats,
+             pb.NodeGetVolumeStatsRequest(volume_id="sanity-vol")),
+        ]:
+            code, details = call(fn, req)
+            t.eq(code, C.INVALID_ARGUMENT, "sanity: %s: INVALID_ARGUMENT" % name)
+        code, details = stats(node, "sanity-unknown", "some/path")
+        t.ok(code == C.NOT_FOUND, "sanity: NodeGetVolumeStats of an unknown volume (relative path): NOT_FOUND",
+             diag=(code, details))
+
+        # Idempotent publish and unpublish.
+        first = publish(node, "sanity-vol", tgt)
+        second = publish(node, "sanity-vol", tgt)
+        t.ok(first[0] == C.OK and second[0] == C.OK and cc.mount_count(tgt) == 1,
+             "sanity: the same publish twice: OK both times, one mount", diag=(first, second))
+        code, st = stats(node, "sanity-vol", tgt)
+        t.ok(code == C.OK and len(st.usage) > 0, "sanity: stats of the published volume", diag=(code, st))
+        code, details = stats(node, "sanity-vol", "some/path")
+        t.ok(code == C.NOT_FOUND, "sanity: stats of the published volume at another (relative) path: NOT_FOUND",
+             diag=(code, details))
+        first, second = unpublish(node, "sanity-vol", tgt), unpublish(node, "sanity-vol", tgt)
+        t.ok(first[0] == C.OK and second[0] == C.OK and not os.path.exists(tgt),
+             "sanity: the same unpublish twice: OK both times, the target path removed", diag=(first, second))
+        code, details = unpublish(node, "sanity-never", new_target("sanity-never"))
+        t.ok(code == C.OK, "sanity: unpublish of an unknown volume and target: OK", diag=(code, details))
 
 
 def test_invalid_arguments():
@@ -256,9 +338,22 @@ def test_failed_precondition():
     with channel() as ch:
         node = pbg.NodeStub(ch)
         for cache, want, name in [
-            ("nosuch", "not on this node", "a cache the agent never prepared here"),
-            ("pulling", "not ready on this node yet (state Pulling", "a cache that is not ready"),
-            ("wronggpu", "incompatible with this node's GPUs (ArchMismatch", "an incompatible cache"),
+            ("nosuch", "GKMCache team-a/nosuch is not on this node: the agent has no record of it",
+             "a cache the agent never prepared here"),
+            ("pulling", "GKMCache team-a/pulling is not ready on this node yet (Pulling: pulling and "
+             "extracting the image)", "a cache being pulled"),
+            ("pending", "GKMCache team-a/pending is not ready on this node yet (Pending, "
+             "DigestNotResolved: waiting for the image digest)", "a cache without a digest yet"),
+            ("failed", "GKMCache team-a/failed failed on this node (PullFailed: registry answered 503)",
+             "a cache whose pull failed"),
+            ("wronggpu", "GKMCache team-a/wronggpu is incompatible with this node's GPUs (ArchMismatch: "
+             "built for sm_90, node has sm_80)", "an incompatible cache"),
+            ("deleting", "GKMCache team-a/deleting is being deleted and takes no new pods here (InUse: "
+             "deleted; kept until 1 pod(s) stop using it)", "a deleted cache still in use"),
+            ("stale", "GKMCache team-a/stale is not ready on this node yet (Pulling:",
+             "a cache pulling a new digest while its data still links the old one"),
+            ("readyincompatible", "incompatible with this node's GPUs (ArchMismatch: built for sm_90)",
+             "a Ready record that says incompatible"),
             ("broken", "malformed", "a malformed ready.json"),
             ("escape", "outside the store", "a data link escaping the store"),
         ]:
@@ -550,6 +645,8 @@ def test_metrics():
     with channel() as ch:
         call(pbg.IdentityStub(ch).GetPluginInfo, pb.GetPluginInfoRequest())
         call(pbg.NodeStub(ch).NodeStageVolume, pb.NodeStageVolumeRequest(volume_id="v"))
+        call(pbg.ControllerStub(ch).DeleteVolume, pb.DeleteVolumeRequest(volume_id="v"))
+        call(pbg.ControllerStub(ch).ControllerGetCapabilities, pb.ControllerGetCapabilitiesRequest())
     url = "http://127.0.0.1:%d/metrics" % plugin.health_port
     with urllib.request.urlopen(url, timeout=10) as r:
         text = r.read().decode()
@@ -559,6 +656,10 @@ def test_metrics():
          and 'gkm_csi_calls_total{method="NodeStageVolume",code="UNIMPLEMENTED"} 1' in text
          and 'gkm_csi_call_duration_seconds_count{method="NodePublishVolume"}' in text,
          "/metrics counts CSI calls by method and code", diag=text[:2000])
+    t.ok('gkm_csi_calls_total{method="DeleteVolume",code="UNIMPLEMENTED"} 1' in text
+         and 'gkm_csi_calls_total{method="ControllerGetCapabilities",code="OK"} 1' in text
+         and 'method="Controller"' not in text,
+         "/metrics names each controller method on its own", diag=text[:2000])
     with urllib.request.urlopen("http://127.0.0.1:%d/readyz" % plugin.health_port, timeout=10) as r:
         t.eq(r.status, 200, "/readyz is 200 while serving")
 
@@ -658,7 +759,8 @@ def test_sigterm_drains():
 
 try:
     plugin = cc.Plugin(tmp, root, run).start()
-    for fn in [test_identity_and_node_info, test_unimplemented, test_invalid_arguments, test_path_traversal,
+    for fn in [test_identity_and_node_info, test_unimplemented, test_conformance_node, test_invalid_arguments,
+               test_path_traversal,
                test_permission_denied, test_failed_precondition, test_read_only_publish_and_sharing,
                test_writable_overlay, test_unpublish_edge_cases, test_concurrent_100, test_busy_volume,
                test_internal_error_undoes,

@@ -90,17 +90,23 @@ class Layout:
         return "sha256:" + h
 
     def view(self, ns, name, digest, state="Ready", compatible=True, reason="", message="",
-             link=None, ready_text=None):
+             link=None, ready_text=None, data=True):
+        """A view as the agent leaves it: the record (ready.json) and, with
+        data, the data link (to digest's store entry unless link says where).
+        digest None: a record without one (a cache not resolved yet)."""
         d = os.path.join(self.root, "caches", ns or "_cluster", name)
         os.makedirs(d, exist_ok=True)
-        data = os.path.join(d, "data")
-        if os.path.lexists(data):
-            os.unlink(data)
-        os.symlink(link or "../../../store/sha256/" + digest[7:], data)
-        text = ready_text if ready_text is not None else json.dumps({
-            "digest": digest, "state": state, "compatible": compatible,
-            "compatibleGPUs": ["GPU-0"] if compatible else [], "reason": reason,
-            "message": message, "updated": "2024-05-01T12:00:00Z"})
+        data_link = os.path.join(d, "data")
+        if os.path.lexists(data_link):
+            os.unlink(data_link)
+        if data:
+            os.symlink(link or "../../../store/sha256/" + digest[7:], data_link)
+        record = {"state": state, "compatible": compatible,
+                  "compatibleGPUs": ["GPU-0"] if compatible and state == "Ready" else [],
+                  "reason": reason, "message": message, "updated": "2024-05-01T12:00:00Z"}
+        if digest:
+            record["digest"] = digest
+        text = ready_text if ready_text is not None else json.dumps(record)
         tmp = os.path.join(d, ".ready.tmp")
         with open(tmp, "w") as f:
             f.write(text)

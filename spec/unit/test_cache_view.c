@@ -128,6 +128,15 @@ static void test_ready_parse_good(void **state)
 	assert_int_equal(r.ncompatible_gpus, 0);
 	assert_string_equal(r.reason, "");
 	cache_view_ready_free(&r);
+
+	/* A cache whose digest is not resolved yet: a record without one. */
+	const char *pending = "{\"state\":\"Pending\",\"compatible\":true,"
+	                      "\"reason\":\"DigestNotResolved\"}";
+	assert_int_equal(cache_view_ready_parse(pending, strlen(pending), &r, err, sizeof(err)), 0);
+	assert_string_equal(r.digest, "");
+	assert_string_equal(r.state, "Pending");
+	assert_string_equal(r.reason, "DigestNotResolved");
+	cache_view_ready_free(&r);
 }
 
 static void expect_bad(const char *j, const char *want)
@@ -153,6 +162,11 @@ static void test_ready_parse_malformed(void **state)
 	expect_bad("{\"digest\":\"sha256:abc\",\"state\":\"Ready\",\"compatible\":true}", "digest");
 	expect_bad("{\"digest\":\"sha256:../../" HEX "\",\"state\":\"Ready\",\"compatible\":true}",
 	           "digest");
+	/* Only a record that is not Ready may go without a digest, and one it
+	 * gives must be well formed. */
+	expect_bad("{\"digest\":\"sha256:abc\",\"state\":\"Failed\",\"compatible\":true}",
+	           "digest");
+	expect_bad("{\"digest\":\"\",\"state\":\"Ready\",\"compatible\":true}", "digest");
 	expect_bad("{\"digest\":\"" DIGEST "\",\"compatible\":true}", "state");
 	expect_bad("{\"digest\":\"" DIGEST "\",\"state\":7,\"compatible\":true}", "state");
 	expect_bad("{\"digest\":\"" DIGEST "\",\"state\":\"Ready\"}", "compatible");
@@ -338,6 +352,64 @@ static void test_publish_roundtrip(void **state)
 	assert_int_equal(cache_view_publish(root, "team", "c2", &in), -ENOENT);
 }
 
+/* Records of the states other than Ready: written in place of ready.json,
+ * never making a cache mountable, whatever `data` links to. */
+static void test_record_states(void **state)
+{
+	(void)state;
+	struct cache_view_ready r;
+	char err[256], linked[CACHE_VIEW_DIGEST_LEN + 1] = "";
+	struct cache_view_ready pending = {.state = "Pending",
+	                                   .compatible = true,
+	                                   .reason = "DigestNotResolved",
+	                                   .message = "waiting for the image digest"};
+	assert_int_equal(cache_view_record(root, "team", "c1", &pending), 0);
+	assert_int_equal(cache_view_ready_read(root, "team", "c1", &r, err, sizeof(err)), 0);
+	assert_string_equal(r.state, "Pending");
+	assert_string_equal(r.digest, "");
+	assert_string_equal(r.message, "waiting for the image digest");
+	cache_view_ready_free(&r);
+	assert_int_equal(cache_view_linked_digest(root, "team", "c1", linked), -ENOENT);
+
+	/* Only cache_view_publish() may say Ready; a bad digest is refused. */
+	struct cache_view_ready ready = {.digest = DIGEST, .state = "Ready", .compatible = true};
+	assert_int_equal(cache_view_record(root, "team", "c1", &ready), -EINVAL);
+	struct cache_view_ready bad = {.digest = "sha256:abc", .state = "Failed"};
+	assert_int_equal(cache_view_record(root, "team", "c1", &bad), -EINVAL);
+	assert_int_equal(cache_view_ready_read(root, "team", "c1", &r, err, sizeof(err)), 0);
+	assert_string_equal(r.state, "Pending");
+	cache_view_ready_free(&r);
+
+	/* Ready, then the image changes and the new one is pulled: the record
+	 * says so while `data` still links the old digest. */
+	make_entry(HEX);
+	assert_int_equal(cache_view_publish(root, "team", "c1", &ready), 0);
+	assert_int_equal(cache_view_linked_digest(root, "team", "c1", linked), 0);
+	assert_string_equal(linked, DIGEST);
+	struct cache_view_ready pulling = {.digest = "sha256:" HEX2,
+	                                   .state = "Pulling",
+	                                   .compatible = true,
+	                                   .reason = "Pulling",
+	                                   .message = "pulling and extracting the image"};
+	assert_int_equal(cache_view_record(root, "team", "c1", &pulling), 0);
+	assert_int_equal(cache_view_ready_read(root, "team", "c1", &r, err, sizeof(err)), 0);
+	assert_string_equal(r.state, "Pulling");
+	assert_string_equal(r.digest, "sha256:" HEX2);
+	cache_view_ready_free(&r);
+	assert_int_equal(cache_view_linked_digest(root, "team", "c1", linked), 0);
+	assert_string_equal(linked, DIGEST);
+
+	/* A data link that does not point into the store names no digest. */
+	write_view("team", "c2", "/etc");
+	assert_int_equal(cache_view_linked_digest(root, "team", "c2", linked), -EINVAL);
+	write_view("team", "c3", "../../../store/sha256/" HEX "/../" HEX);
+	assert_int_equal(cache_view_linked_digest(root, "team", "c3", linked), -EINVAL);
+
+	assert_int_equal(cache_view_unpublish(root, "team", "c1"), 0);
+	assert_int_equal(cache_view_ready_read(root, "team", "c1", &r, err, sizeof(err)), -ENOENT);
+	assert_int_equal(cache_view_linked_digest(root, "team", "c1", linked), -ENOENT);
+}
+
 static struct cache_view_pod pod(const char *vid, const char *digest)
 {
 	struct cache_view_pod p = {
@@ -476,6 +548,7 @@ int main(void)
 	    cmocka_unit_test(test_ready_parse_malformed),
 	    cmocka_unit_test_setup_teardown(test_open_data, setup, teardown),
 	    cmocka_unit_test_setup_teardown(test_publish_roundtrip, setup, teardown),
+	    cmocka_unit_test_setup_teardown(test_record_states, setup, teardown),
 	    cmocka_unit_test_setup_teardown(test_usage, setup, teardown),
 	    cmocka_unit_test_setup_teardown(test_usage_concurrent, setup, teardown),
 	    cmocka_unit_test(test_rfc3339),

@@ -23,6 +23,7 @@
 
 #define HEX "0123456789abcdef0123456789abcdef0123456789abcdef0123456789abcdef"
 #define DIGEST "sha256:" HEX
+#define HEX2 "fedcba9876543210fedcba9876543210fedcba9876543210fedcba9876543210"
 
 static char dir[256], root[300], run[300];
 static struct csi_node *node;
@@ -76,10 +77,53 @@ static int start(void **state)
 	struct cache_view_ready r = {.digest = DIGEST, .state = "Ready", .compatible = true};
 	if (cache_view_publish(root, "team-a", "llama", &r) != 0)
 		return -1;
-	struct cache_view_ready p = {
-	    .digest = DIGEST, .state = "Extracting", .compatible = true, .message = "layer 1 of 1"};
-	if (cache_view_publish(root, "team-a", "pulling", &p) != 0)
+	/* The agent's records of caches in every other state; "stale" still
+	 * has the data link of an earlier Ready digest. */
+	const struct {
+		const char *name;
+		struct cache_view_ready r;
+	} recs[] = {
+	    {"pulling",
+	     {.digest = DIGEST,
+	      .state = "Pulling",
+	      .compatible = true,
+	      .reason = "Pulling",
+	      .message = "pulling and extracting the image"}},
+	    {"pending",
+	     {.state = "Pending",
+	      .compatible = true,
+	      .reason = "DigestNotResolved",
+	      .message = "waiting for the image digest"}},
+	    {"failed",
+	     {.digest = DIGEST,
+	      .state = "Failed",
+	      .compatible = true,
+	      .reason = "PullFailed",
+	      .message = "registry answered 503"}},
+	    {"wronggpu",
+	     {.digest = DIGEST,
+	      .state = "Incompatible",
+	      .compatible = false,
+	      .reason = "ArchMismatch",
+	      .message = "built for sm_90, node has sm_75"}},
+	    {"deleting",
+	     {.digest = DIGEST,
+	      .state = "Deleting",
+	      .compatible = true,
+	      .reason = "InUse",
+	      .message = "deleted; kept until 1 pod(s) stop using it"}},
+	    {"stale",
+	     {.digest = "sha256:" HEX2,
+	      .state = "Pulling",
+	      .compatible = true,
+	      .reason = "Pulling",
+	      .message = "pulling and extracting the image"}},
+	};
+	if (cache_view_publish(root, "team-a", "stale", &r) != 0)
 		return -1;
+	for (size_t i = 0; i < sizeof(recs) / sizeof(recs[0]); i++)
+		if (cache_view_record(root, "team-a", recs[i].name, &recs[i].r) != 0)
+			return -1;
 	return new_node();
 }
 
@@ -147,6 +191,38 @@ static void test_identity(void **state)
 	assert_int_equal(caps->capabilities[0]->rpc->type,
 	                 CSI__V1__NODE_SERVICE_CAPABILITY__RPC__TYPE__GET_VOLUME_STATS);
 	csi__v1__node_get_capabilities_response__free_unpacked(caps, NULL);
+	free(r.body);
+
+	/* Node-only: no CONTROLLER_SERVICE, and controller capabilities are
+	 * answered with one entry that names none (UNKNOWN). */
+	Csi__V1__GetPluginCapabilitiesRequest pcreq =
+	    CSI__V1__GET_PLUGIN_CAPABILITIES_REQUEST__INIT;
+	r = call("/csi.v1.Identity/GetPluginCapabilities", &pcreq.base);
+	assert_int_equal(r.code, CSI_OK);
+	Csi__V1__GetPluginCapabilitiesResponse *pc =
+	    csi__v1__get_plugin_capabilities_response__unpack(NULL, r.body_len, r.body);
+	assert_non_null(pc);
+	for (size_t i = 0; i < pc->n_capabilities; i++)
+		assert_false(pc->capabilities[i]->service &&
+		             pc->capabilities[i]->service->type ==
+		                 CSI__V1__PLUGIN_CAPABILITY__SERVICE__TYPE__CONTROLLER_SERVICE);
+	csi__v1__get_plugin_capabilities_response__free_unpacked(pc, NULL);
+	free(r.body);
+
+	Csi__V1__ControllerGetCapabilitiesRequest ccreq =
+	    CSI__V1__CONTROLLER_GET_CAPABILITIES_REQUEST__INIT;
+	r = call("/csi.v1.Controller/ControllerGetCapabilities", &ccreq.base);
+	assert_int_equal(r.code, CSI_OK);
+	Csi__V1__ControllerGetCapabilitiesResponse *cc =
+	    csi__v1__controller_get_capabilities_response__unpack(NULL, r.body_len, r.body);
+	assert_non_null(cc);
+	assert_int_equal(cc->n_capabilities, 1);
+	assert_int_equal(cc->capabilities[0]->type_case,
+	                 CSI__V1__CONTROLLER_SERVICE_CAPABILITY__TYPE_RPC);
+	assert_non_null(cc->capabilities[0]->rpc);
+	assert_int_equal(cc->capabilities[0]->rpc->type,
+	                 CSI__V1__CONTROLLER_SERVICE_CAPABILITY__RPC__TYPE__UNKNOWN);
+	csi__v1__controller_get_capabilities_response__free_unpacked(cc, NULL);
 	free(r.body);
 }
 
@@ -269,10 +345,32 @@ static void test_publish_refusals(void **state)
 	const struct kv cluster_missing[] = {{"cacheName", "llama"}, POD_A, {0, 0}};
 	expect(publish("v1", target, cluster_missing, true), CSI_FAILED_PRECONDITION,
 	       "ClusterGKMCache llama is not on this node");
-	const struct kv pulling[] = {
-	    {"cacheName", "pulling"}, {"cacheNamespace", "team-a"}, POD_A, {0, 0}};
-	expect(publish("v1", target, pulling, true), CSI_FAILED_PRECONDITION,
-	       "not ready on this node yet (state Extracting: layer 1 of 1)");
+	/* Each state of the agent's record, in the words the pod's events show. */
+	const struct {
+		const char *cache, *want;
+	} states[] = {
+	    {"pulling", "GKMCache team-a/pulling is not ready on this node yet (Pulling: pulling "
+	                "and extracting the image)"},
+	    {"pending", "GKMCache team-a/pending is not ready on this node yet (Pending, "
+	                "DigestNotResolved: waiting for the image digest)"},
+	    {"failed", "GKMCache team-a/failed failed on this node (PullFailed: registry answered "
+	               "503)"},
+	    {"wronggpu", "GKMCache team-a/wronggpu is incompatible with this node's GPUs "
+	                 "(ArchMismatch: built for sm_90, node has sm_75)"},
+	    {"deleting", "GKMCache team-a/deleting is being deleted and takes no new pods here "
+	                 "(InUse: deleted; kept until 1 pod(s) stop using it)"},
+	    {"stale", "GKMCache team-a/stale is not ready on this node yet (Pulling: pulling and "
+	              "extracting the image)"},
+	};
+	for (size_t i = 0; i < sizeof(states) / sizeof(states[0]); i++) {
+		const struct kv c[] = {
+		    {"cacheName", states[i].cache}, {"cacheNamespace", "team-a"}, POD_A, {0, 0}};
+		struct csi_reply r = publish("v1", target, c, true);
+		if (r.code != CSI_FAILED_PRECONDITION || strcmp(r.message, states[i].want) != 0)
+			fail_msg("%s: got %s '%s', want '%s'", states[i].cache,
+			         csi_code_name(r.code), r.message, states[i].want);
+		free(r.body);
+	}
 
 	/* Nothing was created or recorded by any of these. */
 	struct stat st;
@@ -295,6 +393,20 @@ static void test_unpublish_and_stats_unknown(void **state)
 	s.volume_id = "v-none";
 	s.volume_path = "/nonexistent/gkm/target";
 	expect(call("/csi.v1.Node/NodeGetVolumeStats", &s.base), CSI_NOT_FOUND, "not published");
+	/* The volume is looked up first: an unknown one is NOT_FOUND whatever
+	 * the path (CSI conformance asks with "some/path"). */
+	s.volume_path = "some/path";
+	expect(call("/csi.v1.Node/NodeGetVolumeStats", &s.base), CSI_NOT_FOUND,
+	       "volume v-none is not published on this node");
+	s.volume_id = "a/../b";
+	expect(call("/csi.v1.Node/NodeGetVolumeStats", &s.base), CSI_NOT_FOUND, "not published");
+	s.volume_id = "";
+	expect(call("/csi.v1.Node/NodeGetVolumeStats", &s.base), CSI_INVALID_ARGUMENT,
+	       "volume_id is required");
+	s.volume_id = "v-none";
+	s.volume_path = "";
+	expect(call("/csi.v1.Node/NodeGetVolumeStats", &s.base), CSI_INVALID_ARGUMENT,
+	       "volume_path is required");
 }
 
 static void test_metrics(void **state)
@@ -309,6 +421,27 @@ static void test_metrics(void **state)
 	double unimpl = metrics_value(m, METRICS_L("NodeStageVolume", "UNIMPLEMENTED"));
 	expect(call("/csi.v1.Node/NodeStageVolume", NULL), CSI_UNIMPLEMENTED, NULL);
 	assert_true(metrics_value(m, METRICS_L("NodeStageVolume", "UNIMPLEMENTED")) == unimpl + 1);
+
+	/* Each controller method under its own name; paths outside the
+	 * specification under "other". */
+	const char *ctl[][2] = {
+	    {"/csi.v1.Controller/CreateVolume", "CreateVolume"},
+	    {"/csi.v1.Controller/ControllerPublishVolume", "ControllerPublishVolume"},
+	    {"/csi.v1.GroupController/GroupControllerGetCapabilities",
+	     "GroupControllerGetCapabilities"},
+	    {"/csi.v1.Controller/NoSuchMethod", "other"},
+	    {"/csi.v1.Controller/NoSuchMethod2", "other"},
+	};
+	for (size_t i = 0; i < sizeof(ctl) / sizeof(ctl[0]); i++) {
+		double before_i = metrics_value(m, METRICS_L(ctl[i][1], "UNIMPLEMENTED"));
+		expect(call(ctl[i][0], NULL), CSI_UNIMPLEMENTED, "node-only");
+		assert_true(metrics_value(m, METRICS_L(ctl[i][1], "UNIMPLEMENTED")) ==
+		            before_i + 1);
+	}
+	assert_true(metrics_value(m, METRICS_L("Controller", "UNIMPLEMENTED")) == 0);
+	double caps = metrics_value(m, METRICS_L("ControllerGetCapabilities", "OK"));
+	expect(call("/csi.v1.Controller/ControllerGetCapabilities", NULL), CSI_OK, NULL);
+	assert_true(metrics_value(m, METRICS_L("ControllerGetCapabilities", "OK")) == caps + 1);
 }
 
 static struct csi_volume volume(const char *id)
