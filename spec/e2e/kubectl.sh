@@ -1,20 +1,20 @@
 #!/usr/bin/env bash
-# The real kubectl against the test API server: apply --server-side of the gkm
+# The real kubectl against the real API server (GKM_KUBE_ASSETS): apply --server-side of the gkm
 # CRDs and of the upstream csi-era examples, get (server-side printed Table),
 # get -o yaml, describe (Events found by involvedObject.uid), delete, on our
 # custom resources and on Nodes, ConfigMaps, Secrets, Leases and Events.
 set -u
 ROOT=${GKM_ROOT:-$(cd "$(dirname "$0")/../.." && pwd)}
 . "$ROOT/spec/lib/tap.sh"
-if ! command -v kubectl >/dev/null; then
-	skip "kubectl against the test API server" "kubectl is not installed"
+. "$ROOT/spec/lib/kubeenv.sh"
+why=$(kubeenv_unavailable) || { command -v kubectl >/dev/null || why="kubectl is not installed"; }
+if [ -n "$why" ]; then
+	skip "kubectl against the real API server" "$why"
 	finish
 	exit 0
 fi
-KUBESERVER_CRDS=0
-. "$ROOT/spec/lib/kubeserver.sh"
-kubeserver_start || { ok 1 "test API server starts"; finish; exit 1; }
-W=$KUBESERVER_DIR/work
+kubeenv_start --no-crds --controller-manager || { ok 1 "the API server starts"; finish; exit 1; }
+W=$KUBEENV_DIR/work
 mkdir -p "$W"
 export KUBECACHEDIR=$W/cache
 EX=$ROOT/spec/fixtures/upstream-yaml/csi-era
