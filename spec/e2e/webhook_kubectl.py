@@ -1,5 +1,6 @@
 #!/usr/bin/python3
-"""gkm webhook as users meet it: registered with the test API server through
+"""gkm webhook as users meet it: registered with a real kube-apiserver
+(GKM_KUBE_ASSETS) through
 a MutatingWebhookConfiguration and a ValidatingWebhookConfiguration (TLS
 verified against caBundle), GKMCache and ClusterGKMCache objects applied with
 kubectl, images in a real registry signed with `gkm cache sign`. Asserts
@@ -11,7 +12,7 @@ import sys
 
 ROOT = os.environ.get("GKM_ROOT", os.path.join(os.path.dirname(__file__), "..", ".."))
 sys.path.insert(0, os.path.join(ROOT, "spec", "lib"))
-from kubeserver import KubeServer, kubectl_env  # noqa: E402
+from kubeenv import KubeEnv, unavailable  # noqa: E402
 from tap import Tap  # noqa: E402
 from webhook_env import (ANN, FIXTURE, GKM, Registry, Webhook, available, cleanup,  # noqa: E402
                          init, make_cert, path, run)
@@ -20,9 +21,9 @@ t = Tap()
 init("gkm-webhook-kubectl.")
 
 
-def kubectl(ks, *args, stdin=None):
-    return subprocess.run(["kubectl", *args], input=stdin, capture_output=True, text=True,
-                          env=kubectl_env(ks), timeout=60)
+def kubectl(kube, *args, stdin=None):
+    return subprocess.run(["kubectl", "--kubeconfig", kube.kubeconfig, *args], input=stdin,
+                          capture_output=True, text=True, timeout=60)
 
 
 def manifest(kind, name, image, annotations=None):
@@ -35,14 +36,14 @@ def manifest(kind, name, image, annotations=None):
             f"spec:\n  image: \"{image}\"\n")
 
 
-def configure(ks, port):
-    with open(ks.ca, "rb") as f:
+def configure(kube, port):
+    with open(kube.ca, "rb") as f:
         ca = base64.b64encode(f.read()).decode()
     rules = [{"apiGroups": ["gkm.io"], "apiVersions": ["v1alpha1"], "operations": ["CREATE", "UPDATE"],
               "resources": ["gkmcaches", "clustergkmcaches"]}]
     for kind, name, hook in (("MutatingWebhookConfiguration", "mutate.gkm.io", "/mutate"),
                              ("ValidatingWebhookConfiguration", "validate.gkm.io", "/validate")):
-        st, _h, body = ks.request("POST", "/apis/admissionregistration.k8s.io/v1/" + kind.lower() + "s", {
+        st, body = kube.request("POST", "/apis/admissionregistration.k8s.io/v1/" + kind.lower() + "s", {
             "apiVersion": "admissionregistration.k8s.io/v1", "kind": kind, "metadata": {"name": "gkm"},
             "webhooks": [{"name": name, "admissionReviewVersions": ["v1"], "sideEffects": "None",
                           "failurePolicy": "Fail", "timeoutSeconds": 10, "rules": rules,
@@ -51,13 +52,14 @@ def configure(ks, port):
 
 
 def main():
-    why = available()
+    why = available() or unavailable()
     if why:
         t.skip("webhook behind the API server", why)
         return
-    ks = KubeServer(tls=True, token="webhook-e2e").start()
+    kube = KubeEnv().start()
+    kube.apply_crds()
     # the API server verifies the webhook against its own CA
-    make_cert(None, "tls", "gkm-webhook", ca_cert=ks.ca, ca_key=os.path.join(ks.tls_dir, "ca.key"))
+    make_cert(None, "tls", "gkm-webhook", ca_cert=kube.ca, ca_key=kube.ca_key)
     os.makedirs(path("trust"))
     run(GKM, "cache", "keygen", "--output-key-prefix", path("trust", "team"))
     os.rename(path("trust", "team.key"), path("team.key"))
@@ -69,53 +71,53 @@ def main():
     signed = reg.digest("caches/signed", "v1")
     wh = Webhook("--tls-cert", path("tls.crt"), "--tls-key", path("tls.key"),
                  "--trust-dir", path("trust"), "--plain-http")
-    configure(ks, wh.port)
+    configure(kube, wh.port)
 
-    p = kubectl(ks, "apply", "-f", "-", stdin=manifest("GKMCache", "llama", f"{R}/caches/signed:v1"))
+    p = kubectl(kube, "apply", "-f", "-", stdin=manifest("GKMCache", "llama", f"{R}/caches/signed:v1"))
     t.ok(p.returncode == 0 and "created" in p.stdout, "kubectl apply: a signed cache is created",
          diag=p.stdout + p.stderr)
-    p = kubectl(ks, "get", "gkmc", "llama", "-o", "jsonpath={.metadata.annotations.gkm\\.io/resolvedDigest}")
+    p = kubectl(kube, "get", "gkmc", "llama", "-o", "jsonpath={.metadata.annotations.gkm\\.io/resolvedDigest}")
     t.eq(p.stdout, signed, "the stored object carries the digest the registry serves")
 
-    p = kubectl(ks, "apply", "-f", "-", stdin=manifest("GKMCache", "rogue", f"{R}/caches/unsigned:v1"))
+    p = kubectl(kube, "apply", "-f", "-", stdin=manifest("GKMCache", "rogue", f"{R}/caches/unsigned:v1"))
     t.ok(p.returncode != 0 and 'admission webhook "mutate.gkm.io" denied the request: Unsigned: image '
          f'{R}/caches/unsigned:v1 has no signature and unsigned images are not allowed' in p.stderr,
          "kubectl apply: an unsigned cache is refused with the reason", diag=p.stderr)
-    p = kubectl(ks, "get", "gkmc", "rogue")
+    p = kubectl(kube, "get", "gkmc", "rogue")
     t.ok(p.returncode != 0 and "NotFound" in p.stderr, "...and nothing was stored", diag=p.stderr)
 
-    p = kubectl(ks, "apply", "-f", "-", stdin=manifest("GKMCache", "typo", "Quay.io/Org/Cache:v1"))
+    p = kubectl(kube, "apply", "-f", "-", stdin=manifest("GKMCache", "typo", "Quay.io/Org/Cache:v1"))
     t.ok(p.returncode != 0 and "InvalidImageReference: spec.image: repository name" in p.stderr
          and "must be lowercase" in p.stderr,
          "kubectl apply: a malformed reference is refused with the parser's reason", diag=p.stderr)
 
-    p = kubectl(ks, "annotate", "gkmc", "llama", "--overwrite", f"{ANN}=sha256:" + "0" * 64)
+    p = kubectl(kube, "annotate", "gkmc", "llama", "--overwrite", f"{ANN}=sha256:" + "0" * 64)
     t.ok(p.returncode != 0 and "ResolvedDigestMismatch" in p.stderr and signed in p.stderr,
          "kubectl annotate: changing the resolved digest by hand is refused", diag=p.stderr)
-    p = kubectl(ks, "get", "gkmc", "llama", "-o", "jsonpath={.metadata.annotations.gkm\\.io/resolvedDigest}")
+    p = kubectl(kube, "get", "gkmc", "llama", "-o", "jsonpath={.metadata.annotations.gkm\\.io/resolvedDigest}")
     t.eq(p.stdout, signed, "...and the stored digest is unchanged")
-    p = kubectl(ks, "annotate", "gkmc", "llama", "team=a")
+    p = kubectl(kube, "annotate", "gkmc", "llama", "team=a")
     t.ok(p.returncode == 0, "other annotations can still be changed", diag=p.stderr)
 
-    p = kubectl(ks, "apply", "-f", "-", stdin=manifest(
+    p = kubectl(kube, "apply", "-f", "-", stdin=manifest(
         "GKMCache", "copied", f"{R}/caches/signed:v1", {ANN: "sha256:" + "1" * 64,
                                                           "kyverno.io/verify-images": "pass"}))
     t.ok(p.returncode == 0 and "was replaced by " + signed in p.stderr,
          "a digest written by hand at creation is replaced, and kubectl shows the warning",
          diag=p.stdout + p.stderr)
-    p = kubectl(ks, "apply", "-f", "-", stdin=manifest(
+    p = kubectl(kube, "apply", "-f", "-", stdin=manifest(
         "GKMCache", "forged", f"{R}/caches/unsigned:v1", {"kyverno.io/verify-images": "pass"}))
     t.ok(p.returncode != 0 and "Unsigned" in p.stderr,
          "a kyverno.io/verify-images annotation does not get an unsigned image in", diag=p.stderr)
 
-    p = kubectl(ks, "apply", "-f", "-", stdin=manifest("ClusterGKMCache", "shared", f"{R}/caches/signed:v1"))
+    p = kubectl(kube, "apply", "-f", "-", stdin=manifest("ClusterGKMCache", "shared", f"{R}/caches/signed:v1"))
     t.ok(p.returncode == 0, "kubectl apply: a signed ClusterGKMCache is created", diag=p.stderr)
-    p = kubectl(ks, "get", "cgkmc", "shared", "-o", "jsonpath={.metadata.annotations.gkm\\.io/resolvedDigest}")
+    p = kubectl(kube, "get", "cgkmc", "shared", "-o", "jsonpath={.metadata.annotations.gkm\\.io/resolvedDigest}")
     t.eq(p.stdout, signed, "...with the resolved digest")
 
     t.eq(wh.stop(), 0, "the webhook stops cleanly")
     reg.stop()
-    ks.stop()
+    kube.stop()
 
 
 try:
