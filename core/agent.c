@@ -26,6 +26,13 @@ enum image_state { IMG_UNKNOWN = 0, IMG_FETCHING, IMG_READY, IMG_FAILED };
 enum pull_state { PULL_IDLE = 0, PULL_WAITING, PULL_RUNNING, PULL_FAILED };
 
 /* What the agent knows about one cache on this node. Loop thread only. */
+/* The node's record of a cache (ready.json), as far as this run knows. */
+enum record_state {
+	REC_UNKNOWN, /* not written by this run, or removed */
+	REC_READY,   /* Ready, written with the view (do_link) */
+	REC_OTHER,   /* another state: what c->entry says */
+};
+
 struct cache {
 	struct cache *next;
 	char key[320]; /* "<scope>/<name>": scope is the namespace or "_cluster" */
@@ -48,7 +55,8 @@ struct cache {
 	char store_digest[80]; /* manifest digest the store holds for digest */
 
 	char view_digest[80]; /* what the published view names ("" if none) */
-	cJSON *entry;         /* last node status entry, NULL if none */
+	enum record_state record; /* what this agent last wrote to ready.json */
+	cJSON *entry;             /* last node status entry, NULL if none */
 	bool extracted;       /* a pull of this cache extracted digest: its link is no hit */
 };
 
@@ -210,10 +218,13 @@ static void on_cache_event(void *ud, enum objstore_event_type t, const cJSON *ob
 		snprintf(c->key, sizeof(c->key), "%s", key);
 		snprintf(c->ns, sizeof(c->ns), "%s", ns);
 		snprintf(c->name, sizeof(c->name), "%s", name);
-		/* after a restart the view tells what was ready before */
+		/* after a restart the view tells what was linked and ready before */
+		char linked[CACHE_VIEW_DIGEST_LEN + 1];
 		struct cache_view_ready r;
+		if (cache_view_linked_digest(a->root, ns, name, linked) == 0)
+			snprintf(c->view_digest, sizeof(c->view_digest), "%s", linked);
 		if (cache_view_ready_read(a->root, ns, name, &r, NULL, 0) == 0) {
-			snprintf(c->view_digest, sizeof(c->view_digest), "%s", r.digest);
+			c->record = strcmp(r.state, "Ready") ? REC_UNKNOWN : REC_READY;
 			cache_view_ready_free(&r);
 		}
 		c->next = a->caches;
@@ -631,6 +642,9 @@ static struct status_job *status_job_for(struct agent *a, struct nodeobj *n)
 	sj->obj = n->created ? NULL : obj;
 	if (n->created)
 		cJSON_Delete(obj);
+	/* no caches left in this namespace: no caches member (an applied {}
+	 * would freeze the object, see objstore.h), which removes the entries */
+	obj_drop_empty_maps(st);
 	sj->status = st;
 	return sj;
 }
@@ -977,6 +991,7 @@ static int do_link(struct agent *a, struct cache *c, const cJSON *entry)
 	int rc = cache_view_publish(a->root, c->ns, c->name, &r);
 	if (rc == 0) {
 		bool relink = !strcmp(c->view_digest, c->digest);
+		c->record = REC_READY;
 		snprintf(c->view_digest, sizeof(c->view_digest), "%s", c->digest);
 		if (!relink && !c->extracted)
 			metrics_add(m_hits, NULL, 1);
@@ -986,6 +1001,60 @@ static int do_link(struct agent *a, struct cache *c, const cJSON *entry)
 		log_error("cannot publish the cache view", "cache", c->key, "error", strerror(-rc));
 	}
 	return rc;
+}
+
+static bool record_changed(const cJSON *entry, const cJSON *prev)
+{
+	static const char *const keys[] = {"digest", "state", "reason", "message"};
+	for (size_t i = 0; i < sizeof(keys) / sizeof(keys[0]); i++)
+		if (strcmp(obj_str(entry, keys[i]), obj_str(prev, keys[i])) != 0)
+			return true;
+	return false;
+}
+
+/* The node's record (ready.json) says what the status entry says, in every
+ * state, so that the CSI plugin can tell a pod why it cannot mount. Ready is
+ * written only with the view (do_link), and a record that is not Ready
+ * makes the cache unmountable whatever the view still links. linked: the
+ * view was linked in this reconcile (its Ready record is the newest word). */
+static void write_record(struct agent *a, struct cache *c, const cJSON *entry, bool linked)
+{
+	if (!entry) {
+		/* gone: no record, unless a pod still holds the view */
+		if (!c->view_digest[0] && cache_view_unpublish(a->root, c->ns, c->name) == 0)
+			c->record = REC_UNKNOWN;
+		return;
+	}
+	if (linked)
+		return;
+	const char *state = obj_str(entry, "state");
+	if (!strcmp(state, "Ready")) {
+		if (c->record != REC_READY && !strcmp(c->view_digest, c->digest))
+			do_link(a, c, entry);
+		return;
+	}
+	if (c->record == REC_OTHER && !record_changed(entry, c->entry))
+		return;
+	struct cache_view_ready r;
+	char message[1024];
+	memset(&r, 0, sizeof(r));
+	const char *d = obj_str(entry, "digest");
+	if (cache_view_valid_digest(d))
+		snprintf(r.digest, sizeof(r.digest), "%s", d);
+	snprintf(r.state, sizeof(r.state), "%s", state);
+	snprintf(message, sizeof(message), "%s", obj_str(entry, "message"));
+	r.compatible = strcmp(state, "Incompatible") != 0;
+	r.reason = (char *)obj_str(entry, "reason");
+	r.message = message;
+	obj_now(r.updated, sizeof(r.updated));
+	int rc = cache_view_record(a->root, c->ns, c->name, &r);
+	if (rc == 0) {
+		c->record = REC_OTHER;
+	} else {
+		count_error("view");
+		log_error("cannot write the cache's node record", "cache", c->key, "error",
+		          strerror(-rc));
+	}
 }
 
 /* Lua has one empty table for {} and []; the CRD's lists must stay lists. */
@@ -1024,7 +1093,7 @@ static void reconcile(struct agent *a, const char *key)
 	metrics_add(m_reconciles, METRICS_L("ok"), 1);
 	cJSON *entry = cJSON_DetachItemFromObjectCaseSensitive(out, "entry");
 	entry_lists(entry);
-	bool released = false;
+	bool released = false, linked = false;
 	const cJSON *act;
 	cJSON_ArrayForEach(act, cJSON_GetObjectItemCaseSensitive(out, "actions"))
 	{
@@ -1054,16 +1123,19 @@ static void reconcile(struct agent *a, const char *key)
 			if (do_link(a, c, entry) == 0) {
 				enqueue(a, key, 0);
 				released = true; /* the view may have left an older digest */
+				linked = true;
 			}
 		} else if (!strcmp(t, "unlink")) {
 			if (cache_view_unpublish(a->root, c->ns, c->name) == 0) {
 				c->view_digest[0] = '\0';
+				c->record = REC_UNKNOWN;
 				released = true;
 			} else {
 				count_error("view");
 			}
 		}
 	}
+	write_record(a, c, entry, linked);
 	start_waiting_pulls(a);
 	const cJSON *ra = cJSON_GetObjectItemCaseSensitive(out, "requeue_after");
 	if (cJSON_IsNumber(ra) && ra->valuedouble > 0)

@@ -91,6 +91,13 @@ void obj_set(cJSON *obj, const char *key, cJSON *item);
 /* A copy of obj without its member key (caller frees); NULL for a NULL obj
  * or out of memory. */
 cJSON *obj_without(const cJSON *obj, const char *key);
+/* Remove from obj, at every depth, each member whose value is an empty
+ * object or becomes one by this removal (items of arrays stay, emptied or
+ * not). For the configurations the daemons server-side apply: an applied {}
+ * over entries the manager owned becomes null on kube-apiserver, which then
+ * refuses the write (422, kubernetes#117447); a member left out is removed
+ * with the ownership of what the manager applied before. */
+void obj_drop_empty_maps(cJSON *obj);
 /* RFC 3339 UTC time now, "2026-11-21T10:00:00Z". buf >= 32 bytes. */
 void obj_now(char *buf, size_t len);
 

@@ -70,6 +70,19 @@ bool obj_valid_name(const char *s)
 	return true;
 }
 
+void obj_drop_empty_maps(cJSON *obj)
+{
+	cJSON *m = obj ? obj->child : NULL;
+	while (m) {
+		cJSON *next = m->next;
+		if (cJSON_IsObject(m) || cJSON_IsArray(m))
+			obj_drop_empty_maps(m);
+		if (cJSON_IsObject(obj) && cJSON_IsObject(m) && !m->child)
+			cJSON_Delete(cJSON_DetachItemViaPointer(obj, m));
+		m = next;
+	}
+}
+
 void obj_now(char *buf, size_t len)
 {
 	time_t t = time(NULL);

@@ -5,6 +5,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "backoff.h"
+#include "cache_view.h"
 #include "log.h"
 #include "metrics.h"
 #include "node_reports.h"
@@ -13,6 +15,12 @@
 
 #define MANAGER "gkm-operator"
 #define CLUSTER_SCOPE "_cluster"
+/* A failed status write is retried with backoff: up to this for an error
+ * that may pass (unreachable, 5xx, 429), and up to the longer one for a
+ * write the API server refused (400, 401, 403, 413, 422), which the same
+ * write cannot change; a new aggregation is written once the backoff ends. */
+#define WRITE_BACKOFF_MAX_MS 30000
+#define REFUSED_BACKOFF_MAX_MS 300000
 
 struct ocache {
 	struct ocache *next;
@@ -21,7 +29,9 @@ struct ocache {
 	cJSON *obj;
 	cJSON *applied; /* the status last written (without lastUpdated) */
 	bool dirty, writing, resolving;
-	char resolved[144]; /* digest the operator resolved for resolved_for */
+	unsigned failures;         /* status writes failed in a row */
+	uint64_t write_not_before; /* loop_now_ms() before which no write starts */
+	char resolved[144];        /* digest the operator resolved for resolved_for */
 	char resolved_for[600];
 	char resolve_error[512];
 };
@@ -36,7 +46,8 @@ struct operator_ {
 	struct strmap cache_index;    /* key -> struct ocache */
 	struct node_reports *reports; /* what the node objects report */
 	struct strmap nodes;          /* Kubernetes Node names (owned), when watched */
-	uint64_t flush_timer, resync_timer;
+	uint64_t flush_timer, flush_at, resync_timer;
+	uint64_t seed; /* backoff jitter */
 	unsigned synced, want_synced;
 	bool stopping;
 	unsigned long writes, skipped;
@@ -110,14 +121,25 @@ static void forget_if_gone(struct operator_ *op, struct ocache *c)
 		free_cache(op, c);
 }
 
+/* Flush in delay_ms, or sooner if a flush is already due sooner. */
+static void arm_flush(struct operator_ *op, uint64_t delay_ms)
+{
+	uint64_t at = loop_now_ms() + delay_ms;
+	if (op->stopping || (op->flush_timer && op->flush_at <= at))
+		return;
+	if (op->flush_timer)
+		loop_cancel_timer(op->loop, op->flush_timer);
+	op->flush_timer = loop_add_timer(op->loop, delay_ms, flush, op);
+	op->flush_at = at;
+}
+
 static void mark(struct operator_ *op, const char *key)
 {
 	struct ocache *c = find_cache(op, key, false);
 	if (!c)
 		return;
 	c->dirty = true;
-	if (!op->flush_timer && !op->stopping)
-		op->flush_timer = loop_add_timer(op->loop, op->o.debounce_ms, flush, op);
+	arm_flush(op, op->o.debounce_ms);
 }
 
 static void mark_all(struct operator_ *op)
@@ -397,9 +419,54 @@ struct write_job {
 	char key[320];
 	cJSON *obj;
 	cJSON *events; /* [{type, reason, message}] */
+	bool refusal;  /* obj is refusal_status(): it says why the status is missing */
 	int rc;
 	char err[512];
 };
+
+static void write_done(struct loop *l, void *ud);
+
+/* Errors of a write the API server refused (Invalid, BadRequest, Forbidden,
+ * Unauthorized, too large): sending the same status again cannot help. */
+static bool refused(int rc)
+{
+	return rc == -EINVAL || rc == -EACCES || rc == -EMSGSIZE;
+}
+
+static cJSON *refusal_condition(const char *type, const char *status, const char *message,
+                                const char *now, double generation)
+{
+	cJSON *c = cJSON_CreateObject();
+	cJSON_AddStringToObject(c, "type", type);
+	cJSON_AddStringToObject(c, "status", status);
+	cJSON_AddStringToObject(c, "reason", "StatusRefused");
+	cJSON_AddStringToObject(c, "message", message);
+	cJSON_AddStringToObject(c, "lastTransitionTime", now);
+	cJSON_AddNumberToObject(c, "observedGeneration", generation);
+	return c;
+}
+
+/* What the operator applies in place of a status the API server refused:
+ * the refusal itself, in the Ready and Error conditions, so that `kubectl
+ * get` shows it rather than a status frozen at its last accepted value (the
+ * counts and node lists of that value go with this apply). The digest stays
+ * where it is valid: nodes may be pulling by it. */
+static cJSON *refusal_status(const cJSON *obj, const char *message, double generation)
+{
+	char now[32];
+	obj_now(now, sizeof(now));
+	cJSON *out = obj_without(obj, "status");
+	cJSON *st = cJSON_AddObjectToObject(out, "status");
+	const char *digest = obj_str(obj, "status.resolvedDigest");
+	if (cache_view_valid_digest(digest))
+		cJSON_AddStringToObject(st, "resolvedDigest", digest);
+	cJSON *conds = cJSON_AddArrayToObject(st, "conditions");
+	cJSON_AddItemToArray(conds,
+	                     refusal_condition("Ready", "Unknown", message, now, generation));
+	cJSON_AddItemToArray(conds, refusal_condition("Error", "True", message, now, generation));
+	cJSON_AddStringToObject(st, "lastUpdated", now);
+	return out;
+}
 
 static void write_work(void *ud)
 {
@@ -416,25 +483,79 @@ static void write_work(void *ud)
 	}
 }
 
+/* The aggregated status of c was refused: apply refusal_status() in its
+ * place (c stays writing until that is done). */
+static bool write_refusal(struct operator_ *op, struct ocache *c, const struct write_job *failed,
+                          unsigned retry_ms)
+{
+	struct write_job *j = calloc(1, sizeof(*j));
+	if (!j)
+		return false;
+	char msg[768];
+	snprintf(msg, sizeof(msg),
+	         "the API server refused this cache's status: %s; the next try is in %us "
+	         "(or when the status changes)",
+	         failed->err, (retry_ms + 999) / 1000);
+	const cJSON *gen = cJSON_GetObjectItemCaseSensitive(
+	    cJSON_GetObjectItemCaseSensitive(c->obj, "metadata"), "generation");
+	j->op = op;
+	j->refusal = true;
+	snprintf(j->key, sizeof(j->key), "%s", c->key);
+	j->obj = refusal_status(failed->obj, msg, cJSON_IsNumber(gen) ? gen->valuedouble : 0);
+	j->events = cJSON_CreateArray();
+	if (c->failures == 1) { /* the first of a run of refusals */
+		cJSON *e = cJSON_CreateObject();
+		cJSON_AddStringToObject(e, "type", "Warning");
+		cJSON_AddStringToObject(e, "reason", "StatusRefused");
+		cJSON_AddStringToObject(e, "message", msg);
+		cJSON_AddItemToArray(j->events, e);
+	}
+	if (workers_submit(op->workers, write_work, write_done, j) != 0) {
+		cJSON_Delete(j->obj);
+		cJSON_Delete(j->events);
+		free(j);
+		return false;
+	}
+	return true;
+}
+
 static void write_done(struct loop *l, void *ud)
 {
 	struct write_job *j = ud;
+	struct operator_ *op = j->op;
 	(void)l;
-	struct ocache *c = find_cache(j->op, j->key, false);
+	struct ocache *c = find_cache(op, j->key, false);
 	metrics_add(m_writes, METRICS_L(j->rc ? "failed" : "written"), 1);
 	if (c) {
 		c->writing = false;
+		if (!j->rc && !j->refusal) {
+			c->failures = 0;
+			c->write_not_before = 0;
+		}
 		if (j->rc) {
 			cJSON_Delete(c->applied);
 			c->applied = NULL;
-			if (j->rc != -ENOENT) {
-				count_error("status_write");
-				log_warn("cache status write failed; will retry", "cache", j->key,
-				         "error", j->err);
-				mark(j->op, j->key);
-			}
 		}
-		forget_if_gone(j->op, c);
+		if (j->rc && j->rc != -ENOENT && !op->stopping) {
+			bool no = refused(j->rc);
+			unsigned delay = backoff_ms(
+			    c->failures++, op->o.debounce_ms,
+			    no ? REFUSED_BACKOFF_MAX_MS : WRITE_BACKOFF_MAX_MS, &op->seed);
+			char in[24];
+			snprintf(in, sizeof(in), "%.1fs", delay / 1000.0);
+			count_error("status_write");
+			log_warn(j->refusal ? "cannot record that the cache status was refused"
+			         : no       ? "the API server refused the cache status; will retry"
+			                    : "cache status write failed; will retry",
+			         "cache", j->key, "in", in, "error", j->err);
+			c->write_not_before = loop_now_ms() + delay;
+			c->dirty = true;
+			arm_flush(op, delay);
+			if (no && !j->refusal)
+				c->writing = write_refusal(op, c, j, delay);
+		}
+		if (!c->writing)
+			forget_if_gone(op, c);
 	}
 	cJSON_Delete(j->obj);
 	cJSON_Delete(j->events);
@@ -544,6 +665,7 @@ static void reconcile(struct operator_ *op, struct ocache *c)
 		return;
 	}
 	metrics_add(m_reconciles, METRICS_L("ok"), 1);
+	obj_drop_empty_maps(status); /* an applied {} can freeze the status: see objstore.h */
 	if (c->resolve_error[0] && !*digest) {
 		/* say why in the status rather than leaving the user guessing */
 		const cJSON *cond;
@@ -607,17 +729,20 @@ static void flush(struct loop *l, void *ud)
 	(void)l;
 	op->flush_timer = 0;
 	if (op->synced < op->want_synced) { /* aggregate complete pictures only */
-		op->flush_timer = loop_add_timer(op->loop, op->o.debounce_ms, flush, op);
+		arm_flush(op, op->o.debounce_ms);
 		return;
 	}
 	unsigned n = 0;
+	uint64_t now = loop_now_ms();
 	for (struct ocache *c = op->caches; c; c = c->next) {
 		if (!c->dirty)
 			continue;
 		if (c->writing) { /* one write at a time per cache; the next window takes it */
-			if (!op->flush_timer)
-				op->flush_timer =
-				    loop_add_timer(op->loop, op->o.debounce_ms, flush, op);
+			arm_flush(op, op->o.debounce_ms);
+			continue;
+		}
+		if (c->write_not_before > now) { /* a failed write backs off */
+			arm_flush(op, c->write_not_before - now);
 			continue;
 		}
 		c->dirty = false;

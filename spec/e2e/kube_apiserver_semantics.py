@@ -258,9 +258,9 @@ def main(ks):
     t.ok(st == 200 and sorted(b["status"]["caches"]) == ["x", "z"],
          "a map entry the agent stops reporting goes; the other manager's stays", diag=b.get("status"))
     mf = {e["manager"]: e for e in b["metadata"]["managedFields"]}
-    t.ok(mf["gkm-agent/node-1"]["fieldsV1"] == {"f:status": {"f:caches": {"f:x": {"f:digest": {}, "f:state": {}}}}}
+    t.ok(mf["gkm-agent/node-1"]["fieldsV1"] == {"f:status": {"f:caches": {"f:x": {".": {}, "f:digest": {}, "f:state": {}}}}}
          and mf["gkm-agent/node-1"]["subresource"] == "status",
-         "managed fields of a map entry: per key, per field", diag=mf)
+         "managed fields of a map entry: the key itself, and per field", diag=mf)
 
     # conditions: a map-type list keyed by type, one owner per condition
     now = "2026-01-01T00:00:00Z"
@@ -294,11 +294,56 @@ def main(ks):
     t.ok(st == 200 and b["status"]["failedNodeConditions"]["Incompatible"] == ["node-1", "node-3", "node-2"],
          "listType=set: two managers' values are merged", diag=b.get("status"))
     mf = {e["manager"]: e["fieldsV1"] for e in b["metadata"]["managedFields"]}
-    t.eq(mf.get("shard-b"), {"f:status": {"f:failedNodeConditions": {"f:Incompatible": {'v:"node-2"': {}}}}},
+    t.eq(mf.get("shard-b"), {"f:status": {"f:failedNodeConditions": {"f:Incompatible": {".": {}, 'v:"node-2"': {}}}}},
          "...each value owned as v:<value>")
     st, _h, b = failed(["node-1"], "shard-a")
     t.eq(b["status"]["failedNodeConditions"]["Incompatible"], ["node-1", "node-2"],
          "...a value its manager stops applying goes")
+    # Empty containers, as kube-apiserver v1.26 answers them (kubernetes#117447):
+    # a map, struct or map key the configuration names but whose every member
+    # the removal of the manager's old fields takes is left null, and the null
+    # fails validation; a container the configuration leaves out goes.
+    def status_apply(name, status, manager="op"):
+        return apply(NSG + "/" + name, {"apiVersion": "gkm.io/v1alpha1", "kind": "GKMCache",
+                                        "metadata": {"name": name}, "status": status},
+                     manager, force=True, sub="status")
+    for n in ("e1", "e2", "e3", "e4", "e5", "e6"):
+        req("POST", NSG, cache(n))
+    st, _h, b = status_apply("e1", {"failedNodeConditions": {}})
+    t.ok(st == 200 and b["status"] == {"failedNodeConditions": {}},
+         "an empty map applied where there was none: kept empty", diag=b)
+    status_apply("e2", {"totalNodes": 1, "failedNodeConditions": {"PullFailed": ["n1"]}})
+    st, _h, b = status_apply("e2", {"totalNodes": 1, "failedNodeConditions": {}})
+    want = ('GKMCache.gkm.io "e2" is invalid: status.failedNodeConditions: Invalid value: "null": '
+            'status.failedNodeConditions in body must be of type object: "null"')
+    t.ok(st == 422 and b["message"] == want
+         and causes(b) == [("status.failedNodeConditions", "FieldValueTypeInvalid")],
+         "an empty map applied over the manager's own entries: 422, the map became null", diag=b)
+    t.eq(get(NSG + "/e2")["status"]["failedNodeConditions"], {"PullFailed": ["n1"]},
+         "...and the stored status is unchanged")
+    st, _h, b = status_apply("e2", {"totalNodes": 1})
+    t.ok(st == 200 and b["status"] == {"totalNodes": 1},
+         "the map left out instead: its entries and the map go", diag=b)
+    status_apply("e3", {"failedNodeConditions": {"A": ["n1", "n2"]}})
+    st, _h, b = status_apply("e3", {"failedNodeConditions": {"A": []}})
+    t.ok(st == 422 and "status.failedNodeConditions.A in body must be of type array: \"null\"" in b["message"],
+         "a map key applied with an empty list over its values: 422", diag=b)
+    status_apply("e4", {"failedNodeConditions": {"A": ["n1"]}})
+    st, _h, b = status_apply("e4", {})
+    t.ok(st == 422 and 'status: Invalid value: "null": status in body must be of type object' in b["message"],
+         "an empty status over the manager's fields: 422", diag=b)
+    status_apply("e5", {"failedNodeConditions": {}}, manager="other")
+    status_apply("e5", {"failedNodeConditions": {"A": ["n1"]}})
+    st, _h, b = status_apply("e5", {"totalNodes": 1})
+    t.ok(st == 422 and "status.failedNodeConditions in body must be of type object" in b["message"],
+         "a map another manager applied empty, emptied by this one leaving out its keys: 422", diag=b)
+    status_apply("e6", {"conditions": [{"type": "Ready", "status": "True", "reason": "R", "message": "",
+                                        "lastTransitionTime": "2026-01-01T00:00:00Z"}]})
+    st, _h, b = status_apply("e6", {"conditions": []})
+    t.ok(st == 200 and "status" not in b, "an empty map-type list owns nothing: the conditions go", diag=b)
+    for n in ("e1", "e2", "e3", "e4", "e5", "e6"):
+        req("DELETE", NSG + "/" + n)
+
     # labels shared by two managers
     lab = {"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "lab", "labels": {"a": "1", "b": "2"}}}
     apply(CM + "/lab", lab, "m1")

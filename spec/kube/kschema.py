@@ -248,7 +248,8 @@ def validate(value, sch, path="", errors=None, known=None):
             return errors
         t = sch.get("type")
         if t:
-            errors.append(FieldError("typeinvalid", path, None,
+            # the real server names the bad value as the string "null"
+            errors.append(FieldError("typeinvalid", path, "null",
                                      "%s in body must be of type %s: \"null\"" % (path, t)))
         return errors
     t = sch.get("type")

@@ -178,7 +178,10 @@ def to_set(value, sch, path=(), out=None):
                 out.add(path)
             return out
         for k, v in value.items():
-            to_set(v, child_schema(sch, k)[0], path + ("f:" + k,), out)
+            csch, named = child_schema(sch, k)
+            if csch is not None and not named:  # a map key is a member itself
+                out.add(path + ("f:" + k,))
+            to_set(v, csch, path + ("f:" + k,), out)
     elif isinstance(value, list):
         lt = list_type(sch)
         if lt == "atomic":
@@ -370,16 +373,20 @@ def _merge_list(lhs, rhs, sch):
     return out
 
 
-def remove_items(value, paths, sch):
-    """value without the given paths; a container emptied by the removal goes
-    away with them (the server drops the resulting nulls)."""
+def remove_items(value, paths, sch, owned=frozenset()):
+    """value without the given paths. A container emptied by the removal goes
+    away with them, unless a manager owns the container itself (a map key, or
+    a map or struct some configuration applied empty, {}): that one is left
+    null, as kube-apiserver leaves it (kubernetes#117447), and validation then
+    refuses the null where the schema wants a map or a list."""
     if not paths:
         return value
-    r = _remove(value, _trie(paths), sch)
+    r = _remove(value, _trie(paths), sch, (), owned)
     return r if r is not MISSING else {}
 
 
-def _remove(v, trie, sch):
+def _remove(v, trie, sch, path, owned):
+    emptied = None if path in owned else MISSING
     if isinstance(v, dict) and v and not map_is_atomic(sch):
         out = {}
         for k, cv in v.items():
@@ -389,24 +396,25 @@ def _remove(v, trie, sch):
                 continue
             if node.get(None):
                 continue
-            r = _remove(cv, node, child_schema(sch, k)[0])
+            r = _remove(cv, node, child_schema(sch, k)[0], path + ("f:" + k,), owned)
             if r is not MISSING:
                 out[k] = r
-        return out if out else MISSING
+        return out if out else emptied
     if isinstance(v, list) and v and list_type(sch) != "atomic":
         isch = items_schema(sch) if list_type(sch) == "map" else None
         out = []
         for i, it in enumerate(v):
-            node = trie.get(item_element(sch, it, i))
+            pe = item_element(sch, it, i)
+            node = trie.get(pe)
             if node is None:
                 out.append(it)
                 continue
             if node.get(None):
                 continue
-            r = _remove(it, node, isch)
+            r = _remove(it, node, isch, path + (pe,), owned)
             if r is not MISSING:
                 out.append(r)
-        return out if out else MISSING
+        return out if out else emptied
     return MISSING if isinstance(v, (dict, list)) else v
 
 
@@ -521,7 +529,7 @@ def apply(managers, live, config, sch, manager, subresource, api_version, now,
         last_e = expand_named(last_set, sch)
         merged_e = expand_named(to_set(merged, sch), sch)
         gone = (merged_e & last_e) - owned_e
-        merged = remove_items(merged, gone, sch)
+        merged = remove_items(merged, gone, sch, owned)
     a, m, r = compare(base, merged, sch)
     touched = subtract_recursive(a | m, ignored)
     r = subtract_recursive(r, ignored)
