@@ -1,5 +1,6 @@
 # TAP helpers for shell end-to-end tests: source this file.
 #   ok COND_EXIT_CODE "name" ; check "name" cmd args... ; skip "name" "reason"
+#   expect STATUS "name" ERE cmd args...   the exit status and what it printed
 #   finish   (prints the plan; exits non-zero if anything failed)
 TAP_N=0
 TAP_FAILED=0
@@ -12,6 +13,20 @@ check() { # name cmd...
 	shift
 	"$@"
 	ok $? "$name"
+}
+expect() { # status name pattern cmd...: passes when cmd exits with status and its
+	# output (stdout and stderr, kept in $TAP_OUT, default $TMPDIR/tap-out.$$) matches
+	local want=$1 name=$2 pat=$3 out=${TAP_OUT:-${TMPDIR:-/tmp}/tap-out.$$}
+	shift 3
+	"$@" >"$out" 2>&1
+	local rc=$?
+	if [ $rc -eq "$want" ] && grep -qE "$pat" "$out"; then
+		ok 0 "$name"
+	else
+		ok 1 "$name"
+		echo "# exit $rc (wanted $want), output:"
+		sed 's/^/#   /' "$out" | head -12
+	fi
 }
 skip() { TAP_N=$((TAP_N + 1)); echo "ok $TAP_N - $1 # SKIP $2"; }
 finish() { echo "1..$TAP_N"; [ "$TAP_FAILED" -eq 0 ]; }
