@@ -41,6 +41,8 @@ cleanup() {
 }
 trap cleanup EXIT
 py() { /usr/bin/python3 -c "$@"; }
+# the node's record of a cache: "state reason" from its ready.json
+record() { py "import json; r=json.load(open('$1/ready.json')); print(r['state'], r['reason'])" 2>/dev/null; }
 
 if ! registry_available || ! command -v kubectl >/dev/null; then
 	skip "Kubernetes mode end to end" "docker-registry or kubectl missing"
@@ -228,7 +230,7 @@ V1=$W/n1/root/caches/default/vector-add
 cmp -s "$V1/data/io.triton.cache/5W7KJQDTJCL4UGPMKKCS7TEEPZKSWOY4774SZQ6674FWSXG5MNXQ/add_kernel.cubin" \
 	"$FX/cuda-sm75-vector-add/5W7KJQDTJCL4UGPMKKCS7TEEPZKSWOY4774SZQ6674FWSXG5MNXQ/add_kernel.cubin" &&
 	[ "$(py "import json; print(json.load(open('$V1/ready.json'))['state'])")" = Ready ] &&
-	[ ! -e "$W/n2/root/caches/default/vector-add" ] && [ -z "$(ls -A "$W/n2/root/store/sha256" 2>/dev/null)" ]
+	[ ! -e "$W/n2/root/caches/default/vector-add/data" ] && [ -z "$(ls -A "$W/n2/root/store/sha256" 2>/dev/null)" ]
 ok $? "node-1's view holds the packaged kernel byte for byte; node-2 pulled nothing"
 
 kubectl get gkmc >"$W/get" 2>&1
@@ -279,8 +281,9 @@ entry "" node-3 rocm "
 assert e['state'] == 'Ready', e
 assert [s['ids'] for s in e['compatibleGPUs']] == [[1, 2]] and [s['ids'] for s in e['incompatibleGPUs']] == [[0]], e"
 ok $? "ClusterGKMCacheNode node-3: the MI210s (1, 2) compatible, the T4 (0) not"
-[ -e "$W/n2/root/caches/_cluster/rocm/ready.json" ] && [ ! -e "$W/n1/root/caches/_cluster/rocm" ]
-ok $? "cluster-scoped views under caches/_cluster on the nodes that can use them"
+[ -e "$W/n2/root/caches/_cluster/rocm/data" ] && [ ! -e "$W/n1/root/caches/_cluster/rocm/data" ] &&
+	is "Incompatible BackendMismatch" record "$W/n1/root/caches/_cluster/rocm"
+ok $? "cluster-scoped views under caches/_cluster on the nodes that can use them; node-1's record says why not"
 kubectl get cgkmc >"$W/get" 2>&1
 grep -qE '^rocm +sha256:[0-9a-f]{64} +False +2 +3 +1 +Ready ' "$W/get"
 ok $? "kubectl get cgkmc: Verified False, 2 ready of 3" || sed 's/^/#   /' "$W/get"
@@ -323,8 +326,8 @@ wait_for 20 is 0 field "o['status']['readyNodes']" gkmc vector-add
 ok $? "a policy change flips the verdict: vector-add is ready nowhere"
 entry default node-1 vector-add "assert e['state'] == 'Incompatible' and e['reason'] == 'DeniedByPolicy', e"
 ok $? "node-1 reports DeniedByPolicy"
-wait_for 10 test ! -e "$V1/ready.json"
-ok $? "node-1 withdraws the view"
+wait_for 10 test ! -e "$V1/data" && is "Incompatible DeniedByPolicy" record "$V1"
+ok $? "node-1 withdraws the view; its record says DeniedByPolicy"
 [ "$(field "o['status']['readyNodes']" cgkmc rocm)" = 2 ]
 ok $? "the cluster cache (hip) is still ready under the new policy"
 
@@ -393,8 +396,8 @@ ok $? "agent on node-1 killed with SIGKILL while extracting"
 wait "${PID[agent1]}" 2>/dev/null
 PID[agent1]=""
 [ -n "$(ls "$S1/tmp/" | grep "sha256-$BIG_HEX")" ] && [ ! -e "$S1/sha256/$BIG_HEX" ] &&
-	[ ! -e "$W/n1/root/caches/team-b/big" ]
-ok $? "the half-extracted tree stays in the store's tmp/: no store entry, no view"
+	[ ! -e "$W/n1/root/caches/team-b/big/data" ] && is "Pulling Pulling" record "$W/n1/root/caches/team-b/big"
+ok $? "the half-extracted tree stays in the store's tmp/: no store entry, no view; the record says Pulling"
 start_agent 1
 start_agent 3
 wait_for 60 entry team-b node-1 big "assert e['state'] == 'Ready', e"
@@ -431,8 +434,8 @@ wait_for 20 entry default node-1 vector-add "assert e['state'] == 'Deleting' and
 ok $? "deleted while in use: node-1 reports Deleting (InUse)"
 entry default node-1 vector-add "assert [p['podName'] for p in e['pods']] == ['model-server-0'] and e['pods'][0]['volumeId'] == 'csi-0123456789abcdef', e"
 ok $? "... listing the pod that uses it"
-[ -e "$V1/ready.json" ] && [ -e "$V1/data/io.triton.cache" ]
-ok $? "... and the view stays"
+[ -e "$V1/data/io.triton.cache" ] && is "Deleting InUse" record "$V1"
+ok $? "... and the view stays, its record saying Deleting (InUse)"
 wait_for 20 node_obj gkmcn default node-3 "assert 'vector-add' not in o['status'].get('caches', {}), o['status']"
 ok $? "node-3, where nothing uses it, drops it at once"
 CUDA_HEX=${CUDA_DIGEST#sha256:}

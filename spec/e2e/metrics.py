@@ -20,8 +20,6 @@ import json
 import os
 import re
 import shutil
-import signal
-import subprocess
 import sys
 import tempfile
 import time
@@ -29,7 +27,7 @@ import time
 ROOT = os.environ.get("GKM_ROOT") or os.path.abspath(os.path.join(os.path.dirname(__file__), "..", ".."))
 sys.path.insert(0, os.path.join(ROOT, "spec", "lib"))
 import promtext  # noqa: E402
-from proc import free_port  # noqa: E402
+from proc import Child, free_port, registry, sh, wait_for  # noqa: E402
 import refdocs  # noqa: E402
 from tap import Tap  # noqa: E402
 
@@ -48,27 +46,6 @@ skipped = set()  # daemons that could not run here (their metrics are not requir
 
 def path(*p):
     return os.path.join(tmp, *p)
-
-
-def sh(*args):
-    p = subprocess.run(args, capture_output=True, text=True)
-    if p.returncode != 0:
-        raise RuntimeError("%s: exit %d\n%s%s" % (" ".join(args), p.returncode, p.stdout, p.stderr))
-    return p.stdout
-
-
-def wait_for(fn, timeout):
-    """Poll fn until it returns something true; that value, or None."""
-    end = time.time() + timeout
-    while time.time() < end:
-        try:
-            v = fn()
-        except Exception:  # noqa: BLE001 - not there yet
-            v = None
-        if v:
-            return v
-        time.sleep(0.1)
-    return None
 
 
 def http_get(port, urlpath):
@@ -112,9 +89,8 @@ class Daemon(Health):
     def __init__(self, name, args, port=None, port_re=None):
         super().__init__(name, port)
         self.port_re = port_re
-        self.logpath = path(name + ".log")
-        self.log = open(self.logpath, "w")
-        self.proc = subprocess.Popen([GKM] + args, stdout=self.log, stderr=subprocess.STDOUT)
+        self.child = Child([GKM] + args, path(name + ".log"))
+        self.logpath = self.child.logpath
         cleanups.append(self.stop)
         if port is None:
             self.port = wait_for(self._port_from_log, 30)
@@ -126,19 +102,10 @@ class Daemon(Health):
         return int(m.group(1)) if m else None
 
     def tail(self, n=25):
-        return "".join(open(self.logpath).readlines()[-n:])
+        return self.child.tail(n)
 
     def stop(self):
-        """SIGTERM (a graceful shutdown), SIGKILL after 30 s; the exit status."""
-        for sig in (signal.SIGTERM, signal.SIGKILL):
-            if self.proc.poll() is None:
-                self.proc.send_signal(sig)
-                try:
-                    self.proc.wait(30)
-                except subprocess.TimeoutExpired:
-                    continue
-        self.log.close()
-        return self.proc.returncode
+        return self.child.stop()
 
 
 # ---- the checks every daemon gets ----
@@ -541,14 +508,8 @@ def main():
     if not os.access("/usr/bin/docker-registry", os.X_OK):
         t.skip("daemons' metrics end to end", "/usr/bin/docker-registry missing")
         return
-    script = ('. "$0"; registry_start m >/dev/null || exit 1; echo "$REG_m_ADDR"; '
-              'trap registry_stop_all EXIT; cat >/dev/null')
-    regp = subprocess.Popen(["bash", "-c", script, os.path.join(ROOT, "spec", "lib", "registry.sh")],
-                            stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
-    cleanups.append(lambda: (regp.stdin.close(), regp.wait(30)))
-    reg = regp.stdout.readline().strip()
-    if not reg:
-        raise RuntimeError("the registry did not start")
+    reg, stop_registry = registry(ROOT)
+    cleanups.append(stop_registry)
     sh(GKM, "cache", "keygen", "--output-key-prefix", path("trusted"))
     sh(GKM, "cache", "build", CUDA_CACHE, "-t", reg + "/caches/cuda:v1")
     sh(GKM, "cache", "build", HIP_CACHE, "-t", reg + "/caches/rocm:v1")

@@ -104,8 +104,11 @@ ok $? "the extracted kernel binary is byte for byte the one packaged"
 
 wait_for 20 is Unsigned field cgkmcn node-1 "" "o['status']['caches']['rocm-unsigned']['reason']"
 ok $? "the unsigned image is refused on the node (reason Unsigned)"
-[ ! -e "$S/caches/_cluster/rocm-unsigned/ready.json" ]
-ok $? "nothing of the unsigned image is published"
+# the node's record of a cache: "state reason" from its ready.json
+record() { py "import json; r=json.load(open('$1/ready.json')); print(r['state'], r['reason'])" 2>/dev/null; }
+[ ! -e "$S/caches/_cluster/rocm-unsigned/data" ] &&
+	wait_for 10 is "Failed Unsigned" record "$S/caches/_cluster/rocm-unsigned"
+ok $? "nothing of the unsigned image is published; the node's record says Failed (Unsigned)"
 wait_for 10 is Unsigned field cgkmc rocm-unsigned "" "[c['reason'] for c in o['status']['conditions'] if c['type']=='Verified'][0]"
 ok $? "the cluster cache says Verified False, Unsigned"
 grep -q '"reason":"CacheReady"' "$S/events.jsonl"
@@ -128,8 +131,8 @@ return M
 EOF
 wait_for 20 is DeniedByPolicy entry "['reason']"
 ok $? "a policy change flips the verdict (DeniedByPolicy) without a restart"
-wait_for 10 test ! -e "$V/ready.json"
-ok $? "the view of a cache that became incompatible is withdrawn"
+wait_for 10 test ! -e "$V/data" && wait_for 10 is "Incompatible DeniedByPolicy" record "$V"
+ok $? "the view of a cache that became incompatible is withdrawn; its record says why"
 
 # a broken policy is refused; the last good one keeps answering
 printf 'local M = {}\nfunction M.evaluate(input\nreturn M\n' >"$W/policies/compat.lua"

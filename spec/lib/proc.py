@@ -1,6 +1,10 @@
-"""Process figures and loopback ports for the test and benchmark scripts."""
+"""Child processes, process figures and loopback ports for the test and
+benchmark scripts."""
 import os
+import signal
 import socket
+import subprocess
+import time
 
 TICK = os.sysconf("SC_CLK_TCK")
 
@@ -34,3 +38,67 @@ def free_port():
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         return s.getsockname()[1]
+
+
+def sh(*args):
+    """Run a command; its stdout, or RuntimeError with its output."""
+    p = subprocess.run(args, capture_output=True, text=True)
+    if p.returncode != 0:
+        raise RuntimeError("%s: exit %d\n%s%s" % (" ".join(args), p.returncode, p.stdout, p.stderr))
+    return p.stdout
+
+
+def wait_for(fn, timeout):
+    """Poll fn until it returns something true; that value, or None."""
+    end = time.time() + timeout
+    while time.time() < end:
+        try:
+            v = fn()
+        except Exception:  # noqa: BLE001 - not there yet
+            v = None
+        if v:
+            return v
+        time.sleep(0.1)
+    return None
+
+
+class Child:
+    """A child process whose output goes to the file logpath."""
+
+    def __init__(self, args, logpath):
+        self.logpath = logpath
+        self.log = open(logpath, "w")
+        self.proc = subprocess.Popen(args, stdout=self.log, stderr=subprocess.STDOUT)
+
+    def tail(self, n=25):
+        return "".join(open(self.logpath).readlines()[-n:])
+
+    def stop(self):
+        """SIGTERM (a graceful shutdown), SIGKILL after 30 s; the exit status."""
+        for sig in (signal.SIGTERM, signal.SIGKILL):
+            if self.proc.poll() is None:
+                self.proc.send_signal(sig)
+                try:
+                    self.proc.wait(30)
+                except subprocess.TimeoutExpired:
+                    continue
+        self.log.close()
+        return self.proc.returncode
+
+
+def registry(root):
+    """Debian's docker-registry started through ROOT/spec/lib/registry.sh:
+    (its address host:port, a function that stops it)."""
+    script = ('. "$0"; registry_start r >/dev/null || exit 1; echo "$REG_r_ADDR"; '
+              'trap registry_stop_all EXIT; cat >/dev/null')
+    p = subprocess.Popen(["bash", "-c", script, os.path.join(root, "spec", "lib", "registry.sh")],
+                         stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+    addr = p.stdout.readline().strip()
+
+    def stop():
+        p.stdin.close()
+        p.wait(30)
+    if not addr:
+        stop()
+        raise RuntimeError("the registry did not start")
+    return addr, stop

@@ -104,7 +104,7 @@ LABEL_VALUES = """## Label values
 | `gkm_policy_reloads_total` | `result` | `applied`, `unchanged`, `refused` (the previous bundle stays in force) |
 | `gkm_lua_errors_total` | `kind` | `error` (a runtime error, or a bundle that fails to load), `timeout`, `out_of_memory`, `blocked_function`, `bad_return_value`, `missing_hook` |
 | `gkm_csi_call_duration_seconds` | `method` | the CSI RPC names, as below |
-| `gkm_csi_calls_total` | `method`, `code` | CSI RPC names; gRPC codes (`OK`, `INVALID_ARGUMENT`, `PERMISSION_DENIED`, `FAILED_PRECONDITION`, `ABORTED`, `INTERNAL`, `UNIMPLEMENTED`, ...) |
+| `gkm_csi_calls_total` | `method`, `code` | CSI RPC names (every method of the specification by its own name, controller methods included; `other` for a path outside it); gRPC codes (`OK`, `INVALID_ARGUMENT`, `PERMISSION_DENIED`, `FAILED_PRECONDITION`, `ABORTED`, `INTERNAL`, `UNIMPLEMENTED`, ...) |
 | `gkm_webhook_review_seconds` | `endpoint` | `mutate`, `validate` |
 | `gkm_webhook_decisions_total` | `endpoint`, `result`, `reason` | `mutate`/`validate`; `allowed`, `denied`, `error`; `Allowed` or the denial reason (troubleshooting.md), `BadRequest`/`OutOfMemory` for errors |
 | `gkm_webhook_cache_total` | `cache`, `result` | `resolve`/`verdict`; `hit`, `miss` |
