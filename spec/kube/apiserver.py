@@ -1,6 +1,18 @@
 #!/usr/bin/python3
 """A Kubernetes API server for tests (the one stand-in the project allows).
 
+Suites that need Kubernetes as it is run against a real kube-apiserver
+(spec/lib/kubeenv.py, found through GKM_KUBE_ASSETS): the pipeline, kubectl
+output, the webhook in the admission chain, garbage collection, leases, CSI
+through a real kubelet. This stand-in stays only for what a real server cannot
+be made to do on demand: 410 Gone on a chosen watch (/_test/compact), watch
+streams cut, stalled or truncated (/_test/close-watches, faults), injected
+409s and 5xx on chosen requests (/_test/fault), and a record of every request
+a client sent (/_test/requests). Tests of those paths (kube_client.py,
+kube_apiserver_semantics.py, agent_node_objects.sh, metrics.py) and the
+replay of recorded real exchanges (kube_apiserver.py, which keeps the
+stand-in honest) use it.
+
 It serves, with the semantics of kube-apiserver: discovery and OpenAPI v3
 documents, a few built-in kinds (Namespace, Node, Pod, ConfigMap, Secret,
 Event in core/v1 and events.k8s.io/v1, Lease, CSIDriver,

@@ -2,8 +2,8 @@
 
 GKM_KUBE_ASSETS names a directory holding kube-apiserver (required),
 kube-controller-manager, kube-scheduler and kubelet; etcd is Debian's
-etcd-server (/usr/bin/etcd, or ETCD=path). Where either is missing,
-`unavailable()` says why and the test skips with that reason.
+etcd-server (/usr/bin/etcd, or ETCD=path); kubectl is on PATH. Where one is
+missing, `unavailable()` says why and the test skips with that reason.
 
     from kubeenv import KubeEnv, unavailable
     why = unavailable()
@@ -70,6 +70,8 @@ def unavailable(*binaries):
         return "etcd is not installed (apt-get install etcd-server)"
     if not shutil.which("openssl"):
         return "openssl is not installed"
+    if not shutil.which("kubectl"):
+        return "kubectl is not installed (Debian 12 has no current one)"
     return None
 
 
