@@ -54,10 +54,10 @@ struct cache {
 	unsigned pull_failures;
 	char store_digest[80]; /* manifest digest the store holds for digest */
 
-	char view_digest[80]; /* what the published view names ("" if none) */
+	char view_digest[80];     /* what the published view names ("" if none) */
 	enum record_state record; /* what this agent last wrote to ready.json */
 	cJSON *entry;             /* last node status entry, NULL if none */
-	bool extracted;       /* a pull of this cache extracted digest: its link is no hit */
+	bool extracted;           /* a pull of this cache extracted digest: its link is no hit */
 };
 
 /* One node object: ClusterGKMCacheNode (ns "") or GKMCacheNode in ns. */
