@@ -45,12 +45,18 @@ ROOT = os.environ.get("GKM_ROOT") or os.path.abspath(
 CRDS = os.path.join(ROOT, "charts", "gkm", "crds")
 ETCD = os.environ.get("ETCD", "/usr/bin/etcd")
 TOKEN = "gkm-admin-token"
-AUDIT_POLICY = """apiVersion: audit.k8s.io/v1
+AUDIT_WRITES = """apiVersion: audit.k8s.io/v1
 kind: Policy
 omitStages: [RequestReceived]
 rules:
 - level: Metadata
   verbs: [create, update, patch, delete, deletecollection]
+"""
+AUDIT_ALL = """apiVersion: audit.k8s.io/v1
+kind: Policy
+omitStages: [RequestReceived]
+rules:
+- level: Metadata
 """
 
 
@@ -95,7 +101,7 @@ def _openssl(*args, cwd):
 
 
 class KubeEnv:
-    def __init__(self, controller_manager=False, scheduler=False, audit=False,
+    def __init__(self, controller_manager=False, scheduler=False, audit=False,  # True | "all"
                  tokens=(), workdir=None, cm_controllers=None):
         why = unavailable()
         if why:
@@ -224,7 +230,7 @@ class KubeEnv:
         if self.audit_log:
             pol = os.path.join(self.dir, "audit-policy.yaml")
             with open(pol, "w") as fh:
-                fh.write(AUDIT_POLICY)
+                fh.write(AUDIT_ALL if self.audit == "all" else AUDIT_WRITES)
             cmd += ["--audit-policy-file=" + pol, "--audit-log-path=" + self.audit_log,
                     "--audit-log-format=json", "--audit-log-mode=blocking"]
         self._spawn("kube-apiserver", cmd)
@@ -314,6 +320,18 @@ class KubeEnv:
             return status, json.loads(raw)
         except ValueError:
             return status, raw.decode(errors="replace")
+
+    def audit_events(self):
+        """The audit log's events so far (one per request, ResponseComplete
+        stage; with audit="all" reads too, otherwise writes only)."""
+        out = []
+        with open(self.audit_log) as fh:
+            for line in fh:
+                try:
+                    out.append(json.loads(line))
+                except ValueError:
+                    pass  # a line being written
+        return out
 
     def _get_ok(self, path):
         try:
