@@ -1,9 +1,11 @@
 #include "agent.h"
 
 #include <errno.h>
+#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include "backoff.h"
 #include "cache_view.h"
@@ -13,17 +15,35 @@
 #include "log.h"
 #include "metrics.h"
 #include "oci_pull.h"
+#include "oci_ref.h"
+#include "pull_sched.h"
 #include "store.h"
 
 #define MANAGER_PREFIX "gkm-agent/"
-/* retries of a failed pull, and of a failed node status write (which starts
- * at the status debounce) */
+/* retries of a cache's failed image read or pull, and of a failed node
+ * status write (which starts at the status debounce) */
 #define PULL_BACKOFF_MS 1000
 #define PULL_BACKOFF_MAX_MS 300000
 #define STATUS_BACKOFF_MAX_MS 60000
+/* image configurations read at once (small requests); pulls: --max-pulls */
+#define FETCH_SLOTS 4
 
-enum image_state { IMG_UNKNOWN = 0, IMG_FETCHING, IMG_READY, IMG_FAILED };
-enum pull_state { PULL_IDLE = 0, PULL_WAITING, PULL_RUNNING, PULL_FAILED };
+enum image_state { IMG_UNKNOWN = 0, IMG_FETCHING, IMG_READY };
+
+/* One kind of registry job of one cache: reading its image configuration, or
+ * pulling it (verified through the cache's own reference). A failure stays
+ * reported until a try succeeds; the next try waits out its backoff holding
+ * no slot, and a permanent failure waits for a change (the image, its
+ * reference, the policies) instead of a timer. */
+struct attempt {
+	struct pull_sched_job job; /* queued or running in the scheduler */
+	unsigned failures;         /* in a row; 0 once a try succeeded */
+	bool permanent;            /* trying again cannot change the outcome */
+	bool recheck;              /* something changed: one more try of a permanent failure */
+	uint64_t retry_at;         /* loop ms: no try before */
+	char retry_time[32];       /* the same in RFC 3339, for the report */
+	char reason[64], message[512];
+};
 
 /* What the agent knows about one cache on this node. Loop thread only. */
 /* The node's record of a cache (ready.json), as far as this run knows. */
@@ -39,20 +59,19 @@ struct cache {
 	char ns[64];   /* "" for cluster-scoped */
 	char name[256];
 	cJSON *obj;      /* the cache object, NULL once deleted */
-	char ref[700];   /* image reference pinned to the digest */
+	char ref[700];   /* image reference pinned to the digest ("" without one) */
+	char host[256];  /* the registry host of ref, for fair slots */
 	char digest[80]; /* resolved digest, "" if none yet */
 
 	enum image_state image;
 	char image_digest[80];  /* the digest the image facts are about */
 	cJSON *targets;         /* compat targets, when IMG_READY */
 	bool targets_need_pull; /* no label: read targets from the extracted tree */
-	char image_reason[64], image_message[512];
+	struct attempt fetch;   /* reading the image configuration */
 
-	enum pull_state pull;
-	char pull_reason[64], pull_message[512];
-	uint64_t pull_not_before; /* backoff after a failure (loop ms) */
-	unsigned pull_failures;
-	char store_digest[80]; /* manifest digest the store holds for digest */
+	struct attempt pull;    /* pulling and verifying through ref */
+	char verified_ref[700]; /* the reference a pull of this cache last succeeded through */
+	char store_digest[80];  /* manifest digest the store holds for digest */
 
 	char view_digest[80];     /* what the published view names ("" if none) */
 	enum record_state record; /* what this agent last wrote to ready.json */
@@ -71,7 +90,10 @@ struct nodeobj {
 
 struct agent {
 	struct loop *loop;
-	struct workers *workers;
+	struct workers *workers; /* status writes, clean-up */
+	struct workers *pool;    /* registry jobs, as many threads as slots */
+	struct pull_sched *sched;
+	struct oci_registry_opts reg; /* the daemon's, without in-request retries */
 	struct objstore *os;
 	struct engine_slot *policies;
 	struct agent_opts o;
@@ -81,8 +103,8 @@ struct agent {
 	struct cache *caches;
 	struct nodeobj *nodeobjs;
 	cJSON *gpus; /* the probe JSON ({"gpus": [...], "groups": [...]}) */
-	unsigned pulls_running;
-	uint64_t kick_timer, resync_timer, probe_timer, status_timer;
+	uint64_t kick_timer, resync_timer, probe_timer, status_timer, sched_timer;
+	uint64_t sched_at;  /* when sched_timer fires (loop ms) */
 	uint64_t status_at; /* when status_timer fires (loop ms) */
 	uint64_t seed;      /* for backoff jitter */
 	bool synced_caches, synced_cluster, probed, stopping;
@@ -143,8 +165,11 @@ static void cache_free(struct cache *c)
 	free(c);
 }
 
+/* Only once no job of c runs: a running job's completion needs it. */
 static void forget_cache(struct agent *a, struct cache *c)
 {
+	pull_sched_cancel(a->sched, &c->fetch.job);
+	pull_sched_cancel(a->sched, &c->pull.job);
 	for (struct cache **p = &a->caches; *p; p = &(*p)->next) {
 		if (*p == c) {
 			*p = c->next;
@@ -152,6 +177,17 @@ static void forget_cache(struct agent *a, struct cache *c)
 			return;
 		}
 	}
+}
+
+/* A new digest or reference: what the old one did or failed says nothing
+ * about it. A job still running ends on its own and is then ignored. */
+static void attempt_reset(struct agent *a, struct attempt *att)
+{
+	pull_sched_cancel(a->sched, &att->job);
+	att->failures = 0;
+	att->permanent = att->recheck = false;
+	att->retry_at = 0;
+	att->retry_time[0] = att->reason[0] = att->message[0] = '\0';
 }
 
 static void kick(struct agent *a);
@@ -184,6 +220,20 @@ static const char *cache_digest(const cJSON *obj)
 	return cache_view_valid_digest(s) ? s : "";
 }
 
+/* The API host of a reference (fair slots are per host); "" if unparsable. */
+static void ref_host(const char *refstr, char *out, size_t len)
+{
+	struct oci_ref ref;
+	struct oci_err e;
+	memset(&ref, 0, sizeof(ref));
+	memset(&e, 0, sizeof(e));
+	out[0] = '\0';
+	if (oci_ref_parse(refstr, &ref, &e) == 0)
+		snprintf(out, len, "%s",
+		         ref.kind == OCI_REF_REGISTRY ? oci_ref_api_host(&ref) : "oci-layout");
+	oci_ref_clear(&ref);
+}
+
 /* "repo@digest": the agent pulls by digest only, never by tag. */
 static void pin_ref(const char *image, const char *digest, char *out, size_t len)
 {
@@ -209,6 +259,7 @@ static void on_cache_event(void *ud, enum objstore_event_type t, const cJSON *ob
 		return;
 	snprintf(key, sizeof(key), "%s/%s", *ns ? ns : CACHE_VIEW_CLUSTER, name);
 	struct cache *c = find_cache(a, key);
+	bool created = !c;
 	if (!c) {
 		if (t == OBJSTORE_DELETED)
 			return;
@@ -232,23 +283,45 @@ static void on_cache_event(void *ud, enum objstore_event_type t, const cJSON *ob
 	}
 	cJSON_Delete(c->obj);
 	c->obj = t == OBJSTORE_DELETED ? NULL : cJSON_Duplicate(obj, 1);
-	if (c->obj) {
+	if (!c->obj) {
+		pull_sched_cancel(a->sched, &c->fetch.job);
+		pull_sched_cancel(a->sched, &c->pull.job);
+	} else {
 		const char *d = cache_digest(obj);
+		char ref[sizeof(c->ref)] = "";
+		if (*d)
+			pin_ref(obj_str(obj, "spec.image"), d, ref, sizeof(ref));
 		if (strcmp(d, c->digest) != 0) {
 			snprintf(c->digest, sizeof(c->digest), "%s", d);
-			c->pull = PULL_IDLE;
-			c->pull_failures = 0;
+			c->image = IMG_UNKNOWN;
+			c->targets_need_pull = false;
+			attempt_reset(a, &c->fetch);
 		}
-		if (*d)
-			pin_ref(obj_str(obj, "spec.image"), d, c->ref, sizeof(c->ref));
+		if (strcmp(ref, c->ref) != 0) {
+			snprintf(c->ref, sizeof(c->ref), "%s", ref);
+			ref_host(ref, c->host, sizeof(c->host));
+			attempt_reset(a, &c->pull);
+		}
+		/* after a restart: the view was published only once a pull of
+		 * this cache had verified the digest through its own reference */
+		if (created && *d && !strcmp(c->view_digest, d))
+			snprintf(c->verified_ref, sizeof(c->verified_ref), "%s", ref);
 	}
 	enqueue(a, key, 0);
 }
 
-/* ---- jobs on the worker pool ---- */
+/* ---- registry jobs ---- */
+
+/* Every cache reads its image and pulls through its own reference: the
+ * store shares content between caches of one digest, never a verdict or a
+ * source (another cache's signature does not vouch for this one, another
+ * cache's dead registry does not fail it). Jobs wait in the scheduler
+ * (pull_sched.h) for a slot of their registry host and run on the agent's
+ * own threads. */
 
 struct job {
 	struct agent *a;
+	enum pull_sched_lane lane;
 	char key[320];
 	char ref[700];
 	char digest[80];
@@ -261,19 +334,6 @@ struct job {
 	uint64_t bytes;
 	double seconds;
 };
-
-static struct job *new_job(struct agent *a, const struct cache *c)
-{
-	struct job *j = calloc(1, sizeof(*j));
-	if (!j)
-		return NULL;
-	j->a = a;
-	snprintf(j->key, sizeof(j->key), "%s", c->key);
-	snprintf(j->ref, sizeof(j->ref), "%s", c->ref);
-	snprintf(j->digest, sizeof(j->digest), "%s", c->digest);
-	a->jobs++;
-	return j;
-}
 
 static void job_fail(struct job *j, int rc, const char *reason, const char *msg)
 {
@@ -300,6 +360,11 @@ static const char *pull_reason(int rc)
 		return "TooLarge";
 	case -ETIMEDOUT:
 		return "RegistryTimeout";
+	case -ECONNREFUSED:
+	case -EHOSTUNREACH:
+	case -ECONNRESET:
+	case -EAGAIN:
+		return "RegistryUnavailable";
 	case -ENOENT:
 		return "ImageNotFound";
 	case -EACCES:
@@ -309,9 +374,24 @@ static const char *pull_reason(int rc)
 	}
 }
 
-static struct oci_pull_opts pull_opts(const struct agent *a, bool verify)
+/* Failures that trying again cannot change: the signatures, the content
+ * and the labels of a digest are what they are (a registry that comes back,
+ * credentials that are fixed, an image pushed later are worth a retry). */
+static bool permanent_reason(const char *reason)
 {
-	return (struct oci_pull_opts){.registry = a->o.registry, .keys = verify ? a->o.keys : NULL};
+	static const char *const p[] = {"Unsigned", "SignatureNotTrusted", "UnsafeContent",
+	                                "TooLarge", "InvalidImageLabels"};
+	for (size_t i = 0; i < sizeof(p) / sizeof(p[0]); i++)
+		if (!strcmp(reason, p[i]))
+			return true;
+	return false;
+}
+
+/* The registry host could not be reached (or turned us away for now). */
+static bool unreachable(int rc)
+{
+	return rc == -ECONNREFUSED || rc == -EHOSTUNREACH || rc == -ECONNRESET ||
+	       rc == -ETIMEDOUT || rc == -EAGAIN;
 }
 
 /* Read the image config: targets from its labels when it has them. */
@@ -328,7 +408,7 @@ static void fetch_image_work(void *ud)
 	memset(&e, 0, sizeof(e));
 	int rc = oci_ref_parse(j->ref, &ref, &e);
 	if (!rc)
-		rc = oci_repo_open(&ref, j->a->o.registry, false, &repo, &e);
+		rc = oci_repo_open(&ref, &j->a->reg, false, &repo, &e);
 	if (!rc)
 		rc = oci_repo_fetch_image(repo, oci_ref_reference(&ref), NULL, &img, &e);
 	if (rc) {
@@ -350,12 +430,14 @@ out:
 	oci_ref_clear(&ref);
 }
 
+/* Pull through this cache's reference: its signatures are verified even when
+ * the store already holds the digest (then nothing else is downloaded). */
 static void pull_work(void *ud)
 {
 	struct job *j = ud;
 	struct oci_err e;
 	struct store_entry_info info;
-	struct oci_pull_opts o = pull_opts(j->a, true);
+	struct oci_pull_opts o = {.registry = &j->a->reg, .keys = j->a->o.keys};
 	memset(&e, 0, sizeof(e));
 	uint64_t t0 = loop_now_ms();
 	int rc = oci_pull_to_store(j->a->store, j->ref, &o, NULL, j->store_digest, &info,
@@ -377,38 +459,127 @@ static void pull_work(void *ud)
 	}
 }
 
-static struct cache *job_cache(struct job *j)
+static struct cache *cache_of(struct pull_sched_job *sj)
 {
-	j->a->jobs--;
-	if (j->a->stopping)
-		return NULL;
-	return find_cache(j->a, j->key);
+	size_t off = sj->lane == PULL_SCHED_FETCH ? offsetof(struct cache, fetch.job)
+	                                          : offsetof(struct cache, pull.job);
+	return (struct cache *)(void *)((char *)sj - off);
 }
 
-/* The facts of an image are the same for every cache naming its digest: one
- * fetch serves them all. */
+static void schedule(struct agent *a);
+
+static void sched_tick(struct loop *l, void *ud)
+{
+	struct agent *a = ud;
+	(void)l;
+	a->sched_timer = 0;
+	schedule(a);
+}
+
+/* When now + delay_ms will be, in RFC 3339. */
+static void wall_time_in(uint64_t delay_ms, char *buf, size_t len)
+{
+	time_t t = time(NULL) + (time_t)((delay_ms + 999) / 1000);
+	struct tm tm;
+	gmtime_r(&t, &tm);
+	strftime(buf, len, "%Y-%m-%dT%H:%M:%SZ", &tm);
+}
+
+static void attempt_failed(struct agent *a, struct cache *c, struct attempt *att,
+                           const char *reason, const char *message, uint64_t not_before)
+{
+	uint64_t now = loop_now_ms();
+	att->retry_at =
+	    now + backoff_ms(att->failures++, PULL_BACKOFF_MS, PULL_BACKOFF_MAX_MS, &a->seed);
+	if (not_before > att->retry_at)
+		att->retry_at = not_before;
+	att->permanent = permanent_reason(reason);
+	att->recheck = false;
+	wall_time_in(att->retry_at - now, att->retry_time, sizeof(att->retry_time));
+	snprintf(att->reason, sizeof(att->reason), "%s", reason);
+	snprintf(att->message, sizeof(att->message), "%s", message);
+	enqueue(a, c->key, 0);
+}
+
+/* The host of a job could not be reached: caches queued for it that have
+ * not failed yet would meet the same closed door. They report the host's
+ * failure now and wait out its backoff without a slot; one try at a time
+ * then tells when it answers again. */
+static void host_failed(struct agent *a, const struct job *j, const struct pull_sched_host *h)
+{
+	uint64_t at = pull_sched_host_retry_at(h);
+	for (struct cache *c = a->caches; c; c = c->next) {
+		struct attempt *atts[] = {&c->fetch, &c->pull};
+		for (size_t i = 0; i < 2; i++) {
+			struct attempt *att = atts[i];
+			if (!att->job.queued || att->job.host != h || att->failures)
+				continue;
+			pull_sched_cancel(a->sched, &att->job);
+			attempt_failed(a, c, att, j->reason, j->message, at);
+		}
+	}
+}
+
+/* A job's completion on the loop: its cache and attempt, or NULL when the
+ * agent stops or the cache has moved on to another reference since. */
+static struct cache *job_end(struct job *j, struct attempt **att_out)
+{
+	struct agent *a = j->a;
+	a->jobs--;
+	if (a->stopping)
+		return NULL;
+	struct cache *c = find_cache(a, j->key); /* kept while its job runs */
+	if (!c)
+		return NULL;
+	struct attempt *att = j->lane == PULL_SCHED_FETCH ? &c->fetch : &c->pull;
+	bool down = j->rc && unreachable(j->rc);
+	pull_sched_done(a->sched, &att->job, down ? PULL_SCHED_UNREACHABLE : PULL_SCHED_OK,
+	                loop_now_ms());
+	if (down)
+		host_failed(a, j, att->job.host);
+	if (strcmp(c->ref, j->ref) != 0) {
+		enqueue(a, c->key, 0);
+		return NULL;
+	}
+	if (j->rc) {
+		attempt_failed(a, c, att, j->reason, j->message, 0);
+		log_warn(j->lane == PULL_SCHED_FETCH ? "cannot read the image configuration"
+		                                     : "pull failed",
+		         "cache", c->key, "digest", j->digest, "reason", j->reason, "error",
+		         j->message, "next_try",
+		         att->permanent ? "after a change" : att->retry_time);
+	} else {
+		attempt_reset(a, att);
+	}
+	*att_out = att;
+	return c;
+}
+
+static void job_free(struct job *j)
+{
+	struct agent *a = j->a;
+	cJSON_Delete(j->targets);
+	free(j);
+	schedule(a);
+}
+
+static void want(struct agent *a, struct cache *c, enum pull_sched_lane lane);
+
 static void fetch_image_done(struct loop *l, void *ud)
 {
 	struct job *j = ud;
+	struct attempt *att;
 	(void)l;
-	j->a->jobs--;
-	for (struct cache *c = j->a->stopping ? NULL : j->a->caches; c; c = c->next) {
-		if (strcmp(c->digest, j->digest) != 0)
-			continue;
+	struct cache *c = job_end(j, &att);
+	if (c && j->rc) {
+		count_error("image");
+	} else if (c) {
 		snprintf(c->image_digest, sizeof(c->image_digest), "%s", j->digest);
-		if (j->rc) {
-			count_error("image");
-			c->image = IMG_FAILED;
-			snprintf(c->image_reason, sizeof(c->image_reason), "%s", j->reason);
-			snprintf(c->image_message, sizeof(c->image_message), "%s", j->message);
-			kube_workqueue_add_rate_limited(j->a->queue, c->key, loop_now_ms());
-			continue;
-		}
 		if (j->want_targets_from_tree) {
 			/* targets come from the tree: pull first, then check */
 			c->targets_need_pull = true;
 			c->image = IMG_FETCHING;
-			c->pull = PULL_WAITING;
+			want(j->a, c, PULL_SCHED_PULL);
 		} else {
 			c->image = IMG_READY;
 			cJSON_Delete(c->targets);
@@ -416,29 +587,15 @@ static void fetch_image_done(struct loop *l, void *ud)
 		}
 		enqueue(j->a, c->key, 0);
 	}
-	cJSON_Delete(j->targets);
-	free(j);
+	job_free(j);
 }
-
-/* Is a fetch or a pull of this digest under way for another cache? */
-static bool digest_busy(const struct agent *a, const struct cache *self, bool pull)
-{
-	for (const struct cache *c = a->caches; c; c = c->next)
-		if (c != self && !strcmp(c->digest, self->digest) &&
-		    (pull ? c->pull == PULL_RUNNING : c->image == IMG_FETCHING))
-			return true;
-	return false;
-}
-
-static void start_waiting_pulls(struct agent *a);
 
 static void pull_done(struct loop *l, void *ud)
 {
 	struct job *j = ud;
 	struct agent *a = j->a;
-	struct cache *c = job_cache(j);
+	struct attempt *att;
 	(void)l;
-	a->pulls_running--;
 	metrics_add(m_pulls, METRICS_L(j->rc ? "failed" : j->present ? "present" : "pulled"), 1);
 	if (!j->rc && !j->present) {
 		metrics_add(m_pull_bytes, NULL, (double)j->bytes);
@@ -446,68 +603,102 @@ static void pull_done(struct loop *l, void *ud)
 	}
 	if (j->rc)
 		count_error("pull");
-	(void)c;
-	/* one pull serves every cache of the digest */
-	for (struct cache *o = a->stopping ? NULL : a->caches; o; o = o->next) {
-		if (strcmp(o->digest, j->digest) != 0)
-			continue;
+	struct cache *c = job_end(j, &att);
+	if (c && !j->rc) {
 		/* a digest the store already held counts as a hit when it is linked */
-		o->extracted = !j->rc && !j->present;
-		if (j->rc) {
-			o->pull = PULL_FAILED;
-			unsigned delay = backoff_ms(o->pull_failures++, PULL_BACKOFF_MS,
-			                            PULL_BACKOFF_MAX_MS, &a->seed);
-			o->pull_not_before = loop_now_ms() + delay;
-			snprintf(o->pull_reason, sizeof(o->pull_reason), "%s", j->reason);
-			snprintf(o->pull_message, sizeof(o->pull_message), "%s", j->message);
-			enqueue(a, o->key, delay);
-			continue;
-		}
-		o->pull = PULL_IDLE;
-		o->pull_failures = 0;
-		snprintf(o->store_digest, sizeof(o->store_digest), "%s", j->store_digest);
-		if (o->targets_need_pull) {
-			o->targets_need_pull = false;
-			o->image = IMG_READY;
-			cJSON_Delete(o->targets);
-			o->targets =
+		c->extracted = !j->present;
+		snprintf(c->store_digest, sizeof(c->store_digest), "%s", j->store_digest);
+		snprintf(c->verified_ref, sizeof(c->verified_ref), "%s", j->ref);
+		if (c->targets_need_pull) {
+			c->targets_need_pull = false;
+			c->image = IMG_READY;
+			cJSON_Delete(c->targets);
+			c->targets =
 			    j->targets ? cJSON_Duplicate(j->targets, 1) : cJSON_CreateArray();
 		}
-		enqueue(a, o->key, 0);
+		enqueue(a, c->key, 0);
 	}
-	if (j->rc)
-		log_warn("pull failed", "cache", j->key, "digest", j->digest, "reason", j->reason,
-		         "error", j->message);
-	cJSON_Delete(j->targets);
-	free(j);
-	if (!a->stopping)
-		start_waiting_pulls(a);
+	job_free(j);
 }
 
-static void start_pull(struct agent *a, struct cache *c)
+static void start_job(struct agent *a, struct cache *c, enum pull_sched_lane lane)
 {
-	struct job *j = new_job(a, c);
-	if (!j)
+	struct job *j = calloc(1, sizeof(*j));
+	struct attempt *att = lane == PULL_SCHED_FETCH ? &c->fetch : &c->pull;
+	if (j) {
+		j->a = a;
+		j->lane = lane;
+		snprintf(j->key, sizeof(j->key), "%s", c->key);
+		snprintf(j->ref, sizeof(j->ref), "%s", c->ref);
+		snprintf(j->digest, sizeof(j->digest), "%s", c->digest);
+		j->want_targets_from_tree = c->targets_need_pull;
+	}
+	if (j && workers_submit(a->pool, lane == PULL_SCHED_FETCH ? fetch_image_work : pull_work,
+	                        lane == PULL_SCHED_FETCH ? fetch_image_done : pull_done, j) == 0) {
+		a->jobs++;
 		return;
-	j->want_targets_from_tree = c->targets_need_pull;
-	c->pull = PULL_RUNNING;
-	a->pulls_running++;
-	if (workers_submit(a->workers, pull_work, pull_done, j) != 0) {
-		a->pulls_running--;
-		a->jobs--;
-		c->pull = PULL_WAITING;
-		free(j);
+	}
+	free(j);
+	pull_sched_done(a->sched, &att->job, PULL_SCHED_OK, loop_now_ms());
+	enqueue(a, c->key, PULL_BACKOFF_MS); /* out of memory: ask again later */
+}
+
+/* A pull waits while another cache extracts the same digest (the store's
+ * lock would hold its slot); once the digest is in the store, any number of
+ * caches verify their own references for it at once. */
+static bool may_start(struct pull_sched_job *sj, void *ud)
+{
+	struct agent *a = ud;
+	if (sj->lane != PULL_SCHED_PULL)
+		return true;
+	const struct cache *c = cache_of(sj);
+	for (const struct cache *o = a->caches; o; o = o->next)
+		if (o != c && o->pull.job.running && !strcmp(o->digest, c->digest))
+			return store_lookup(a->store, c->digest, NULL) == 0;
+	return true;
+}
+
+/* Start what may start, and come back when a host's backoff ends. */
+static void schedule(struct agent *a)
+{
+	if (a->stopping)
+		return;
+	uint64_t now = loop_now_ms();
+	for (int l = 0; l < PULL_SCHED_LANES; l++) {
+		struct pull_sched_job *sj;
+		while ((sj = pull_sched_next(a->sched, l, now, may_start, a)) != NULL)
+			start_job(a, cache_of(sj), l);
+	}
+	uint64_t due = pull_sched_next_due(a->sched);
+	if (a->sched_timer && a->sched_at == due)
+		return;
+	if (a->sched_timer)
+		loop_cancel_timer(a->loop, a->sched_timer);
+	a->sched_timer = 0;
+	if (due != UINT64_MAX) {
+		a->sched_timer = loop_add_timer(a->loop, due > now ? due - now : 0, sched_tick, a);
+		a->sched_at = due;
 	}
 }
 
-/* Bounded concurrency: a slow image holds one slot, the others go on. */
-static void start_waiting_pulls(struct agent *a)
+/* The policy asked for this job: queue it, unless it is queued or running
+ * already, or its last failure waits for its backoff (come back then) or,
+ * being permanent, for a change. */
+static void want(struct agent *a, struct cache *c, enum pull_sched_lane lane)
 {
+	struct attempt *att = lane == PULL_SCHED_FETCH ? &c->fetch : &c->pull;
 	uint64_t now = loop_now_ms();
-	for (struct cache *c = a->caches; c && a->pulls_running < a->o.max_pulls; c = c->next)
-		if (c->pull == PULL_WAITING && c->pull_not_before <= now &&
-		    !digest_busy(a, c, true))
-			start_pull(a, c);
+	if (att->job.queued || att->job.running || !*c->ref)
+		return;
+	if (att->failures && att->permanent && !att->recheck)
+		return;
+	if (att->failures && att->retry_at > now) {
+		enqueue(a, c->key, att->retry_at - now);
+		return;
+	}
+	if (pull_sched_queue(a->sched, &att->job, c->host, lane) != 0)
+		enqueue(a, c->key, PULL_BACKOFF_MS);
+	att->recheck = false;
 }
 
 /* ---- node status ---- */
@@ -872,8 +1063,20 @@ static cJSON *compat_verdicts(struct agent *a, struct cache *c)
 	return out;
 }
 
-static const char *const image_states[] = {"unknown", "fetching", "ready", "failed"};
-static const char *const pull_states[] = {"idle", "idle", "running", "failed"};
+static const char *const image_states[] = {"unknown", "fetching", "ready"};
+
+/* state "failed" with why, and when (if ever by itself) it is tried again;
+ * reported from the first failure until a try succeeds, retries included */
+static void failure_json(cJSON *o, const struct attempt *att)
+{
+	cJSON_ReplaceItemInObjectCaseSensitive(o, "state", cJSON_CreateString("failed"));
+	cJSON_AddStringToObject(o, "reason", att->reason);
+	cJSON_AddStringToObject(o, "message", att->message);
+	cJSON_AddNumberToObject(o, "attempts", att->failures);
+	cJSON_AddBoolToObject(o, "permanent", att->permanent);
+	if (!att->permanent)
+		cJSON_AddStringToObject(o, "nextAttemptTime", att->retry_time);
+}
 
 /* usage = {pods = n, list = [{podName, podNamespace, podUID, volumeId}]}: the
  * CSI plugin's records, in the shape of the node status pods[]. */
@@ -917,27 +1120,29 @@ static cJSON *decide_input(struct agent *a, struct cache *c, const struct cache_
 	cJSON *image = cJSON_AddObjectToObject(in, "image");
 	cJSON_AddStringToObject(image, "state",
 	                        image_states[image_current ? c->image : IMG_UNKNOWN]);
-	if (image_current && c->image == IMG_FAILED) {
-		cJSON_AddStringToObject(image, "reason", c->image_reason);
-		cJSON_AddStringToObject(image, "message", c->image_message);
-	}
+	/* without labels the targets come from the pull: its failure is the image's */
+	const struct attempt *image_failure = c->fetch.failures                          ? &c->fetch
+	                                      : c->targets_need_pull && c->pull.failures ? &c->pull
+	                                                                                 : NULL;
+	if (image_failure)
+		failure_json(image, image_failure);
 	if (image_current && c->image == IMG_READY && a->policies->current) {
 		cJSON *v = compat_verdicts(a, c);
 		if (v)
 			cJSON_AddItemToObject(in, "compat", v);
 	}
+	/* present for this cache: in the store, and verified through this
+	 * cache's own reference (another cache's check vouches for nothing) */
 	struct store_entry_info info;
 	const char *sd = c->store_digest[0] ? c->store_digest : c->digest;
-	bool present = *c->digest && store_lookup(a->store, sd, &info) == 0;
+	bool present = *c->digest && !strcmp(c->verified_ref, c->ref) &&
+	               store_lookup(a->store, sd, &info) == 0;
 	cJSON_AddBoolToObject(cJSON_AddObjectToObject(in, "store"), "present", present);
 	cJSON *pull = cJSON_AddObjectToObject(in, "pull");
-	cJSON_AddStringToObject(pull, "state", pull_states[c->pull]);
-	if (c->pull == PULL_WAITING)
-		cJSON_ReplaceItemInObject(pull, "state", cJSON_CreateString("running"));
-	if (c->pull == PULL_FAILED) {
-		cJSON_AddStringToObject(pull, "reason", c->pull_reason);
-		cJSON_AddStringToObject(pull, "message", c->pull_message);
-	}
+	cJSON_AddStringToObject(pull, "state",
+	                        c->pull.job.queued || c->pull.job.running ? "running" : "idle");
+	if (c->pull.failures && !c->targets_need_pull)
+		failure_json(pull, &c->pull);
 	cJSON *view = cJSON_AddObjectToObject(in, "view");
 	if (c->view_digest[0])
 		cJSON_AddStringToObject(view, "digest", c->view_digest);
@@ -959,6 +1164,13 @@ static cJSON *decide_input(struct agent *a, struct cache *c, const struct cache_
 
 static int do_link(struct agent *a, struct cache *c, const cJSON *entry)
 {
+	if (strcmp(c->verified_ref, c->ref) != 0) {
+		/* whatever a policy says: a view only after this cache's own pull */
+		count_error("view");
+		log_error("not publishing a cache that was not pulled through its own reference",
+		          "cache", c->key, "digest", c->digest);
+		return -EPERM;
+	}
 	struct cache_view_ready r;
 	memset(&r, 0, sizeof(r));
 	const char *sd = c->store_digest[0] ? c->store_digest : c->digest;
@@ -1098,28 +1310,17 @@ static void reconcile(struct agent *a, const char *key)
 	cJSON_ArrayForEach(act, cJSON_GetObjectItemCaseSensitive(out, "actions"))
 	{
 		const char *t = obj_str(act, "type");
-		if (!strcmp(t, "fetch_image") && c->image != IMG_FETCHING && *c->digest &&
-		    digest_busy(a, c, false)) {
-			c->image = IMG_FETCHING; /* the other fetch will fill this cache in */
-			snprintf(c->image_digest, sizeof(c->image_digest), "%s", c->digest);
-		} else if (!strcmp(t, "fetch_image") && c->image != IMG_FETCHING && *c->digest) {
-			struct job *j = new_job(a, c);
-			if (j) {
+		if (!strcmp(t, "fetch_image") && *c->digest && c->targets_need_pull) {
+			want(a, c, PULL_SCHED_PULL); /* the targets come with the pull */
+		} else if (!strcmp(t, "fetch_image") && *c->digest) {
+			want(a, c, PULL_SCHED_FETCH);
+			if (c->fetch.job.queued || c->fetch.job.running) {
 				c->image = IMG_FETCHING;
 				snprintf(c->image_digest, sizeof(c->image_digest), "%s", c->digest);
-				if (workers_submit(a->workers, fetch_image_work, fetch_image_done,
-				                   j) != 0) {
-					a->jobs--;
-					c->image = IMG_UNKNOWN;
-					free(j);
-				}
 			}
-		} else if (!strcmp(t, "pull") && *c->digest &&
-		           (c->pull == PULL_IDLE || c->pull == PULL_FAILED)) {
-			c->pull = PULL_WAITING;
+		} else if (!strcmp(t, "pull") && *c->digest) {
+			want(a, c, PULL_SCHED_PULL);
 		} else if (!strcmp(t, "link") && entry) {
-			if (c->pull == PULL_WAITING)
-				c->pull = PULL_IDLE; /* another cache's pull brought the digest */
 			if (do_link(a, c, entry) == 0) {
 				enqueue(a, key, 0);
 				released = true; /* the view may have left an older digest */
@@ -1136,7 +1337,7 @@ static void reconcile(struct agent *a, const char *key)
 		}
 	}
 	write_record(a, c, entry, linked);
-	start_waiting_pulls(a);
+	schedule(a);
 	const cJSON *ra = cJSON_GetObjectItemCaseSensitive(out, "requeue_after");
 	if (cJSON_IsNumber(ra) && ra->valuedouble > 0)
 		enqueue(a, key, (uint64_t)(ra->valuedouble * 1000));
@@ -1150,7 +1351,8 @@ static void reconcile(struct agent *a, const char *key)
 	}
 	kube_workqueue_forget(a->queue, key);
 	/* deleted and released: forget it */
-	if (!c->obj && !c->entry && !c->view_digest[0] && c->pull != PULL_RUNNING)
+	if (!c->obj && !c->entry && !c->view_digest[0] && !c->pull.job.running &&
+	    !c->fetch.job.running)
 		forget_cache(a, c);
 	if (released)
 		gc_request(a);
@@ -1246,8 +1448,14 @@ static void resync_tick(struct loop *l, void *ud)
 	a->resync_timer = loop_add_timer(l, (uint64_t)a->o.resync_s * 1000, resync_tick, a);
 }
 
+/* New policies may change what a permanent failure was about (a trusted
+ * key, an allowed unsigned image): each gets one more try. */
 void agent_policies_changed(struct agent *a)
 {
+	for (struct cache *c = a->caches; c; c = c->next) {
+		c->fetch.recheck = c->fetch.failures && c->fetch.permanent;
+		c->pull.recheck = c->pull.failures && c->pull.permanent;
+	}
 	enqueue_all(a);
 }
 
@@ -1296,6 +1504,21 @@ int agent_start(struct loop *l, struct workers *w, struct objstore *os,
 		a->o.resync_s = 30;
 	if (!a->o.status_debounce_ms)
 		a->o.status_debounce_ms = 200;
+	/* a failed request is tried again by the agent after a backoff that
+	 * holds no slot, not by the registry client sleeping in one */
+	if (o->registry)
+		a->reg = *o->registry;
+	else
+		oci_registry_opts_init(&a->reg);
+	a->reg.retries = 0;
+	a->o.registry = &a->reg;
+	unsigned slots[PULL_SCHED_LANES] = {
+	    [PULL_SCHED_FETCH] = FETCH_SLOTS, [PULL_SCHED_PULL] = a->o.max_pulls};
+	if ((rc = pull_sched_new(slots, &a->sched)) ||
+	    (rc = workers_new(l, FETCH_SLOTS + a->o.max_pulls, &a->pool))) {
+		agent_stop(a);
+		return rc;
+	}
 	char store_root[600];
 	snprintf(store_root, sizeof(store_root), "%s/store", a->root);
 	struct kube_workqueue_opts qo = {
@@ -1353,6 +1576,9 @@ int agent_start(struct loop *l, struct workers *w, struct objstore *os,
 void agent_quiesce(struct agent *a)
 {
 	a->stopping = true;
+	/* running registry jobs finish and post their completions (loop_drain) */
+	workers_free(a->pool);
+	a->pool = NULL;
 }
 
 void agent_stop(struct agent *a)
@@ -1368,6 +1594,9 @@ void agent_stop(struct agent *a)
 		loop_cancel_timer(a->loop, a->probe_timer);
 	if (a->status_timer)
 		loop_cancel_timer(a->loop, a->status_timer);
+	if (a->sched_timer)
+		loop_cancel_timer(a->loop, a->sched_timer);
+	workers_free(a->pool);
 	while (a->caches) {
 		struct cache *c = a->caches;
 		a->caches = c->next;
@@ -1379,6 +1608,7 @@ void agent_stop(struct agent *a)
 		free(n);
 	}
 	cJSON_Delete(a->gpus);
+	pull_sched_free(a->sched);
 	kube_workqueue_free(a->queue);
 	store_close(a->store);
 	free(a);

@@ -67,7 +67,7 @@ int cli_registry_flag(struct cli_registry *r, int opt, const char *arg, const ch
 			cli_usage_error(cmd, "invalid --retries '%s' (0..20)", arg);
 			return -1;
 		}
-		r->reg.retries = (unsigned)v;
+		r->reg.retries = r->reg.resumes = (unsigned)v;
 		return 1;
 	case CLI_OPT_KEY:
 		if (r->nkeys >= CLI_REGISTRY_MAX_KEYS) {

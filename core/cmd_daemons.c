@@ -134,7 +134,10 @@ static const struct option all_opts[] = {
 	"  --gpu-file FILE        GPU inventory JSON for --gpu-source file (see gkm gpus)\n"       \
 	"  --sysfs-root DIR       root of the AMD KFD topology (default /sys)\n"                   \
 	"  --nvml-library PATH    NVML library (default libnvidia-ml.so.1)\n"                      \
-	"  --max-pulls N          concurrent pulls (default 2)\n"                                  \
+	"  --max-pulls N          concurrent pulls (default 2); a registry that cannot be\n"       \
+	"                         reached holds one at most, and a failed pull or image read\n"    \
+	"                         is tried again after a backoff that holds none (--retries\n"     \
+	"                         only resumes cut downloads)\n"                                   \
 	"  --trust-dir DIR        trusted public keys: every PEM key of every file in DIR\n"       \
 	"                         (with --key: a signature is required before extracting)\n"       \
 	"  --verify-enabled BOOL  verify signatures on the node too (default true)\n" CLI_KEY_HELP

@@ -100,6 +100,7 @@ void oci_registry_opts_init(struct oci_registry_opts *o)
 	o->stall_timeout_s = 30;
 	o->request_timeout_s = 120;
 	o->retries = 4;
+	o->resumes = 4;
 	o->backoff_ms = 250;
 	o->max_manifest_bytes = 4u << 20;
 }
@@ -1363,7 +1364,7 @@ static ssize_t stream_read(void *ctx, void *buf, size_t len, struct oci_err *e)
 		if (x) {
 			bool can =
 			    x->cc != CURLE_OK ? cc_retryable(x->cc) : status_retryable(x->status);
-			if (!can || s->restarts >= s->reg->o.retries) {
+			if (!can || s->restarts >= s->reg->o.resumes) {
 				if (x->cc != CURLE_OK)
 					describe_cc(s->reg, x, "GET", s->url, e);
 				else

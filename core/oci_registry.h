@@ -53,6 +53,7 @@ struct oci_registry_opts {
 	unsigned stall_timeout_s;   /* abort when no byte moved for this long; default 30 */
 	unsigned request_timeout_s; /* whole small request (manifest, token...); default 120 */
 	unsigned retries;           /* extra attempts after the first; default 4 */
+	unsigned resumes;           /* a cut blob transfer is resumed this often; default 4 */
 	unsigned backoff_ms;        /* first backoff; doubles, with jitter; default 250 */
 	size_t max_manifest_bytes;  /* default 4 MiB */
 	size_t chunk_size;          /* >0: upload blobs in chunks of this size */

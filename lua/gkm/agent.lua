@@ -13,10 +13,11 @@
 --             digest = "sha256:..." or "" (not resolved yet), deleting = bool }
 --           or nil when the cache object is gone,
 --   gpus  = { { index, uuid, name, arch, driverVersion, ... } },   -- the probe
---   image = { state = "unknown"|"fetching"|"ready"|"failed", reason, message },
+--   image = { state = "unknown"|"fetching"|"ready"|"failed", <failure> },
 --   compat = { gpus = { { index, compatible, reason, message } } } or nil,
---   store = { present = bool },              -- the digest is extracted on this node
---   pull  = { state = "idle"|"running"|"failed", reason, message },
+--   store = { present = bool },              -- extracted on this node, and verified
+--                                            -- through this cache's own reference
+--   pull  = { state = "idle"|"running"|"failed", <failure> },
 --   view  = { digest = "sha256:..." or nil,    -- what the cache's view links to now
 --             compatibleGPUs = { "0", ... } },  -- the GPU ids it was published for
 --                                               -- (given while the image is re-read)
@@ -24,14 +25,23 @@
 --             list = { { podName, podNamespace, podUID, volumeId } } },
 --   previous = { ...the entry reported last time... } or nil,
 -- }
+-- <failure> (state "failed" from the first failure until a try succeeds,
+-- while a retry waits or runs too) = { reason, message, attempts = n,
+--   permanent = bool,                 -- trying again cannot change it
+--   nextAttemptTime = "2026-...Z" }   -- when the agent tries again (not permanent)
 -- answer = {
 --   entry   = { digest (absent until resolved), state, reason, message, lastUpdated,
+--               nextAttemptTime (a failure the agent retries by itself),
 --               pods = { { podName, podNamespace, podUID, volumeId } },
 --               compatibleGPUs = { { ids, gpuType } },
 --               incompatibleGPUs = { { ids, gpuType, reason, message } } }
 --             or nil (remove this cache from the node's status),
 --   actions = { { type = "fetch_image" } | { type = "pull" } | { type = "link" }
 --             | { type = "unlink" } },
+--             fetch_image and pull are wishes: the C side starts them when a
+--             slot is free, after the backoff of a failure, and for a
+--             permanent failure only once something changed (image,
+--             reference, policies)
 --   requeue_after = seconds (optional),
 -- }
 local M = {}
@@ -118,6 +128,19 @@ local function finish(input, entry, actions, requeue_after)
   return { entry = entry, actions = actions, requeue_after = requeue_after }
 end
 
+-- A failure is reported as one, with its reason, at every reconcile until a
+-- try succeeds: never as progress while its retry waits or runs.
+local function failed(entry, f)
+  entry.state, entry.reason = "Failed", f.reason or "PullFailed"
+  entry.message = f.message or "failed"
+  if f.permanent then
+    entry.message = entry.message .. "; not tried again until the image, its reference or the policies change"
+  elseif type(f.nextAttemptTime) == "string" then
+    entry.nextAttemptTime = f.nextAttemptTime
+  end
+  return entry
+end
+
 function M.decide(input)
   local cache = input.cache
   local view = type(input.view) == "table" and input.view or {}
@@ -146,24 +169,26 @@ function M.decide(input)
   end
 
   local image = type(input.image) == "table" and input.image or { state = "unknown" }
-  if image.state == "failed" then
-    return finish(input, { digest = digest, state = "Failed", reason = image.reason or "ImageUnavailable",
-      message = image.message or "cannot read the image" }, {}, 60)
-  end
   local store = type(input.store) == "table" and input.store or {}
   if image.state ~= "ready" or type(input.compat) ~= "table" then
     local actions = image.state == "fetching" and {} or { { type = "fetch_image" } }
     -- after a restart the image facts are read again; a view still published
-    -- for this digest means the node was ready, and it stays reported so
-    -- rather than flapping to Pending
+    -- for this digest means the node was ready (pods can mount it), and it
+    -- stays reported so rather than flapping to Pending or Failed
     local ids = {}
     for _, id in ipairs(type(view.compatibleGPUs) == "table" and view.compatibleGPUs or {}) do
       ids[#ids + 1] = math.tointeger(tonumber(id)) or id
     end
     if store.present and view.digest == digest and #ids > 0 then
+      local message = "extracted and ready; re-reading the image configuration"
+      if image.state == "failed" then
+        message = "extracted and ready; cannot re-read the image configuration: " .. tostring(image.message)
+      end
       return finish(input, { digest = digest, state = "Ready", reason = "Ready",
-        message = "extracted and ready; re-reading the image configuration",
-        compatibleGPUs = { { ids = ids } } }, actions)
+        message = message, compatibleGPUs = { { ids = ids } } }, actions)
+    end
+    if image.state == "failed" then
+      return finish(input, failed({ digest = digest }, image), actions)
     end
     return finish(input, { digest = digest, state = "Pending", reason = "CheckingImage",
       message = "reading the image configuration to check it against this node's GPUs" }, actions)
@@ -192,15 +217,12 @@ function M.decide(input)
   end
 
   local pull = type(input.pull) == "table" and input.pull or { state = "idle" }
+  if pull.state == "failed" then
+    return finish(input, failed(entry, pull), { { type = "pull" } })
+  end
   if pull.state == "running" then
     entry.state, entry.reason, entry.message = "Pulling", "Pulling", "pulling and extracting the image"
     return finish(input, entry, {})
-  end
-  if pull.state == "failed" then
-    entry.state, entry.reason = "Failed", pull.reason or "PullFailed"
-    entry.message = pull.message or "pull failed"
-    -- the C side applies backoff before it lets the next pull start
-    return finish(input, entry, { { type = "pull" } })
   end
   entry.state, entry.reason, entry.message = "Pulling", "Pulling", "pulling and extracting the image"
   return finish(input, entry, { { type = "pull" } })

@@ -4,6 +4,7 @@
 #   registry_start NAME [htpasswd FILE | token REALM SERVICE ISSUER CERT]
 #       -> sets REG_<NAME>_ADDR (127.0.0.1:PORT), REG_<NAME>_DIR (storage root)
 #   registry_stop NAME        (registry_stop_all runs from the EXIT trap)
+#   registry_restart NAME     start a stopped registry again: same port, same content
 #   free_port                 prints a free loopback TCP port (loopback.sh)
 #   registry_blob_file NAME DIGEST   the file holding a blob in storage
 #
@@ -52,21 +53,29 @@ http:
   secret: gkm-test-secret
 $auth
 CONF
+	_REG_NAMES="$_REG_NAMES $name"
+	_registry_serve "$name" "$port" || return 1
+	eval "REG_${name}_ADDR=127.0.0.1:$port"
+	eval "REG_${name}_DIR=$dir/data"
+}
+
+_registry_serve() { # name port: run it and wait until it answers
+	local dir="$_REG_TMP/$1" i
 	"$REGISTRY_BIN" serve "$dir/config.yml" >"$dir/log" 2>&1 &
 	echo $! >"$dir/pid"
-	_REG_NAMES="$_REG_NAMES $name"
-	local i
 	for i in $(seq 1 100); do
-		if curl -s -o /dev/null "http://127.0.0.1:$port/v2/"; then
-			eval "REG_${name}_ADDR=127.0.0.1:$port"
-			eval "REG_${name}_DIR=$dir/data"
-			return 0
-		fi
+		curl -s -o /dev/null "http://127.0.0.1:$2/v2/" && return 0
 		sleep 0.1
 	done
-	echo "# registry $name did not start:" >&2
+	echo "# registry $1 did not start:" >&2
 	sed 's/^/#   /' "$dir/log" >&2
 	return 1
+}
+
+registry_restart() {
+	local addr
+	eval "addr=\$REG_${1}_ADDR"
+	_registry_serve "$1" "${addr##*:}"
 }
 
 registry_stop() {

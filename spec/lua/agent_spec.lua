@@ -84,11 +84,42 @@ describe('agent decisions', function()
     assert.are.equal('Pending', gone.entry.state)
   end)
 
-  it('reports a failed pull and retries', function()
-    local r = decide({ pull = { state = 'failed', reason = 'DigestMismatch', message = 'layer sha256 differs' } })
+  it('reports a failed pull with its next try, and wants it retried', function()
+    local r = decide({ pull = { state = 'failed', reason = 'DigestMismatch', message = 'layer sha256 differs',
+                                attempts = 2, permanent = false, nextAttemptTime = '2026-11-21T10:00:04Z' } })
     assert.are.equal('Failed', r.entry.state)
     assert.are.equal('DigestMismatch', r.entry.reason)
+    assert.are.equal('layer sha256 differs', r.entry.message)
+    assert.are.equal('2026-11-21T10:00:04Z', r.entry.nextAttemptTime)
     assert.are.same({ 'pull' }, types(r))
+  end)
+
+  it('a permanent failure names no next try and says what makes it try again', function()
+    local r = decide({ pull = { state = 'failed', reason = 'Unsigned', message = 'image is not signed',
+                                attempts = 1, permanent = true, nextAttemptTime = '2026-11-21T10:00:01Z' } })
+    assert.are.equal('Failed', r.entry.state)
+    assert.are.equal('Unsigned', r.entry.reason)
+    assert.is_nil(r.entry.nextAttemptTime)
+    assert.truthy(r.entry.message:find('not tried again until', 1, true))
+  end)
+
+  it('an image that cannot be read is Failed with its next try, and read again', function()
+    local r = decide({ image = { state = 'failed', reason = 'RegistryUnavailable', message = 'connection refused',
+                                 attempts = 3, permanent = false, nextAttemptTime = '2026-11-21T10:00:08Z' },
+                       compat = nil })
+    assert.are.equal('Failed', r.entry.state)
+    assert.are.equal('RegistryUnavailable', r.entry.reason)
+    assert.are.equal('2026-11-21T10:00:08Z', r.entry.nextAttemptTime)
+    assert.are.same({ 'fetch_image' }, types(r))
+    assert.is_nil(r.requeue_after)
+  end)
+
+  it('stays Ready from its view when the image cannot be re-read after a restart', function()
+    local r = decide({ image = { state = 'failed', reason = 'RegistryUnavailable', message = 'connection refused' },
+                       compat = nil, store = { present = true }, view = { digest = D, compatibleGPUs = { '0' } } })
+    assert.are.equal('Ready', r.entry.state)
+    assert.truthy(r.entry.message:find('connection refused', 1, true))
+    assert.are.same({ 'fetch_image' }, types(r))
   end)
 
   it('keeps a deleted cache while pods use it, then unlinks', function()
