@@ -1095,10 +1095,16 @@ def call_listed(call, listed):
 def test_daemons_run(renders):
     """Each built daemon starts with exactly the chart's args and mounts, and
     answers its liveness and readiness probes on the port the chart probes.
-    Those that call the API server talk to the test API server, and every
-    request they make must be a call of spec/fixtures/rbac-calls.yaml."""
-    for r in renders:
-        run_daemons(r, {"agent"} if r.opts.get("gpu") == "file" else {"operator", "webhook", "csi"})
+    Those that call the API server talk to a real one as their ServiceAccount,
+    held to the chart's RBAC by the real authorizer: nothing they do may be
+    refused, and every request they make must be a call of
+    spec/fixtures/rbac-calls.yaml."""
+    try:
+        for r in renders:
+            run_daemons(r, {"agent"} if r.opts.get("gpu") == "file" else {"operator", "webhook", "csi"})
+    finally:
+        for ks in API_SERVERS.values():
+            ks.stop()
 
 
 def run_daemons(r, which):
@@ -1114,10 +1120,15 @@ def run_daemons(r, which):
             log = open(os.path.join(tmp, c["name"] + ".log"), "wb")
             penv = dict(os.environ, **env)
             penv.pop("KUBERNETES_SERVICE_HOST", None)
-            ks = None
+            ks = seen_from = None
             if token_mounted(w, c):
-                ks = api_server_for(r)
-                penv["KUBECONFIG"] = ks.kubeconfig
+                ks, why = api_server_for(r)
+                if ks is None:
+                    t.skip(name, why)
+                    log.close()
+                    continue
+                penv["KUBECONFIG"] = service_account_kubeconfig(ks, r, w, c["name"])
+                seen_from = len(ks.audit_events())
             proc = subprocess.Popen(argv, stdout=log, stderr=subprocess.STDOUT,
                                     env=penv, stdin=subprocess.DEVNULL)
             probs = []
@@ -1150,9 +1161,16 @@ def run_daemons(r, which):
             if ks is not None:
                 calls = load_calls(r).get(c["name"]) or []
                 seen = set()
-                for req in ks.control("requests", {"since": 0})["requests"]:
+                user = "system:serviceaccount:%s:%s" % (r.ns, pod_spec(w).get("serviceAccountName"))
+                for ev in ks.audit_events()[seen_from:]:
+                    if ev.get("user", {}).get("username") != user:
+                        continue
+                    req = audit_request(ev)
+                    if ev.get("responseStatus", {}).get("code") == 403:
+                        probs.append("the API server refused %s %s: the chart's RBAC does not grant it"
+                                     % (req["method"], ev["requestURI"]))
                     call = request_call(req, r.ns)
-                    if call is None or "gkm-chart-test" in req.get("userAgent", ""):
+                    if call is None:
                         continue
                     key = "%(verb)s %(group)s/%(resource)s %(scope)s %(name)s" % call
                     if key not in seen and not call_listed(call, calls):
@@ -1160,47 +1178,70 @@ def run_daemons(r, which):
                                      (key, req["method"], req["path"]))
                     seen.add(key)
                 if not seen:
-                    probs.append("made no API request: is it talking to the test API server?")
+                    probs.append("made no API request as %s: is it talking to the API server?" % user)
                 if os.environ.get("GKM_CHART_SHOW_CALLS"):
                     print("# %s made: %s" % (c["name"], sorted(seen)))
-                ks.cleanup()
             if probs:
                 with open(os.path.join(tmp, c["name"] + ".log"), "rb") as fh:
                     probs.append("argv: %s\nlog:\n%s" % (" ".join(argv), fh.read()[-3000:].decode("utf-8", "replace")))
             check(name, probs)
 
 
+API_SERVERS = {}
+
+
 def api_server_for(r):
-    """A fresh test API server with the CRDs, the release namespace and the
-    node the daemons run on."""
-    from kubeserver import KubeServer
-    ks = KubeServer().start()
-    for body in ({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": r.ns}},):
-        ks.request("POST", "/api/v1/namespaces", body, headers={"User-Agent": "gkm-chart-test"})
-    ks.request("POST", "/api/v1/nodes", {"apiVersion": "v1", "kind": "Node", "metadata": {"name": "node-1"}},
-               headers={"User-Agent": "gkm-chart-test"})
-    return ks
+    """A real API server (one per release namespace, shared by the daemons
+    of the renderings that use it) with the CRDs, the release namespace, the
+    chart's own ServiceAccounts and RBAC, and the node the daemons run on.
+    Returns (server, None), or (None, why) where none can run."""
+    from kubeenv import KubeEnv, unavailable
+    if r.ns in API_SERVERS:
+        return API_SERVERS[r.ns], None
+    why = unavailable()
+    if why:
+        return None, why
+    ks = KubeEnv(audit="all").start()
+    ks.apply_crds()
+    ks.make_namespace(r.ns)
+    ks.make_node("node-1")
+    rbac = [d for d in r.docs if d["kind"] in ("ServiceAccount", "ClusterRole", "ClusterRoleBinding",
+                                                "Role", "RoleBinding")]
+    a = kubectl(ks, "apply", "--server-side", "-f", "-", stdin=yaml.safe_dump_all(rbac))
+    if a.returncode != 0:
+        raise RuntimeError("applying the chart's RBAC: " + a.stderr)
+    API_SERVERS[r.ns] = ks
+    return ks, None
+
+
+def service_account_kubeconfig(ks, r, w, name):
+    """A kubeconfig with a token of the workload's ServiceAccount (TokenRequest),
+    so that the real authorizer holds the daemon to the chart's RBAC."""
+    sa = pod_spec(w).get("serviceAccountName")
+    p = kubectl(ks, "create", "token", sa, "-n", r.ns, "--duration=1h")
+    if p.returncode != 0:
+        raise RuntimeError("kubectl create token %s: %s" % (sa, p.stderr))
+    return ks.write_kubeconfig(os.path.join(tmp, name + ".kubeconfig"), p.stdout.strip())
 
 
 def give_work(ks):
     """Caches for a running operator or agent to act on, so that the requests
     checked against rbac-calls.yaml include their real work (node reports,
     status writes, Events), not only the start-up lists and watches."""
-    ua = {"User-Agent": "gkm-chart-test"}
-    ks.request("POST", "/api/v1/namespaces",
-               {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": "team-a"}}, headers=ua)
+    ks.make_namespace("team-a")
     image = "127.0.0.1:9/team-a/cache:v1"
-    ks.request("POST", "/apis/gkm.io/v1alpha1/namespaces/team-a/gkmcaches",
-               {"apiVersion": "gkm.io/v1alpha1", "kind": "GKMCache",
-                "metadata": {"name": "kernels", "namespace": "team-a"}, "spec": {"image": image}}, headers=ua)
-    ks.request("POST", "/apis/gkm.io/v1alpha1/clustergkmcaches",
-               {"apiVersion": "gkm.io/v1alpha1", "kind": "ClusterGKMCache",
-                "metadata": {"name": "shared"}, "spec": {"image": image}}, headers=ua)
+    for path, kind, meta in (("/namespaces/team-a/gkmcaches", "GKMCache", {"namespace": "team-a"}),
+                             ("/clustergkmcaches", "ClusterGKMCache", {})):
+        ks.request("POST", "/apis/gkm.io/v1alpha1" + path, {
+            "apiVersion": "gkm.io/v1alpha1", "kind": kind,
+            "metadata": dict(meta, name="kernels" if meta else "shared"), "spec": {"image": image}})
+    start = len(ks.audit_events())
 
     def wrote():
-        reqs = ks.control("requests", {"since": 0})["requests"]
-        return any(q["method"] in ("PATCH", "POST", "PUT") and "gkm-chart-test" not in q.get("userAgent", "")
-                   and ("/namespaces/team-a/" in q["path"] or "/status" in q["path"]) for q in reqs)
+        return any(ev["verb"] in ("create", "update", "patch")
+                   and ev.get("user", {}).get("username", "").startswith("system:serviceaccount:")
+                   and ("/namespaces/team-a/" in ev["requestURI"] or "/status" in ev["requestURI"])
+                   for ev in ks.audit_events()[start:])
     wait_for(wrote, 15)  # bounded; the check is on whatever was sent
 
 
@@ -1394,17 +1435,13 @@ AUDIT_METHODS = {"get": "GET", "list": "GET", "watch": "GET", "create": "POST", 
                  "patch": "PATCH", "delete": "DELETE", "deletecollection": "DELETE"}
 
 
-def audit_requests(kube):
-    """The requests the real API server's audit log recorded, in the shape
+def audit_request(ev):
+    """An event of the real API server's audit log as the request
     request_call() reads (method, path, query, watch)."""
     import urllib.parse
-    out = []
-    for ev in kube.audit_events():
-        u = urllib.parse.urlsplit(ev["requestURI"])
-        out.append({"method": AUDIT_METHODS.get(ev["verb"], ev["verb"].upper()), "path": u.path,
-                    "query": u.query, "watch": ev["verb"] == "watch",
-                    "userAgent": ev.get("userAgent", "")})
-    return out
+    u = urllib.parse.urlsplit(ev["requestURI"])
+    return {"method": AUDIT_METHODS.get(ev["verb"], ev["verb"].upper()), "path": u.path,
+            "query": u.query, "watch": ev["verb"] == "watch"}
 
 
 def contains(stored, rendered):
@@ -1488,7 +1525,7 @@ def test_apply():
 
         # the request-to-call mapping the daemon runs rely on, checked on what
         # kubectl just sent
-        calls = [request_call(q, "gkm") for q in audit_requests(ks)]
+        calls = [request_call(audit_request(ev), "gkm") for ev in ks.audit_events()]
         got = {(c["verb"], c["group"], c["resource"], c["scope"], c["name"]) for c in calls if c}
         want = {("patch", "", "configmaps", "release", "gkm-config"),
                 ("patch", "storage.k8s.io", "csidrivers", "cluster", "csi.gkm.io"),
