@@ -1,17 +1,20 @@
 #!/usr/bin/env bash
-# The Kubernetes mode end to end: the test API server with gkm's CRDs, a real
-# registry with images built and signed by `gkm cache`, three nodes with
+# The Kubernetes mode end to end on a real control plane (kube-apiserver,
+# etcd and the controller manager from GKM_KUBE_ASSETS): gkm's CRDs, the gkm
+# webhook in the API server's admission chain (a URL webhook with caBundle), a
+# real registry with images built and signed by `gkm cache`, three nodes with
 # different GPUs (node-1 a T4, node-2 two MI210s, node-3 a T4 and two MI210s),
-# one `gkm agent` per node and two leader-elected `gkm operator` replicas.
-# Asserts what a user sees: node objects, aggregated status, `kubectl get` and
-# `kubectl describe` output, Events, the files of the cache views; then a
+# one `gkm agent` per node and two leader-elected `gkm operator` replicas on a
+# real Lease. Asserts what a user sees: node objects, aggregated status,
+# `kubectl get` and `kubectl describe` output, Events, the files of the cache
+# views; then the API server killed and restarted under the running daemons, a
 # policy flip through the gkm-policies ConfigMap, a broken policy, an agent
 # killed during extraction, a cache deleted while a pod uses it, and nodes
-# deleted (with the operator up and down).
+# deleted (the operator up, down, and the garbage collector alone).
 set -u
 . "$(dirname "$0")/../lib/tap.sh"
 . "$(dirname "$0")/../lib/registry.sh"
-. "$(dirname "$0")/../lib/kubeserver.sh"
+. "$(dirname "$0")/../lib/kubeenv.sh"
 . "$(dirname "$0")/../lib/poll.sh"
 cd "$GKM_ROOT"
 G=$GKM_BIN
@@ -35,7 +38,7 @@ stop() { # [-SIGNAL] name...: signal the daemons started by start_*, then reap t
 cleanup() {
 	stop "${!PID[@]}"
 	[ -n "${BIG_PID:-}" ] && kill "$BIG_PID" 2>/dev/null
-	kubeserver_cleanup
+	kubeenv_stop
 	registry_stop_all
 	[ -n "${KEEP:-}" ] || rm -rf "$W"
 }
@@ -44,8 +47,13 @@ py() { /usr/bin/python3 -c "$@"; }
 # the node's record of a cache: "state reason" from its ready.json
 record() { py "import json; r=json.load(open('$1/ready.json')); print(r['state'], r['reason'])" 2>/dev/null; }
 
-if ! registry_available || ! command -v kubectl >/dev/null; then
-	skip "Kubernetes mode end to end" "docker-registry or kubectl missing"
+if why=$(kubeenv_unavailable); then
+	skip "Kubernetes mode end to end" "$why"
+	finish
+	exit
+fi
+if ! registry_available; then
+	skip "Kubernetes mode end to end" "docker-registry is not installed"
 	finish
 	exit
 fi
@@ -70,14 +78,15 @@ for p in pathlib.Path('$W/big/io.triton.cache').glob('*/*.json'):
 	$G cache sign "$R/caches/big:v1" --key "$W/trusted.key" >>"$W/big.log" 2>&1) &
 BIG_PID=$!
 
-kubeserver_start || { ok 1 "test API server starts"; finish; exit; }
-trap cleanup EXIT # kubeserver_start installed its own; ours also stops it
+kubeenv_start --controller-manager || { ok 1 "the control plane starts"; finish; exit; }
+trap cleanup EXIT # kubeenv_start installed its own; ours also stops it
 K=$KUBECONFIG
 $G cache build "$FX/cuda-sm75-vector-add" -t "$R/caches/cuda:v1" >/dev/null 2>&1 &&
 	$G cache build "$FX/hip-gfx90a-vector-add" -t "$R/caches/rocm:v1" >/dev/null 2>&1 &&
 	$G cache sign "$R/caches/cuda:v1" --key "$W/trusted.key" >/dev/null 2>&1 &&
-	$G cache sign "$R/caches/rocm:v1" --key "$W/trusted.key" >/dev/null 2>&1
-ok $? "cache images built, pushed and signed with gkm cache"
+	$G cache sign "$R/caches/rocm:v1" --key "$W/trusted.key" >/dev/null 2>&1 &&
+	$G cache build "$FX/cuda-sm75-vector-add" -t "$R/caches/unsigned:v1" --label variant=unsigned >/dev/null 2>&1
+ok $? "cache images built, pushed and signed with gkm cache (one left unsigned)"
 
 digest_of() { # repo:tag -> the registry's manifest digest
 	curl -sI -H 'Accept: application/vnd.oci.image.manifest.v1+json' \
@@ -85,6 +94,40 @@ digest_of() { # repo:tag -> the registry's manifest digest
 		awk -F': ' 'tolower($1)=="docker-content-digest"{print $2}' | tr -d '\r'
 }
 CUDA_DIGEST=$(digest_of caches/cuda:v1)
+
+# ---- the webhook, called by the API server for namespaced caches ----
+# (ClusterGKMCaches are left out of its rules, so that one cache shows what
+# happens without a webhook.)
+kubeenv_ctl cert webhook 127.0.0.1 >/dev/null
+PORT[webhook]=$(free_port)
+PORT[webhook-health]=$(free_port)
+$G webhook --listen "127.0.0.1:${PORT[webhook]}" --health-listen "127.0.0.1:${PORT[webhook-health]}" \
+	--tls-cert "$KUBEENV_DIR/pki/webhook.crt" --tls-key "$KUBEENV_DIR/pki/webhook.key" \
+	--trust-dir "$W/trust" --plain-http >>"$W/webhook.log" 2>&1 &
+PID[webhook]=$!
+webhook_config() { # kind name path
+	cat <<EOF
+apiVersion: admissionregistration.k8s.io/v1
+kind: $1
+metadata: {name: gkm}
+webhooks:
+- name: $2
+  admissionReviewVersions: [v1]
+  sideEffects: None
+  failurePolicy: Fail
+  timeoutSeconds: 10
+  rules:
+  - {apiGroups: [gkm.io], apiVersions: [v1alpha1], operations: [CREATE, UPDATE], resources: [gkmcaches]}
+  clientConfig:
+    url: https://127.0.0.1:${PORT[webhook]}$3
+    caBundle: $(base64 -w0 "$KUBEENV_CA")
+EOF
+}
+wait_for 20 curl -sf "http://127.0.0.1:${PORT[webhook-health]}/readyz" >/dev/null &&
+	{ webhook_config MutatingWebhookConfiguration mutate.gkm.io /mutate &&
+		echo --- && webhook_config ValidatingWebhookConfiguration validate.gkm.io /validate; } |
+	kubectl apply -f - >/dev/null
+ok $? "gkm webhook registered by URL with caBundle (its certificate signed by the cluster CA)"
 
 # ---- cluster objects and daemons ----
 kubectl create namespace gkm-system >/dev/null && kubectl create namespace team-b >/dev/null
@@ -136,8 +179,6 @@ kind: GKMCache
 metadata:
   name: vector-add
   namespace: default
-  annotations:
-    gkm.io/resolvedDigest: $CUDA_DIGEST
 spec:
   image: $R/caches/cuda:v1
 EOF
@@ -150,7 +191,14 @@ spec:
   image: $R/caches/rocm:v1
 EOF
 kubectl apply -f "$W/vector-add.yaml" -f "$W/rocm.yaml" >"$W/out" 2>&1
-ok $? "a GKMCache (digest annotated) and a ClusterGKMCache (no digest) applied"
+ok $? "a GKMCache and a ClusterGKMCache applied"
+[ "$(kubectl get gkmc vector-add -o jsonpath='{.metadata.annotations.gkm\.io/resolvedDigest}')" = "$CUDA_DIGEST" ]
+ok $? "the API server's admission chain called the webhook: the GKMCache carries the verified digest"
+printf 'apiVersion: gkm.io/v1alpha1\nkind: GKMCache\nmetadata: {name: rogue, namespace: default}\nspec: {image: %s}\n' \
+	"$R/caches/unsigned:v1" | kubectl apply -f - >"$W/out" 2>&1
+[ $? != 0 ] && grep -q 'admission webhook "mutate.gkm.io" denied the request: Unsigned' "$W/out" &&
+	! kubectl get gkmc rogue >/dev/null 2>&1
+ok $? "an unsigned image is refused by the API server with the webhook's reason" || sed 's/^/#   /' "$W/out"
 
 json() { # kubectl get args... : the object as JSON
 	kubectl get "$@" -o json 2>/dev/null
@@ -181,7 +229,7 @@ assert c['Ready']['status'] == 'True' and 'ready on 2 of 3 nodes; 1 without a co
 assert c['Progressing']['status'] == 'False' and c['Error']['status'] == 'False'
 assert all(x['observedGeneration'] == o['metadata']['generation'] for x in c.values())
 assert o['status']['resolvedDigest'] == '$CUDA_DIGEST'"
-ok $? "status: Verified (webhook digest), Ready, not Progressing, no Error, digest copied"
+ok $? "status: Verified (by the webhook), Ready, not Progressing, no Error, digest copied"
 
 # node objects: one GKMCacheNode per node in the cache's namespace
 node_obj() { # kind ns node python-assertions on o
@@ -291,6 +339,37 @@ kubectl describe cgkmc rocm >"$W/describe" 2>&1
 grep -qE 'Warning +VerificationDisabled +.* gkm-operator' "$W/describe"
 ok $? "kubectl describe cgkmc: a Warning Event says verification is off" || sed 's/^/#   /' "$W/describe"
 
+# ---- the API server killed and restarted under the running daemons ----
+usage_json() { # pod-name: a usage record of vector-add for one pod
+	cat <<EOF
+{"namespace": "default", "name": "vector-add",
+ "pods": [{"name": "$1", "namespace": "default", "uid": "4c3f7a36-2f1e-4f47-9d8e-0a1b2c3d4e5f",
+           "volumeId": "csi-0123456789abcdef", "targetPath": "/var/lib/kubelet/pods/4c3f7a36/volumes/kubernetes.io~csi/cache/mount",
+           "digest": "$CUDA_DIGEST", "readOnly": true, "started": "2026-01-01T00:00:00Z"}],
+ "updated": "2026-01-01T00:00:00Z"}
+EOF
+}
+U=$W/n1/run/usage/default/vector-add
+kubeenv_ctl kill kube-apiserver >/dev/null &&
+	mkdir -p "$U" && usage_json during-outage >"$U/usage.json" && sleep 3 &&
+	kubeenv_ctl start kube-apiserver >/dev/null
+ok $? "the API server killed (SIGKILL) while a pod starts using a cache on node-1, then started again"
+wait_for 30 entry default node-1 vector-add "assert [p['podName'] for p in e.get('pods', [])] == ['during-outage'], e"
+ok $? "what node-1's agent saw during the outage reaches its node object once the server is back"
+printf 'apiVersion: gkm.io/v1alpha1\nkind: GKMCache\nmetadata: {name: after-restart, namespace: default}\nspec: {image: %s}\n' \
+	"$R/caches/cuda:v1" | kubectl apply -f - >/dev/null &&
+	wait_for 30 is 2 field "o['status']['readyNodes']" gkmc after-restart
+ok $? "a cache created after the restart is admitted by the webhook, pulled by the agents, aggregated by the operator"
+alive=0
+for n in agent1 agent2 agent3 op-c webhook; do kill -0 "${PID[$n]}" 2>/dev/null || { alive=1 && echo "# $n is gone"; }; done
+ok $alive "no daemon exited or was restarted"
+[ "$(field "o['status']['readyNodes']" gkmc vector-add)" = 2 ] && [ "$(field "o['status']['readyNodes']" cgkmc rocm)" = 2 ] &&
+	[ "$(kubectl get gkmcn -n default -o name | wc -l)" = 3 ]
+ok $? "no status was lost: vector-add and rocm still ready on two nodes, three node objects"
+rm -f "$U/usage.json" && kubectl delete gkmc after-restart >/dev/null &&
+	wait_for 20 entry default node-1 vector-add "assert not e.get('pods'), e"
+ok $? "the pod's usage released and the extra cache deleted"
+
 # ---- policies from the gkm-policies ConfigMap ----
 deny_policy() { # CUDA GPUs refused by site policy; others match on backend
 	cat <<'EOF'
@@ -374,8 +453,6 @@ kind: GKMCache
 metadata:
   name: big
   namespace: team-b
-  annotations:
-    gkm.io/resolvedDigest: $BIG_DIGEST
 spec:
   image: $R/caches/big:v1
 EOF
@@ -420,15 +497,7 @@ wait_for 20 is 3 eval "kubectl get gkmcn -n team-b -o name | wc -l"
 ok $? "a GKMCacheNode per node in the second namespace too"
 
 # ---- a cache deleted while a pod uses it ----
-U=$W/n1/run/usage/default/vector-add
-mkdir -p "$U"
-cat >"$U/usage.json" <<EOF
-{"namespace": "default", "name": "vector-add",
- "pods": [{"name": "model-server-0", "namespace": "default", "uid": "4c3f7a36-2f1e-4f47-9d8e-0a1b2c3d4e5f",
-           "volumeId": "csi-0123456789abcdef", "targetPath": "/var/lib/kubelet/pods/4c3f7a36/volumes/kubernetes.io~csi/cache/mount",
-           "digest": "$CUDA_DIGEST", "readOnly": true, "started": "2026-01-01T00:00:00Z"}],
- "updated": "2026-01-01T00:00:00Z"}
-EOF
+mkdir -p "$U" && usage_json model-server-0 >"$U/usage.json"
 kubectl delete gkmc vector-add >/dev/null
 wait_for 20 entry default node-1 vector-add "assert e['state'] == 'Deleting' and e['reason'] == 'InUse', e"
 ok $? "deleted while in use: node-1 reports Deleting (InUse)"
@@ -480,14 +549,14 @@ ok $? "the operator removes them when it starts"
 wait_for 20 is 1 field "o['status']['totalNodes']" gkmc big -n team-b
 ok $? "team-b/big now counts one node"
 
-kubectl delete node node-1 >/dev/null
-if wait_for 10 eval "! kubectl get configmap gc-probe -n default >/dev/null 2>&1"; then
-	echo "# this API server garbage-collects dependents of deleted owners"
-fi
-wait_for 20 eval "! kubectl get cgkmcn node-1 >/dev/null 2>&1 && ! kubectl get gkmcn node-1 -n team-b >/dev/null 2>&1"
-ok $? "node-1 deleted (background cascade): its node objects go too"
-
 stop agent1 op-c
+kubectl delete node node-1 >/dev/null
+wait_for 30 eval "! kubectl get configmap gc-probe -n default >/dev/null 2>&1"
+ok $? "the garbage collector removes a ConfigMap owned by the deleted node-1"
+wait_for 30 eval "! kubectl get cgkmcn node-1 >/dev/null 2>&1 && ! kubectl get gkmcn node-1 -n team-b >/dev/null 2>&1"
+ok $? "node-1 deleted with no operator running: the garbage collector removes its node objects (ownerReferences)"
+
+stop webhook
 [ -z "$UNCLEAN" ]
 ok $? "every daemon stopped with SIGTERM exited cleanly" || echo "# unclean:$UNCLEAN"
 finish
