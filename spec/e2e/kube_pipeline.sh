@@ -230,6 +230,12 @@ assert c['Progressing']['status'] == 'False' and c['Error']['status'] == 'False'
 assert all(x['observedGeneration'] == o['metadata']['generation'] for x in c.values())
 assert o['status']['resolvedDigest'] == '$CUDA_DIGEST'"
 ok $? "status: Verified (by the webhook), Ready, not Progressing, no Error, digest copied"
+json gkmc vector-add --show-managed-fields | py "import json,sys
+m = json.load(sys.stdin)['metadata']['managedFields']
+st = [f for f in m if f.get('subresource') == 'status']
+assert [(f['manager'], f['operation']) for f in st] == [('gkm-operator', 'Apply')], st
+assert 'f:readyNodes' in st[0]['fieldsV1']['f:status'], st[0]"
+ok $? "the cache's status has one field manager, gkm-operator, by server-side apply"
 
 # node objects: one GKMCacheNode per node in the cache's namespace
 node_obj() { # kind ns node python-assertions on o
