@@ -1,36 +1,68 @@
 #!/usr/bin/env bash
 # Convergence at scale: from creating a GKMCache to readyNodes == N, with N
 # simulated agents server-side applying their own GKMCacheNode status and the
-# real `gkm operator` aggregating it, against the test API server; then the
-# same N writes as read-modify-write of one shared object, and as server-side
-# apply to one shared object, for contrast. Prints medians (min-max) of
-# GKM_BENCH_RUNS runs (default 5) for the sharded design, one run for the
-# contrasts (each stopped after GKM_BENCH_CONTRAST_LIMIT seconds, default 60).
-# The test API server's own CPU per request is printed beside each figure, so
-# that its share can be told from the controller's. Nothing is asserted.
+# real `gkm operator` aggregating it; then the same N writes as
+# read-modify-write of one shared object, and as server-side apply to one
+# shared object, for contrast. Each against the test API server and, for the
+# sizes in GKM_BENCH_REAL_NODES (default 100 1000), against a real
+# kube-apiserver with etcd (GKM_KUBE_ASSETS, see spec/lib/kubeenv.py; skipped
+# with the reason where it is not there), the two alternating run by run.
+# Prints medians (min-max) of GKM_BENCH_RUNS runs (default 5) for the sharded
+# design, one run for the contrasts (each stopped after
+# GKM_BENCH_CONTRAST_LIMIT seconds, default 60). Writes and their status codes
+# are counted by the servers (the test server's request log, the real one's
+# JSON audit log), by verb, resource and writer. The servers' own CPU per
+# write is printed beside each figure, so that its share can be told from the
+# controller's. A real-server run (its start included) is stopped after
+# GKM_BENCH_REAL_LIMIT seconds (default 300); nothing it started outlives it.
+# Nothing is asserted.
 #
 #   GKM_BENCH_NODES="10 100 1000" spec/bench/convergence.sh
 set -u
-cd "$(dirname "$0")/../.."
+cd "$(dirname "$0")/../.." || exit 1
 export GKM_ROOT=${GKM_ROOT:-$PWD}
 export GKM_BIN=${GKM_BIN:-$PWD/build/gkm}
 NODES=${GKM_BENCH_NODES:-10 100 1000}
+REAL_NODES=${GKM_BENCH_REAL_NODES:-100 1000}
 RUNS=${GKM_BENCH_RUNS:-5}
 LIMIT=${GKM_BENCH_CONTRAST_LIMIT:-60}
-SIM="/usr/bin/python3 spec/bench/convergence_sim.py"
+REAL_LIMIT=${GKM_BENCH_REAL_LIMIT:-300}
+SIM=(/usr/bin/python3 spec/bench/convergence_sim.py)
 OUT=$(mktemp "${TMPDIR:-/tmp}/gkm-convergence.XXXXXX")
 trap 'rm -f "$OUT"' EXIT
 
 [ -x "$GKM_BIN" ] || { echo "convergence: $GKM_BIN not built"; exit 1; }
-echo "machine: $(nproc) CPUs, load $(cut -d' ' -f1-3 /proc/loadavg); test API server over plain HTTP; 32 agent threads"
+echo "machine: $(nproc) CPUs, load $(cut -d' ' -f1-3 /proc/loadavg); 32 agent threads; test API server over plain HTTP"
+real_why=$(/usr/bin/python3 spec/lib/kubeenv.py unavailable)
+if [ -n "$real_why" ]; then
+	echo "convergence: the real API server is skipped: $real_why"
+else
+	echo "real API server: $("$GKM_KUBE_ASSETS/kube-apiserver" --version) with etcd $(/usr/bin/etcd --version | sed -n 's/^etcd Version: //p'), over HTTPS with a token, audit log (writes, Metadata level, blocking)"
+fi
+
+# sim SERVER ARGS...: one run, its JSON line appended to $OUT
+sim() {
+	local server=$1
+	shift
+	if [ "$server" = real ]; then
+		timeout -k 30 "$REAL_LIMIT" "${SIM[@]}" --server real "$@" >>"$OUT"
+	else
+		"${SIM[@]}" "$@" >>"$OUT"
+	fi || echo "convergence: run failed or stopped ($server server: $*)"
+}
+
 for n in $NODES; do
-	for r in $(seq 1 "$RUNS"); do
-		$SIM --nodes "$n" >>"$OUT" || echo "convergence: sharded run failed (N=$n)"
+	servers="test"
+	case " $REAL_NODES " in *" $n "*) [ -n "$real_why" ] || servers="test real" ;; esac
+	for _ in $(seq 1 "$RUNS"); do
+		for s in $servers; do sim "$s" --nodes "$n"; done
 	done
-	$SIM --nodes "$n" --design rmw --contrast-limit "$LIMIT" >>"$OUT" || echo "convergence: rmw run failed (N=$n)"
-	$SIM --nodes "$n" --design ssa-shared --contrast-limit "$LIMIT" >>"$OUT" || echo "convergence: ssa-shared run failed (N=$n)"
+	for s in $servers; do
+		sim "$s" --nodes "$n" --design rmw --contrast-limit "$LIMIT"
+		sim "$s" --nodes "$n" --design ssa-shared --contrast-limit "$LIMIT"
+	done
 done
-/usr/bin/python3 - "$OUT" <<'EOF'
+/usr/bin/python3 - "$OUT" <<'PY'
 import json, statistics, sys
 rows = [json.loads(l) for l in open(sys.argv[1]) if l.startswith("{")]
 def med(v, fmt):
@@ -38,31 +70,50 @@ def med(v, fmt):
     if len(v) == 1:
         return fmt % v[0]
     return (fmt + " (" + fmt + "-" + fmt + ")") % (statistics.median(v), v[0], v[-1])
-print("%-34s %5s %4s  %-22s %-16s %-10s %-16s %-16s %s" % (
-    "design", "N", "runs", "to readyNodes==N, s", "agent writes", "op wr", "409s",
-    "server ms CPU/req", "note"))
+print("%-32s %-6s %5s %4s  %-20s %-16s %-8s %-16s %-5s %-5s %-16s %s" % (
+    "design", "server", "N", "runs", "to readyNodes==N, s", "agent writes", "op wr", "409s",
+    "422s", "other", "server ms CPU/wr", "note"))
+def ratio(a, b, key):
+    """median of a over median of b, where b is large enough to divide by"""
+    mb = statistics.median([r[key] for r in b])
+    return "%.1fx" % (statistics.median([r[key] for r in a]) / mb) if mb >= 0.02 else "-"
 groups = {}
 for r in rows:
-    groups.setdefault((r["design"], r["n"]), []).append(r)
-for (design, n), rs in groups.items():
+    groups.setdefault((r["n"], r["design"], r["server"]), []).append(r)
+ORDER = ["sharded SSA + gkm operator", "shared object, read-modify-write", "shared object, SSA per writer"]
+for (n, design, server), rs in sorted(groups.items(), key=lambda kv: (kv[0][0], ORDER.index(kv[0][1]), kv[0][2] != "test")):
     conv = [r for r in rs if r["converged"]]
     note = ""
     if len(conv) < len(rs):
         note = "stopped: %d of %d written" % (rs[0].get("done", 0), n)
     secs = [r["seconds"] for r in rs]
-    ms_req = [1000 * r["server_cpu_s"] / max(1, r["requests"]) for r in rs]
+    ms_wr = [1000 * r["server_cpu_s"] / max(1, r["writes"]) for r in rs]
     opw = [r.get("operator_writes", 0) for r in rs]
-    print("%-34s %5d %4d  %-22s %-16s %-10s %-16s %-16s %s" % (
-        design, n, len(rs), med(secs, "%.2f"), med([r["agent_writes"] for r in rs], "%d"),
+    print("%-32s %-6s %5d %4d  %-20s %-16s %-8s %-16s %-5s %-5s %-16s %s" % (
+        design.replace(" + gkm operator", " + operator"), server, n, len(rs), med(secs, "%.2f"),
+        med([r["agent_writes"] for r in rs], "%d"),
         med(opw, "%d") if "operator_writes" in rs[0] else "-",
-        med([r["conflicts"] for r in rs], "%d"), med(ms_req, "%.2f"), note))
+        med([r["conflicts"] for r in rs], "%d"), med([r["invalid"] for r in rs], "%d"),
+        med([r["other_errors"] for r in rs], "%d"), med(ms_wr, "%.2f"), note))
+    mid = sorted(rs, key=lambda r: r["seconds"])[len(rs) // 2]
+    pad = " " * 34
     if "operator_writes" in rs[0]:
         lag = [r["seconds"] - r["agents_done_s"] for r in rs]
-        print("%-34s        agents' writes done %s s; operator after the last write %s s; "
-              "operator CPU %s s; server CPU %s s" % (
-                  "", med([r["agents_done_s"] for r in rs], "%.2f"), med(lag, "%.2f"),
-                  med([r["operator_cpu_s"] for r in rs], "%.2f"),
-                  med([r["server_cpu_s"] for r in rs], "%.2f")))
-        print("%-34s        readyNodes as written by the operator (s: nodes): %s" % (
-            "", ", ".join("%.2f: %d" % (t, k) for t, k in rs[len(rs) // 2]["curve"])))
-EOF
+        print("%sagents' writes done %s s; operator after the last write %s s; operator CPU %s s" % (
+            pad, med([r["agents_done_s"] for r in rs], "%.2f"), med(lag, "%.2f"),
+            med([r["operator_cpu_s"] for r in rs], "%.2f")))
+        print("%sreadyNodes as written by the operator (s: nodes): %s" % (
+            pad, ", ".join("%.2f: %d" % (t, k) for t, k in mid["curve"])))
+    cpu = "server CPU %s s" % med([r["server_cpu_s"] for r in rs], "%.2f")
+    if rs[0].get("etcd_cpu_s") is not None:
+        cpu += " (etcd %s s); server start %s s" % (med([r["etcd_cpu_s"] for r in rs], "%.2f"),
+                                                    med([r["server_start_s"] for r in rs], "%.1f"))
+    print("%s%s; server peak RSS %s MiB" % (pad, cpu, med([r["server_peak_mib"] for r in rs], "%.0f")))
+    print("%swrites (%s run): %s" % (pad, "median" if len(rs) > 1 else "the", "; ".join(
+        "%s %s" % (k, " ".join("%dx%s" % (v, c) for c, v in sorted(codes.items())))
+        for k, codes in sorted(mid["writes_by"].items()))))
+    other = groups.get((n, design, "test"))
+    if server == "real" and other:
+        print("%sreal / test (medians): time %s, server CPU %s" % (
+            pad, ratio(rs, other, "seconds"), ratio(rs, other, "server_cpu_s")))
+PY

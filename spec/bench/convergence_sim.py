@@ -1,7 +1,8 @@
 """Convergence at scale: N simulated agents and the real `gkm operator`
-against the test API server (run by spec/bench/convergence.sh).
+against the test API server or a real kube-apiserver with etcd (run by
+spec/bench/convergence.sh).
 
-    convergence_sim.py --nodes N [--threads 32] [--contrast-limit 60]
+    convergence_sim.py --nodes N [--server test|real] [--threads 32] [--contrast-limit 60]
 
 Three designs, each on a fresh server:
 
@@ -19,44 +20,178 @@ Three designs, each on a fresh server:
 
 The agents are simulated (threads over keep-alive connections reacting to one
 watch on GKMCaches), the operator is the real one. The server's own cost is
-measured too (CPU seconds per request), to tell its share from the
-controller's. Figures only, nothing asserted.
+measured too (CPU seconds per write), to tell its share from the
+controller's. Writes are counted by verb, resource and writer (field manager,
+else user agent) with their status codes: from the test server's request log,
+or from the real server's JSON audit log (responseStatus.code). The real
+server (--server real, found through GKM_KUBE_ASSETS, see spec/lib/kubeenv.py)
+serves HTTPS with a token; its CPU is kube-apiserver's plus etcd's. Figures
+only, nothing asserted.
 """
 import argparse
+import ctypes
 import http.client
 import json
 import os
 import queue
+import re
+import signal
+import ssl
 import subprocess
 import sys
 import threading
 import time
+import urllib.parse
 
 ROOT = os.environ.get("GKM_ROOT") or os.path.abspath(os.path.join(os.path.dirname(__file__), "..", ".."))
 sys.path.insert(0, os.path.join(ROOT, "spec", "lib"))
+from kubeenv import KubeEnv, unavailable  # noqa: E402
 from kubeserver import KubeServer  # noqa: E402
-from proc import cpu_s, free_port  # noqa: E402
+from proc import cpu_s, free_port, memory  # noqa: E402
 
 GKM = os.environ.get("GKM_BIN") or os.path.join(ROOT, "build", "gkm")
 GROUP = "/apis/gkm.io/v1alpha1"
 NS = "default"
 DIGEST = "sha256:" + "7c" * 32
 APPLY = "application/apply-patch+yaml"
+AGENT = "gkm-bench-agent"  # the simulated agents' user agent
+VERBS = {"create": "POST", "update": "PUT", "patch": "PATCH", "delete": "DELETE",
+         "deletecollection": "DELETE"}
+
+
+class TestServer:
+    """The test API server: plain HTTP, no token, every request in its log."""
+
+    name = "test"
+
+    def __init__(self):
+        self.ks = KubeServer(tls=False, token=None).start()
+        self.port, self.kubeconfig, self.dir = self.ks.port, self.ks.kubeconfig, self.ks.dir
+        self.ssl, self.headers = None, {}
+
+    def pids(self):
+        return {"server": self.ks.proc.pid}
+
+    def _log(self, since):
+        st, body = Conn(self).req("POST", "/_test/requests", {"since": since})
+        return json.loads(body)
+
+    def mark(self):
+        return self._log(1 << 62)["next"]
+
+    def writes_since(self, mark):
+        return [{"method": r["method"], "path": r["path"], "status": r["status"],
+                 "userAgent": r["userAgent"], "fieldManager": r["fieldManager"]}
+                for r in self._log(mark)["requests"] if r["method"] != "GET"]
+
+    def stop(self):
+        self.ks.cleanup()
+
+
+class RealServer:
+    """kube-apiserver with etcd (spec/lib/kubeenv.py), the gkm CRDs applied,
+    writes counted from its JSON audit log."""
+
+    name = "real"
+
+    def __init__(self):
+        self.kube = KubeEnv(audit=True)
+        try:
+            self.kube.start()
+            self.kube.apply_crds()
+        except BaseException:
+            self.kube.stop()
+            raise
+        self.port, self.kubeconfig, self.dir = self.kube.port, self.kube.kubeconfig, self.kube.dir
+        self.ssl = ssl.create_default_context(cafile=self.kube.ca)
+        self.headers = {"Authorization": "Bearer " + self.kube.token}
+
+    def pids(self):
+        return {"server": self.kube.procs["kube-apiserver"].pid, "etcd": self.kube.procs["etcd"].pid}
+
+    def mark(self):
+        return os.path.getsize(self.kube.audit_log)
+
+    def writes_since(self, mark):
+        out = []
+        with open(self.kube.audit_log) as fh:
+            fh.seek(mark)
+            for line in fh:
+                try:
+                    ev = json.loads(line)
+                except ValueError:
+                    continue  # a line still being written
+                if ev.get("stage") != "ResponseComplete":
+                    continue
+                u = urllib.parse.urlsplit(ev["requestURI"])
+                q = urllib.parse.parse_qs(u.query)
+                out.append({"method": VERBS.get(ev["verb"], ev["verb"].upper()), "path": u.path,
+                            "status": (ev.get("responseStatus") or {}).get("code", 0),
+                            "userAgent": ev.get("userAgent", ""),
+                            "fieldManager": (q.get("fieldManager") or [""])[0]})
+        return out
+
+    def stop(self):
+        self.kube.stop()
+
+
+def die_with_parent():
+    """In a child before exec: SIGKILL when this process dies, however it dies."""
+    ctypes.CDLL(None).prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
+
+
+def writer(r):
+    """Who wrote: the field manager (one per agent, folded), else the user agent."""
+    if r["fieldManager"]:
+        return re.sub(r"/node-\d+$", "/*", r["fieldManager"])
+    return r["userAgent"].split("/")[0] or "-"
+
+
+def resource(path):
+    """apis/gkm.io/v1alpha1/namespaces/default/gkmcachenodes/node-1/status ->
+    gkmcachenodes/status"""
+    parts = path.strip("/").split("/")
+    if "namespaces" in parts[:-1]:
+        i = parts.index("namespaces")
+        parts = parts[:i] + parts[i + 2:] if len(parts) > i + 2 else parts[:i + 1]
+    base = 2 if parts[0] == "api" else 3
+    rest = parts[base:]
+    return rest[0] + ("/" + rest[2] if len(rest) > 2 else "")
+
+
+def tally(writes):
+    """Writes by 'METHOD resource writer' -> {status code: count}; codes summed."""
+    by, codes = {}, {}
+    for r in writes:
+        k = "%s %s %s" % (r["method"], resource(r["path"]), writer(r))
+        c = str(r["status"])
+        by.setdefault(k, {})
+        by[k][c] = by[k].get(c, 0) + 1
+        codes[c] = codes.get(c, 0) + 1
+    return by, codes
 
 
 class Conn:
     """One keep-alive connection (one per thread)."""
 
-    def __init__(self, port):
-        self.port = port
+    def __init__(self, srv, timeout=120):
+        self.srv = srv
+        self.timeout = timeout
         self.c = None
+
+    def open(self):
+        if self.srv.ssl:
+            return http.client.HTTPSConnection("127.0.0.1", self.srv.port, timeout=self.timeout,
+                                               context=self.srv.ssl)
+        return http.client.HTTPConnection("127.0.0.1", self.srv.port, timeout=self.timeout)
 
     def req(self, method, path, body=None, ctype="application/json"):
         for attempt in (0, 1):
             try:
                 if self.c is None:
-                    self.c = http.client.HTTPConnection("127.0.0.1", self.port, timeout=120)
-                h = {"Accept": "application/json"}
+                    self.c = self.open()
+                h = dict(self.srv.headers, Accept="application/json")
+                h["User-Agent"] = AGENT
                 if body is not None:
                     h["Content-Type"] = ctype
                     if not isinstance(body, bytes):
@@ -79,17 +214,22 @@ def parallel(n_threads, items, fn):
     out, lock = [], threading.Lock()
 
     def run():
-        c = Conn(PORT)
+        c = Conn(SRV)
         while True:
             try:
                 it = q.get_nowait()
             except queue.Empty:
                 return
-            r = fn(c, it)
+            try:
+                r = fn(c, it)
+            except Exception:
+                if STOPPING.is_set():
+                    return  # the run was stopped and the server went away
+                raise
             with lock:
                 out.append(r)
 
-    ths = [threading.Thread(target=run) for _ in range(n_threads)]
+    ths = [threading.Thread(target=run, daemon=True) for _ in range(n_threads)]
     for t in ths:
         t.start()
     for t in ths:
@@ -112,15 +252,6 @@ def agent_status(i, ts):
                                  "driverVersion": "470.82.01"}],
                        "caches": {"bench": node_entry(ts)},
                        "totalCaches": 1, "readyCaches": 1, "failedCaches": 0, "lastUpdated": ts}}
-
-
-def requests_since(c, seq):
-    st, body = c.req("POST", "/_test/requests", {"since": seq})
-    return json.loads(body)
-
-
-def request_seq(c):
-    return requests_since(c, 1 << 62)["next"]
 
 
 # ------------------------------------------------------------------ sharded
@@ -157,9 +288,9 @@ class CacheWatch(threading.Thread):
         self.curve = []
 
     def run(self):
-        c = http.client.HTTPConnection("127.0.0.1", PORT, timeout=600)
+        c = Conn(SRV, timeout=600).open()
         c.request("GET", GROUP + "/gkmcaches?watch=1&resourceVersion=%s" % self.rv,
-                  headers={"Accept": "application/json"})
+                  headers=dict(SRV.headers, Accept="application/json"))
         r = c.getresponse()
         while not self.done.is_set():
             line = r.readline()
@@ -181,18 +312,42 @@ class CacheWatch(threading.Thread):
                 self.done.set()
 
 
-def run_sharded(ks, n, threads, timeout):
-    c = Conn(PORT)
+def server_cpu(srv):
+    """CPU seconds of the server's processes, by name."""
+    return {k: cpu_s(p) for k, p in srv.pids().items()}
+
+
+def cpu_delta(a, b):
+    return {k: b[k] - a[k] for k in a}
+
+
+def server_peak_mib(srv):
+    """Peak RSS (VmHWM) of the server's processes together, MiB."""
+    return sum(memory(p)["VmHWM"] for p in srv.pids().values()) / 1024
+
+
+def counted(r, writes):
+    """Add the writes' tally, 409s, 422s and other refusals to the result r."""
+    by, codes = tally(writes)
+    r.update(writes_by=by, writes=len(writes), codes=codes,
+             conflicts=codes.get("409", 0), invalid=codes.get("422", 0),
+             other_errors=sum(v for c, v in codes.items() if not c.startswith("2") and c not in ("409", "422")))
+    return r
+
+
+def run_sharded(srv, n, threads, timeout):
+    c = Conn(srv)
     c.req("POST", "/api/v1/namespaces", {"apiVersion": "v1", "kind": "Namespace",
                                          "metadata": {"name": "gkm-system"}})
     t = time.monotonic()
     setup_nodes(n, threads)
     t_setup = time.monotonic() - t
     hport = free_port()
-    log = open(os.path.join(ks.dir, "operator.log"), "wb")
-    op = subprocess.Popen([GKM, "operator", "--kubeconfig", ks.kubeconfig, "--namespace", "gkm-system",
+    log = open(os.path.join(srv.dir, "operator.log"), "wb")
+    op = subprocess.Popen([GKM, "operator", "--kubeconfig", srv.kubeconfig, "--namespace", "gkm-system",
                            "--leader-elect", "false", "--health-listen", "127.0.0.1:%d" % hport,
-                           "--log-level", "warn"], stdout=log, stderr=subprocess.STDOUT)
+                           "--log-level", "warn"], stdout=log, stderr=subprocess.STDOUT,
+                          preexec_fn=die_with_parent)
     try:
         deadline = time.monotonic() + 60
         while time.monotonic() < deadline:
@@ -210,8 +365,8 @@ def run_sharded(ks, n, threads, timeout):
         w = CacheWatch(json.loads(body)["metadata"]["resourceVersion"], n)
         w.start()
         time.sleep(0.3)
-        seq0 = request_seq(c)
-        srv0, op0, me0 = cpu_s(ks.proc.pid), cpu_s(op.pid), time.process_time()
+        mark = srv.mark()
+        srv0, op0, me0 = server_cpu(srv), cpu_s(op.pid), time.process_time()
         writes = {}
 
         def agent(conn, i):
@@ -233,23 +388,23 @@ def run_sharded(ks, n, threads, timeout):
         t_agents = max(t for _, t in res)
         w.done.wait(max(1.0, timeout - (time.monotonic() - t0)))
         t_end = time.monotonic()
-        srv1, op1, me1 = cpu_s(ks.proc.pid), cpu_s(op.pid), time.process_time()
+        srv1, op1, me1 = server_cpu(srv), cpu_s(op.pid), time.process_time()
         time.sleep(0.5)  # a late write after done would still be counted
-        reqs = requests_since(c, seq0)["requests"]
-        op_writes = [r for r in reqs if r["method"] == "PATCH" and r["path"].endswith("/gkmcaches/bench/status")]
+        wr = srv.writes_since(mark)
+        op_writes = [r for r in wr if r["method"] == "PATCH" and r["path"].endswith("/gkmcaches/bench/status")]
         for code, _ in res:
             writes[code] = writes.get(code, 0) + 1
-        return {
-            "design": "sharded SSA + gkm operator", "n": n, "setup_s": t_setup,
+        cpu = cpu_delta(srv0, srv1)
+        return counted({
+            "design": "sharded SSA + gkm operator", "server": srv.name, "n": n, "setup_s": t_setup,
             "seconds": (w.t_done or t_end) - t0, "converged": w.t_done is not None,
             "agent_writes": len(res), "agent_codes": writes,
             "agents_done_s": t_agents - t0,
             "operator_writes": len(op_writes),
-            "conflicts": sum(1 for r in reqs if r["status"] == 409),
-            "requests": len(reqs),
-            "server_cpu_s": srv1 - srv0, "operator_cpu_s": op1 - op0, "client_cpu_s": me1 - me0,
+            "server_cpu_s": sum(cpu.values()), "etcd_cpu_s": cpu.get("etcd"),
+            "server_peak_mib": server_peak_mib(srv), "operator_cpu_s": op1 - op0, "client_cpu_s": me1 - me0,
             "curve": [(round(t - t0, 3), r) for t, r in w.curve],
-        }
+        }, wr)
     finally:
         op.terminate()
         op.wait(20)
@@ -258,15 +413,15 @@ def run_sharded(ks, n, threads, timeout):
 
 # ----------------------------------------------------------------- contrast
 
-def run_shared(ks, n, threads, limit, ssa):
-    c = Conn(PORT)
+def run_shared(srv, n, threads, limit, ssa):
+    c = Conn(srv)
     cm = "shared-status"
     base = "/api/v1/namespaces/%s/configmaps" % NS
     st, _ = c.req("POST", base, {"apiVersion": "v1", "kind": "ConfigMap",
                                  "metadata": {"name": cm, "namespace": NS}, "data": {}})
     assert st == 201, st
-    seq0 = request_seq(c)
-    srv0 = cpu_s(ks.proc.pid)
+    mark = srv.mark()
+    srv0 = server_cpu(srv)
     t0 = time.monotonic()
     stop = t0 + limit
 
@@ -296,38 +451,54 @@ def run_shared(ks, n, threads, limit, ssa):
 
     res = parallel(threads, range(n), apply if ssa else rmw)
     t1 = time.monotonic()
-    srv1 = cpu_s(ks.proc.pid)
-    reqs = requests_since(c, seq0)["requests"]
+    cpu = cpu_delta(srv0, server_cpu(srv))
+    wr = srv.writes_since(mark)
     done = sum(1 for _, ok in res if ok)
-    return {"design": "shared object, " + ("SSA per writer" if ssa else "read-modify-write"),
-            "n": n, "seconds": t1 - t0, "converged": done == n, "done": done,
-            "agent_writes": sum(1 for r in reqs if r["method"] in ("PUT", "PATCH") and r["status"] == 200),
-            "conflicts": sum(1 for r in reqs if r["status"] == 409),
-            "requests": len(reqs), "server_cpu_s": srv1 - srv0}
+    return counted({"design": "shared object, " + ("SSA per writer" if ssa else "read-modify-write"),
+                    "server": srv.name, "n": n, "seconds": t1 - t0, "converged": done == n, "done": done,
+                    "agent_writes": sum(1 for r in wr if r["status"] == 200 and r["userAgent"] == AGENT),
+                    "server_cpu_s": sum(cpu.values()), "etcd_cpu_s": cpu.get("etcd"),
+                    "server_peak_mib": server_peak_mib(srv)}, wr)
+
+
+def stop(*_):
+    STOPPING.set()
+    sys.exit(143)
 
 
 def main():
-    global PORT
+    global SRV
     ap = argparse.ArgumentParser()
     ap.add_argument("--nodes", type=int, default=100)
+    ap.add_argument("--server", choices=("test", "real"), default="test",
+                    help="the test API server, or kube-apiserver with etcd from GKM_KUBE_ASSETS")
     ap.add_argument("--threads", type=int, default=32)
     ap.add_argument("--design", choices=("sharded", "rmw", "ssa-shared"), default="sharded")
     ap.add_argument("--contrast-limit", type=float, default=60.0,
                     help="stop a shared-object run after this many seconds")
     ap.add_argument("--timeout", type=float, default=120.0)
     a = ap.parse_args()
-    ks = KubeServer(tls=False, token=None).start()
-    PORT = ks.port
+    if a.server == "real" and unavailable():
+        print("convergence: no real API server: %s" % unavailable(), file=sys.stderr)
+        return 2
+    # SIGTERM (the bench's time limit) unwinds: the operator and the servers stop
+    signal.signal(signal.SIGTERM, stop)
+    t = time.monotonic()
+    SRV = RealServer() if a.server == "real" else TestServer()
+    start_s = time.monotonic() - t
     try:
         if a.design == "sharded":
-            r = run_sharded(ks, a.nodes, a.threads, a.timeout)
+            r = run_sharded(SRV, a.nodes, a.threads, a.timeout)
         else:
-            r = run_shared(ks, a.nodes, a.threads, a.contrast_limit, a.design == "ssa-shared")
+            r = run_shared(SRV, a.nodes, a.threads, a.contrast_limit, a.design == "ssa-shared")
+        r["server_start_s"] = start_s
         print(json.dumps(r))
     finally:
-        ks.cleanup()
+        SRV.stop()
+    return 0
 
 
-PORT = 0
+SRV = None
+STOPPING = threading.Event()
 if __name__ == "__main__":
-    main()
+    sys.exit(main())
