@@ -813,7 +813,7 @@ static struct status_job *status_job_for(struct agent *a, struct nodeobj *n)
 	cJSON_AddItemToObject(status, "gpus",
 	                      groups ? cJSON_Duplicate(groups, 1) : cJSON_CreateArray());
 	cJSON *caches = cJSON_AddObjectToObject(status, "caches");
-	unsigned total = 0, ready = 0, failed = 0;
+	unsigned total = 0, ready = 0, failed = 0, incompatible = 0;
 	for (struct cache *c = a->caches; c; c = c->next) {
 		if (!c->entry || strcmp(c->ns, n->ns) != 0)
 			continue;
@@ -821,12 +821,14 @@ static struct status_job *status_job_for(struct agent *a, struct nodeobj *n)
 		const char *state = obj_str(c->entry, "state");
 		total++;
 		ready += !strcmp(state, "Ready");
-		failed += !strcmp(state, "Failed") || !strcmp(state, "Incompatible");
+		failed += !strcmp(state, "Failed");
+		incompatible += !strcmp(state, "Incompatible"); /* not a failure */
 	}
 	/* the counts `kubectl get gkmcn` prints */
 	cJSON_AddNumberToObject(status, "totalCaches", total);
 	cJSON_AddNumberToObject(status, "readyCaches", ready);
 	cJSON_AddNumberToObject(status, "failedCaches", failed);
+	cJSON_AddNumberToObject(status, "incompatibleCaches", incompatible);
 	char now[32];
 	obj_now(now, sizeof(now));
 	cJSON_AddStringToObject(status, "lastUpdated", now);

@@ -292,8 +292,8 @@ static void print_table(const struct kind_info *k, const cJSON *items, bool show
 	if (show_ns)
 		printf("%-16s ", "NAMESPACE");
 	if (cache)
-		printf("%-24s %-22s %-9s %-7s %-7s %-7s %s\n", "NAME", "DIGEST", "VERIFIED",
-		       "READY", "NODES", "FAILED", "AGE");
+		printf("%-24s %-22s %-9s %-7s %-7s %-7s %-13s %s\n", "NAME", "DIGEST", "VERIFIED",
+		       "READY", "NODES", "FAILED", "INCOMPATIBLE", "AGE");
 	else
 		printf("%-24s %-16s %-6s %-7s %s\n", "NAME", "NODE", "GPUS", "CACHES", "AGE");
 	cJSON_ArrayForEach(o, items)
@@ -307,12 +307,13 @@ static void print_table(const struct kind_info *k, const cJSON *items, bool show
 			char d[32];
 			snprintf(d, sizeof(d), "%.19s%s", digest, strlen(digest) > 19 ? "..." : "");
 			const char *verified = condition_status(o, "Verified");
-			printf(
-			    "%-24s %-22s %-9s %-7s %d/%-5d %-7d %s\n", obj_str(o, "metadata.name"),
-			    *d ? d : "<none>", *verified ? verified : "Unknown",
-			    *condition_status(o, "Ready") ? condition_status(o, "Ready") : "False",
-			    status_int(o, "readyNodes"), status_int(o, "totalNodes"),
-			    status_int(o, "failedNodes"), a);
+			printf("%-24s %-22s %-9s %-7s %d/%-5d %-7d %-13d %s\n",
+			       obj_str(o, "metadata.name"), *d ? d : "<none>",
+			       *verified ? verified : "Unknown",
+			       *condition_status(o, "Ready") ? condition_status(o, "Ready")
+			                                     : "False",
+			       status_int(o, "readyNodes"), status_int(o, "totalNodes"),
+			       status_int(o, "failedNodes"), status_int(o, "incompatibleNodes"), a);
 		} else {
 			const cJSON *st = cJSON_GetObjectItemCaseSensitive(o, "status");
 			printf("%-24s %-16s %-6d %-7d %s\n", obj_str(o, "metadata.name"),

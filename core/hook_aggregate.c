@@ -38,6 +38,32 @@ static int check_condition(const cJSON *c, char *err, size_t errlen)
 	return 0;
 }
 
+/* reason -> node names (failedNodeConditions, incompatibleNodeConditions);
+ * absent or empty is fine. */
+static int check_reason_map(const cJSON *r, const char *name, char *err, size_t errlen)
+{
+	const cJSON *map = cJSON_GetObjectItemCaseSensitive(r, name), *reason, *n;
+	if (map && !cJSON_IsObject(map) && !(cJSON_IsArray(map) && !map->child)) {
+		snprintf(err, errlen, "'%s' must map reasons to nodes", name);
+		return -1;
+	}
+	cJSON_ArrayForEach(reason, map)
+	{
+		if (!reason->string || !policy_check_reason(reason->string) ||
+		    !cJSON_IsArray(reason)) {
+			snprintf(err, errlen,
+			         "'%s' must map CamelCase reasons to lists of node names", name);
+			return -1;
+		}
+		cJSON_ArrayForEach(n, reason)
+		{
+			if (!cJSON_IsString(n))
+				return policy_check_fail(err, errlen, "node names must be strings");
+		}
+	}
+	return 0;
+}
+
 static int validate_aggregate(const cJSON *r, char *err, size_t errlen)
 {
 	static const char *const counts[] = {"totalNodes", "readyNodes", "failedNodes",
@@ -59,23 +85,13 @@ static int validate_aggregate(const cJSON *r, char *err, size_t errlen)
 		if (check_condition(c, err, errlen) != 0)
 			return -1;
 	}
-	const cJSON *fnc = cJSON_GetObjectItemCaseSensitive(r, "failedNodeConditions"), *reason, *n;
-	if (fnc && !cJSON_IsObject(fnc) && !cJSON_IsArray(fnc))
-		return policy_check_fail(err, errlen,
-		                         "'failedNodeConditions' must map reasons to nodes");
-	cJSON_ArrayForEach(reason, fnc)
-	{
-		if (!reason->string || !policy_check_reason(reason->string) ||
-		    !cJSON_IsArray(reason))
-			return policy_check_fail(err, errlen,
-			                         "'failedNodeConditions' must map CamelCase "
-			                         "reasons to lists of node names");
-		cJSON_ArrayForEach(n, reason)
-		{
-			if (!cJSON_IsString(n))
-				return policy_check_fail(err, errlen, "node names must be strings");
-		}
-	}
+	/* optional: policies written before it keep working */
+	if (cJSON_GetObjectItemCaseSensitive(r, "incompatibleNodes") &&
+	    count_field(r, "incompatibleNodes", err, errlen) != 0)
+		return -1;
+	if (check_reason_map(r, "failedNodeConditions", err, errlen) != 0 ||
+	    check_reason_map(r, "incompatibleNodeConditions", err, errlen) != 0)
+		return -1;
 	return 0;
 }
 

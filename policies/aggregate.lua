@@ -18,12 +18,18 @@
 --
 -- Output: the status to apply:
 --   { resolvedDigest, totalNodes, readyNodes, failedNodes, incompatibleNodes,
---     failedNodeConditions = { Reason = { "node-1", ... } }, podsUsing,
+--     failedNodeConditions = { Reason = { "node-1", ... } },       -- Failed nodes
+--     incompatibleNodeConditions = { Reason = { "node-2", ... } }, -- Incompatible nodes
+--     podsUsing,
 --     counts = { nodeCnt, nodeInUseCnt, nodeNotInUseCnt, nodeErrorCnt, podRunningCnt },
 --     conditions = { {type, status, reason, message, lastTransitionTime, observedGeneration} },
 --     lastUpdated }
 -- Node entry states written by the agent: Pending, Pulling, Ready, Incompatible,
--- Failed, Deleting. A node entry lists the pods that mount the cache
+-- Failed, Deleting. Incompatible is not a failure: a node without a GPU the
+-- cache was built for is counted apart (incompatibleNodes), never in
+-- failedNodes, nodeErrorCnt or the Error condition. An empty reason map may
+-- be returned: the operator leaves empty maps out of the status it applies.
+-- A node entry lists the pods that mount the cache
 -- (pods = { { podName, podNamespace, podUID, volumeId } }).
 local M = {}
 
@@ -83,7 +89,7 @@ function M.evaluate(input)
   local digest = type(input.digest) == "string" and input.digest or ""
 
   local total, ready, failed, incompatible, progressing, pods, in_use = 0, 0, 0, 0, 0, 0, 0
-  local by_reason, failed_names, waiting = {}, {}, {}
+  local by_reason, incompatible_by_reason, failed_names, waiting = {}, {}, {}, {}
   for _, n in ipairs(nodes) do
     if type(n) == "table" and type(n.name) == "string" then
       total = total + 1
@@ -103,8 +109,8 @@ function M.evaluate(input)
       elseif state == "Incompatible" then
         incompatible = incompatible + 1
         local reason = e.reason or "NoCompatibleGPU"
-        by_reason[reason] = by_reason[reason] or {}
-        table.insert(by_reason[reason], n.name)
+        incompatible_by_reason[reason] = incompatible_by_reason[reason] or {}
+        table.insert(incompatible_by_reason[reason], n.name)
       elseif state == "Failed" then
         failed = failed + 1
         local reason = e.reason or "Failed"
@@ -118,6 +124,9 @@ function M.evaluate(input)
     end
   end
   for _, names in pairs(by_reason) do
+    table.sort(names)
+  end
+  for _, names in pairs(incompatible_by_reason) do
     table.sort(names)
   end
 
@@ -184,20 +193,25 @@ function M.evaluate(input)
     conds[#conds + 1] = condition(previous, now, generation, "Error", "True", "NodesFailed",
       list_nodes(failed_names))
   else
-    conds[#conds + 1] = condition(previous, now, generation, "Error", "False", "NoErrors", "no node failed")
+    local msg = "no node failed"
+    if incompatible > 0 then
+      msg = msg .. string.format("; %d without a compatible GPU (not a failure)", incompatible)
+    end
+    conds[#conds + 1] = condition(previous, now, generation, "Error", "False", "NoErrors", msg)
   end
 
   return {
     resolvedDigest = digest,
     totalNodes = total,
     readyNodes = ready,
-    failedNodes = failed + incompatible,
+    failedNodes = failed,
     incompatibleNodes = incompatible,
     failedNodeConditions = by_reason,
+    incompatibleNodeConditions = incompatible_by_reason,
     podsUsing = pods,
     -- the CRD's usage counts (the Pods printer column reads podRunningCnt)
     counts = { nodeCnt = total, nodeInUseCnt = in_use, nodeNotInUseCnt = ready - in_use,
-               nodeErrorCnt = failed + incompatible, podRunningCnt = pods },
+               nodeErrorCnt = failed, podRunningCnt = pods },
     conditions = conds,
     lastUpdated = now,
   }

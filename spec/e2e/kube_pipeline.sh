@@ -218,10 +218,10 @@ ok $? "vector-add becomes ready on the two nodes with a T4"
 
 S=$(json gkmc vector-add)
 pyo() { printf '%s' "$S" | py "import json,sys; o=json.load(sys.stdin); $1"; }
-pyo "s=o['status']; assert (s['totalNodes'], s['readyNodes'], s['failedNodes']) == (3, 2, 1), s"
-ok $? "status: totalNodes 3, readyNodes 2, failedNodes 1"
-pyo "s=o['status']; assert s['failedNodeConditions'] == {'BackendMismatch': ['node-2']}, s['failedNodeConditions']"
-ok $? "status: failedNodeConditions groups node-2 under BackendMismatch"
+pyo "s=o['status']; assert (s['totalNodes'], s['readyNodes'], s['failedNodes'], s['incompatibleNodes']) == (3, 2, 0, 1), s"
+ok $? "status: totalNodes 3, readyNodes 2, failedNodes 0, incompatibleNodes 1"
+pyo "s=o['status']; assert s['incompatibleNodeConditions'] == {'BackendMismatch': ['node-2']} and 'failedNodeConditions' not in s, s"
+ok $? "status: incompatibleNodeConditions groups node-2 under BackendMismatch; no failedNodeConditions"
 pyo "
 c = {c['type']: c for c in o['status']['conditions']}
 assert c['Verified']['status'] == 'True' and c['Verified']['reason'] == 'SignatureVerified', c['Verified']
@@ -288,12 +288,12 @@ cmp -s "$V1/data/io.triton.cache/5W7KJQDTJCL4UGPMKKCS7TEEPZKSWOY4774SZQ6674FWSXG
 ok $? "node-1's view holds the packaged kernel byte for byte; node-2 pulled nothing"
 
 kubectl get gkmc >"$W/get" 2>&1
-grep -qE "^vector-add +${CUDA_DIGEST} +True +2 +3 +1 +Ready +[0-9]+s" "$W/get" &&
-	head -1 "$W/get" | grep -qE '^NAME +DIGEST +VERIFIED +READY-NODES +TOTAL-NODES +FAILED-NODES +STATUS +AGE$'
-ok $? "kubectl get gkmc: digest, Verified True, 2 ready of 3, 1 failed, Ready" || sed 's/^/#   /' "$W/get"
+grep -qE "^vector-add +${CUDA_DIGEST} +True +2 +3 +0 +1 +Ready +[0-9]+s" "$W/get" &&
+	head -1 "$W/get" | grep -qE '^NAME +DIGEST +VERIFIED +READY-NODES +TOTAL-NODES +FAILED-NODES +INCOMPATIBLE-NODES +STATUS +AGE$'
+ok $? "kubectl get gkmc: digest, Verified True, 2 ready of 3, none failed, 1 incompatible, Ready" || sed 's/^/#   /' "$W/get"
 kubectl get gkmcn -n default >"$W/get" 2>&1
-grep -qE '^node-1 +node-1 +Tesla T4 +1 +1 +0 ' "$W/get" && grep -qE '^node-2 +node-2 +AMD Instinct MI210 +0 +1 +1 ' "$W/get"
-ok $? "kubectl get gkmcn: GPU, caches ready / total / failed per node" || sed 's/^/#   /' "$W/get"
+grep -qE '^node-1 +node-1 +Tesla T4 +1 +1 +0 +0 ' "$W/get" && grep -qE '^node-2 +node-2 +AMD Instinct MI210 +0 +1 +0 +1 ' "$W/get"
+ok $? "kubectl get gkmcn: GPU, caches ready / total / failed / incompatible per node" || sed 's/^/#   /' "$W/get"
 described() { kubectl describe "$@" 2>&1 | grep -q "$DESCRIBED"; }
 DESCRIBED=CacheReady wait_for 10 described gkmc vector-add
 kubectl describe gkmc vector-add >"$W/describe" 2>&1
@@ -325,8 +325,8 @@ S=$(json cgkmc rocm)
 pyo "
 s = o['status']
 assert s['resolvedDigest'] == '$(digest_of caches/rocm:v1)', s
-assert (s['totalNodes'], s['readyNodes'], s['failedNodes']) == (3, 2, 1), s
-assert s['failedNodeConditions'] == {'BackendMismatch': ['node-1']}, s
+assert (s['totalNodes'], s['readyNodes'], s['failedNodes'], s['incompatibleNodes']) == (3, 2, 0, 1), s
+assert s['incompatibleNodeConditions'] == {'BackendMismatch': ['node-1']}, s
 c = {c['type']: c for c in s['conditions']}
 assert (c['Verified']['status'], c['Verified']['reason']) == ('False', 'VerificationDisabled'), c
 assert c['Ready']['status'] == 'True'"
@@ -339,7 +339,7 @@ ok $? "ClusterGKMCacheNode node-3: the MI210s (1, 2) compatible, the T4 (0) not"
 	is "Incompatible BackendMismatch" record "$W/n1/root/caches/_cluster/rocm"
 ok $? "cluster-scoped views under caches/_cluster on the nodes that can use them; node-1's record says why not"
 kubectl get cgkmc >"$W/get" 2>&1
-grep -qE '^rocm +sha256:[0-9a-f]{64} +False +2 +3 +1 +Ready ' "$W/get"
+grep -qE '^rocm +sha256:[0-9a-f]{64} +False +2 +3 +0 +1 +Ready ' "$W/get"
 ok $? "kubectl get cgkmc: Verified False, 2 ready of 3" || sed 's/^/#   /' "$W/get"
 kubectl describe cgkmc rocm >"$W/describe" 2>&1
 grep -qE 'Warning +VerificationDisabled +.* gkm-operator' "$W/describe"

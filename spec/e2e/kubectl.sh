@@ -97,7 +97,7 @@ EOF
 NS=gkm-test-ns-scoped-1
 C=vector-add-cache-rocm-v2
 same "get gkmc before any status" kubectl get gkmc -n $NS <<'EOF'
-NAME DIGEST VERIFIED READY-NODES TOTAL-NODES FAILED-NODES STATUS AGE
+NAME DIGEST VERIFIED READY-NODES TOTAL-NODES FAILED-NODES INCOMPATIBLE-NODES STATUS AGE
 vector-add-cache-rocm-v2 <age>
 EOF
 
@@ -105,8 +105,8 @@ EOF
 D=sha256:0a1b2c3d4e5f60718293a4b5c6d7e8f90a1b2c3d4e5f60718293a4b5c6d7e8f9
 T=$(now)
 cat >"$W/status.json" <<EOF
-{"status": {"resolvedDigest": "$D", "totalNodes": 3, "readyNodes": 2, "failedNodes": 1,
- "failedNodeConditions": {"Incompatible": ["node-3"]},
+{"status": {"resolvedDigest": "$D", "totalNodes": 3, "readyNodes": 2, "failedNodes": 0,
+ "incompatibleNodes": 1, "incompatibleNodeConditions": {"BackendMismatch": ["node-3"]},
  "conditions": [
   {"type": "Verified", "status": "True", "reason": "SignatureVerified", "message": "cosign signature verified", "lastTransitionTime": "$T"},
   {"type": "Ready", "status": "True", "reason": "Ready", "message": "ready on 2 of 3 nodes", "lastTransitionTime": "$T"}],
@@ -115,21 +115,21 @@ cat >"$W/status.json" <<EOF
 EOF
 has "patch --subresource=status" "patched" kubectl patch gkmc -n $NS $C --subresource=status --type=merge \
 	--patch-file "$W/status.json"
-same "get gkmc: digest, verified, ready/total/failed nodes, status, age" kubectl get gkmc -n $NS <<EOF
-NAME DIGEST VERIFIED READY-NODES TOTAL-NODES FAILED-NODES STATUS AGE
-vector-add-cache-rocm-v2 $D True 2 3 1 Ready <age>
+same "get gkmc: digest, verified, ready/total/failed/incompatible nodes, status, age" kubectl get gkmc -n $NS <<EOF
+NAME DIGEST VERIFIED READY-NODES TOTAL-NODES FAILED-NODES INCOMPATIBLE-NODES STATUS AGE
+vector-add-cache-rocm-v2 $D True 2 3 0 1 Ready <age>
 EOF
 same "get gkmc -o wide adds image, pods and last update" kubectl get gkmc -n $NS -o wide <<EOF
-NAME DIGEST VERIFIED READY-NODES TOTAL-NODES FAILED-NODES STATUS AGE IMAGE PODS LAST-UPDATED
-vector-add-cache-rocm-v2 $D True 2 3 1 Ready <age> quay.io/gkm/cache-examples:vector-add-cache-rocm-v2 4 <age>
+NAME DIGEST VERIFIED READY-NODES TOTAL-NODES FAILED-NODES INCOMPATIBLE-NODES STATUS AGE IMAGE PODS LAST-UPDATED
+vector-add-cache-rocm-v2 $D True 2 3 0 1 Ready <age> quay.io/gkm/cache-examples:vector-add-cache-rocm-v2 4 <age>
 EOF
 same "get cgkmc (cluster scoped)" kubectl get cgkmc <<'EOF'
-NAME DIGEST VERIFIED READY-NODES TOTAL-NODES FAILED-NODES STATUS AGE
+NAME DIGEST VERIFIED READY-NODES TOTAL-NODES FAILED-NODES INCOMPATIBLE-NODES STATUS AGE
 vector-add-cache-rocm-v2 <age>
 EOF
 same "get gkmc -A" kubectl get gkmc -A <<EOF
-NAMESPACE NAME DIGEST VERIFIED READY-NODES TOTAL-NODES FAILED-NODES STATUS AGE
-gkm-test-ns-scoped-1 vector-add-cache-rocm-v2 $D True 2 3 1 Ready <age>
+NAMESPACE NAME DIGEST VERIFIED READY-NODES TOTAL-NODES FAILED-NODES INCOMPATIBLE-NODES STATUS AGE
+gkm-test-ns-scoped-1 vector-add-cache-rocm-v2 $D True 2 3 0 1 Ready <age>
 EOF
 same "status writes leave generation alone" kubectl get gkmc -n $NS $C -o 'jsonpath={.metadata.generation}' <<'EOF'
 1
@@ -161,10 +161,11 @@ status:
  type: Ready
  counts:
  podRunningCnt: 4
- failedNodeConditions:
- Incompatible:
+ failedNodes: 0
+ incompatibleNodeConditions:
+ BackendMismatch:
  - node-3
- failedNodes: 1
+ incompatibleNodes: 1
  lastUpdated: "<time>"
  readyNodes: 2
  resolvedDigest: $D
@@ -253,10 +254,11 @@ Status:
  Type: Ready
  Counts:
  Pod Running Cnt: 4
- Failed Node Conditions:
- Incompatible:
+ Failed Nodes: 0
+ Incompatible Node Conditions:
+ Backend Mismatch:
  node-3
- Failed Nodes: 1
+ Incompatible Nodes: 1
  Last Updated: <time>
  Ready Nodes: 2
  Resolved Digest: $D
@@ -325,16 +327,16 @@ cat >"$W/gkmcn-status.json" <<EOF
  "caches": {"$C": {"digest": "$D", "state": "Ready", "compatibleGPUs": [{"ids": [0, 1]}],
    "pods": [{"podName": "gkm-test-pod-1", "podNamespace": "$NS", "volumeId": "csi-0123"}],
    "lastUpdated": "$T"}},
- "totalCaches": 1, "readyCaches": 1, "failedCaches": 0, "lastUpdated": "$T"}}
+ "totalCaches": 1, "readyCaches": 1, "failedCaches": 0, "incompatibleCaches": 0, "lastUpdated": "$T"}}
 EOF
 same "apply a GKMCacheNode owned by its Node" kubectl apply --server-side -f "$W/gkmcn.yaml" <<'EOF'
 gkmcachenode.gkm.io/node-1 serverside-applied
 EOF
 has "its status through the subresource" patched kubectl patch gkmcn -n $NS node-1 --subresource=status \
 	--type=merge --patch-file "$W/gkmcn-status.json"
-same "get gkmcn: node, GPU, caches ready/total/failed" kubectl get gkmcn -n $NS <<'EOF'
-NAME NODE GPU CACHES-READY CACHES-TOTAL CACHES-FAILED AGE
-node-1 node-1 AMD Instinct MI210 1 1 0 <age>
+same "get gkmcn: node, GPU, caches ready/total/failed/incompatible" kubectl get gkmcn -n $NS <<'EOF'
+NAME NODE GPU CACHES-READY CACHES-TOTAL CACHES-FAILED CACHES-INCOMPATIBLE AGE
+node-1 node-1 AMD Instinct MI210 1 1 0 0 <age>
 EOF
 same "get gkmcn -l gkm.io/node=node-1 (the node label)" \
 	kubectl get gkmcn -n $NS -l gkm.io/node=node-1 -o name <<'EOF'

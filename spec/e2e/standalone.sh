@@ -75,8 +75,9 @@ wait_for 30 is 1 field gkmc vector-add default "o['status']['readyNodes']"
 ok $? "the signed cache becomes ready on the node"
 
 $G get --state "$S" gkmc >"$W/get" 2>&1
-grep -qE '^vector-add +sha256:[0-9a-f]{12}\.\.\. +True +True +1/1 +0 ' "$W/get"
-ok $? "gkm get gkmc: digest, Verified True, Ready True, 1/1 nodes" || sed 's/^/#   /' "$W/get"
+grep -qE '^vector-add +sha256:[0-9a-f]{12}\.\.\. +True +True +1/1 +0 +0 ' "$W/get" &&
+	head -1 "$W/get" | grep -qE '^NAME +DIGEST +VERIFIED +READY +NODES +FAILED +INCOMPATIBLE +AGE$'
+ok $? "gkm get gkmc: digest, Verified True, Ready True, 1/1 nodes, 0 failed, 0 incompatible" || sed 's/^/#   /' "$W/get"
 [ "$(field gkmc vector-add default "[c['reason'] for c in o['status']['conditions'] if c['type']=='Verified'][0]")" = VerifiedOnNodes ]
 ok $? "Verified says the node checked the signature"
 DIGEST=$(field gkmc vector-add default "o['status']['resolvedDigest']")

@@ -137,7 +137,6 @@ FIELD_NOTES = {
     "status.caches.<key>.lastUpdated": "When this entry last changed.",
     "status.totalCaches": "Caches the node reports on.",
     "status.readyCaches": "Caches Ready on the node.",
-    "status.failedCaches": "Caches Failed or Incompatible on the node.",
 }
 
 

@@ -37,14 +37,41 @@ describe('aggregate policy', function()
     })
     assert.are.equal(3, r.totalNodes)
     assert.are.equal(2, r.readyNodes)
-    assert.are.equal(1, r.failedNodes)
-    assert.are.same({ ArchitectureMismatch = { 'n3' } }, r.failedNodeConditions)
     local ready = cond(r, 'Ready')
     assert.are.equal('True', ready.status)
     assert.truthy(ready.message:find('ready on 2 of 3 nodes; 1 without a compatible GPU', 1, true), ready.message)
     assert.are.equal('True', cond(r, 'Verified').status)
     assert.are.equal('False', cond(r, 'Progressing').status)
     assert.are.equal(2, ready.observedGeneration)
+  end)
+
+  it('counts a node without a compatible GPU as incompatible, not failed', function()
+    local r = aggregate({
+      { name = 'n1', entry = entry('Ready') },
+      { name = 'n3', entry = entry('Incompatible', 'ArchitectureMismatch', 'sm_75 cache on sm_90') },
+      { name = 'n2', entry = entry('Incompatible', 'BackendMismatch', 'cuda cache on hip') },
+    })
+    assert.are.equal(0, r.failedNodes)
+    assert.are.equal(2, r.incompatibleNodes)
+    assert.are.equal(0, r.counts.nodeErrorCnt)
+    assert.are.same({}, r.failedNodeConditions)
+    assert.are.same({ ArchitectureMismatch = { 'n3' }, BackendMismatch = { 'n2' } }, r.incompatibleNodeConditions)
+    local err = cond(r, 'Error')
+    assert.are.equal('False', err.status)
+    assert.are.equal('no node failed; 2 without a compatible GPU (not a failure)', err.message)
+    assert.are.equal('True', cond(r, 'Ready').status)
+  end)
+
+  it('keeps the Error condition in step with the failed count', function()
+    local r = aggregate({
+      { name = 'n1', entry = entry('Failed', 'PullFailed', 'registry timed out') },
+      { name = 'n2', entry = entry('Incompatible', 'BackendMismatch', 'x') },
+    })
+    assert.are.equal(1, r.failedNodes)
+    assert.are.equal(1, r.incompatibleNodes)
+    assert.are.same({ PullFailed = { 'n1' } }, r.failedNodeConditions)
+    assert.are.equal('True', cond(r, 'Error').status)
+    assert.are.equal('n1: registry timed out', cond(r, 'Error').message)
   end)
 
   it('groups failed nodes by reason and raises Error', function()
