@@ -1341,8 +1341,7 @@ int kube_client_delete(struct kube_client *c, const struct kube_resource *r, con
 	return rc;
 }
 
-/* RFC 1123 subdomain: what an Event's name must be. */
-static bool dns_subdomain(const char *s)
+bool kube_valid_subdomain(const char *s)
 {
 	size_t n = strlen(s);
 	if (n == 0 || n > 253)
@@ -1404,11 +1403,11 @@ int kube_event_build(const struct kube_event *ev, cJSON **out, struct kube_error
 	char evname[254], suffix[24];
 	snprintf(suffix, sizeof(suffix), ".%llx", nanos);
 	size_t maxprefix = sizeof(evname) - 1 - strlen(suffix);
-	if (dns_subdomain(name))
+	if (kube_valid_subdomain(name))
 		snprintf(evname, sizeof(evname), "%.*s%s", (int)maxprefix, name, suffix);
 	else
 		snprintf(evname, sizeof(evname), "gkm%s", suffix);
-	if (!dns_subdomain(evname)) /* the truncation ended on '.' or '-' */
+	if (!kube_valid_subdomain(evname)) /* the truncation ended on '.' or '-' */
 		snprintf(evname, sizeof(evname), "gkm%s", suffix);
 	char msg[1025];
 	snprintf(msg, sizeof(msg), "%s", ev->message ? ev->message : "");

@@ -256,6 +256,10 @@ void kube_text_excerpt(char *dst, size_t dlen, const char *s, size_t n);
 
 /* Helpers on objects. */
 const char *kube_obj_str(const cJSON *obj, const char *section, const char *field);
+/* An RFC 1123 subdomain as the API server checks object names: at most 253
+ * characters, dot-separated parts of [a-z0-9-] that start and end with an
+ * alphanumeric (a part may be longer than 63). */
+bool kube_valid_subdomain(const char *s);
 #define kube_obj_name(o) kube_obj_str((o), "metadata", "name")
 #define kube_obj_namespace(o) kube_obj_str((o), "metadata", "namespace")
 #define kube_obj_rv(o) kube_obj_str((o), "metadata", "resourceVersion")
