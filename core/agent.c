@@ -27,6 +27,8 @@
 #define STATUS_BACKOFF_MAX_MS 60000
 /* image configurations read at once (small requests); pulls: --max-pulls */
 #define FETCH_SLOTS 4
+/* how often the usage files of the CSI plugin are checked for changes */
+#define USAGE_POLL_MS 1000
 
 enum image_state { IMG_UNKNOWN = 0, IMG_FETCHING, IMG_READY };
 
@@ -77,6 +79,7 @@ struct cache {
 	enum record_state record; /* what this agent last wrote to ready.json */
 	cJSON *entry;             /* last node status entry, NULL if none */
 	bool extracted;           /* a pull of this cache extracted digest: its link is no hit */
+	struct cache_view_usage_stamp usage_seen; /* the usage file the usage pass last saw */
 };
 
 /* One node object: ClusterGKMCacheNode (ns "") or GKMCacheNode in ns. */
@@ -103,7 +106,7 @@ struct agent {
 	struct cache *caches;
 	struct nodeobj *nodeobjs;
 	cJSON *gpus; /* the probe JSON ({"gpus": [...], "groups": [...]}) */
-	uint64_t kick_timer, resync_timer, probe_timer, status_timer, sched_timer;
+	uint64_t kick_timer, resync_timer, probe_timer, status_timer, sched_timer, usage_timer;
 	uint64_t sched_at;  /* when sched_timer fires (loop ms) */
 	uint64_t status_at; /* when status_timer fires (loop ms) */
 	uint64_t seed;      /* for backoff jitter */
@@ -1450,6 +1453,28 @@ static void resync_tick(struct loop *l, void *ud)
 	a->resync_timer = loop_add_timer(l, (uint64_t)a->o.resync_s * 1000, resync_tick, a);
 }
 
+/* The CSI plugin rewrites a cache's usage file as the kubelet publishes and
+ * unpublishes volumes. One stat per cache each USAGE_POLL_MS brings a change
+ * into node status (and releases a deleted cache's last use) at once, not at
+ * the next resync. */
+static void usage_tick(struct loop *l, void *ud)
+{
+	struct agent *a = ud;
+	bool changed = false;
+	for (struct cache *c = a->caches; c; c = c->next) {
+		struct cache_view_usage_stamp st;
+		if (cache_view_usage_stamp(a->run_dir, c->ns, c->name, &st) != 0 ||
+		    memcmp(&st, &c->usage_seen, sizeof(st)) == 0)
+			continue;
+		c->usage_seen = st;
+		kube_workqueue_add(a->queue, c->key);
+		changed = true;
+	}
+	if (changed)
+		kick(a);
+	a->usage_timer = loop_add_timer(l, USAGE_POLL_MS, usage_tick, a);
+}
+
 /* New policies may change what a permanent failure was about (a trusted
  * key, an allowed unsigned image): each gets one more try. */
 void agent_policies_changed(struct agent *a)
@@ -1544,6 +1569,7 @@ int agent_start(struct loop *l, struct workers *w, struct objstore *os,
 	agent_reprobe(a);
 	a->probe_timer = loop_add_timer(l, (uint64_t)a->o.reprobe_s * 1000, probe_tick, a);
 	a->resync_timer = loop_add_timer(l, (uint64_t)a->o.resync_s * 1000, resync_tick, a);
+	a->usage_timer = loop_add_timer(l, USAGE_POLL_MS, usage_tick, a);
 	struct objstore_watch ns_w = {.api_version = GKM_API_VERSION,
 	                              .kind = "GKMCache",
 	                              .on_event = on_cache_event,
@@ -1592,6 +1618,8 @@ void agent_stop(struct agent *a)
 		loop_cancel_timer(a->loop, a->kick_timer);
 	if (a->resync_timer)
 		loop_cancel_timer(a->loop, a->resync_timer);
+	if (a->usage_timer)
+		loop_cancel_timer(a->loop, a->usage_timer);
 	if (a->probe_timer)
 		loop_cancel_timer(a->loop, a->probe_timer);
 	if (a->status_timer)

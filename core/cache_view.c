@@ -846,6 +846,29 @@ int cache_view_usage_remove(const char *run_dir, const char *ns, const char *nam
 	return usage_update(run_dir, ns, name, volume_id, NULL);
 }
 
+int cache_view_usage_stamp(const char *run_dir, const char *ns, const char *name,
+                           struct cache_view_usage_stamp *out)
+{
+	char dir[PATH_MAX], path[PATH_MAX];
+	struct stat st;
+	int rc = cache_view_dir(dir, sizeof(dir), run_dir, "usage", ns, name);
+	if (rc == 0)
+		rc = fmt_path(path, sizeof(path), "%s/%s", dir, CACHE_VIEW_USAGE);
+	if (rc)
+		return rc;
+	if (stat(path, &st) != 0) {
+		if (errno != ENOENT)
+			return -errno;
+		memset(&st, 0, sizeof(st));
+	}
+	*out = (struct cache_view_usage_stamp){
+	    .dev = (uint64_t)st.st_dev,
+	    .ino = (uint64_t)st.st_ino,
+	    .mtime_ns = (uint64_t)st.st_mtim.tv_sec * 1000000000u + (uint64_t)st.st_mtim.tv_nsec,
+	    .size = (uint64_t)st.st_size};
+	return 0;
+}
+
 int cache_view_in_use(const char *run_dir, const char *ns, const char *name, size_t *pods)
 {
 	struct cache_view_usage u;

@@ -196,6 +196,16 @@ __attribute__((warn_unused_result)) int cache_view_usage_remove(const char *run_
                                                                 const char *name,
                                                                 const char *volume_id);
 
+/* Which version of (ns, name)'s usage file is there now: writers replace the
+ * file whole (a new inode each time), so a different stamp means it was
+ * written since. All zero when there is no file. One stat, nothing parsed. */
+struct cache_view_usage_stamp {
+	uint64_t dev, ino, mtime_ns, size;
+};
+__attribute__((warn_unused_result)) int cache_view_usage_stamp(const char *run_dir, const char *ns,
+                                                               const char *name,
+                                                               struct cache_view_usage_stamp *out);
+
 /* In-use guard: number of pods using (ns, name) on this node. */
 __attribute__((warn_unused_result)) int cache_view_in_use(const char *run_dir, const char *ns,
                                                           const char *name, size_t *pods);

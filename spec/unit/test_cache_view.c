@@ -434,10 +434,23 @@ static void test_usage(void **state)
 	assert_int_equal(cache_view_in_use(run, "team", "c1", &n), 0);
 	assert_int_equal(n, 0);
 
+	/* every write of the file changes its stamp; reading does not */
+	struct cache_view_usage_stamp none, s1, s2, s3;
+	assert_int_equal(cache_view_usage_stamp(run, "team", "c1", &none), 0);
+	assert_true(none.dev == 0 && none.ino == 0 && none.mtime_ns == 0 && none.size == 0);
+
 	struct cache_view_pod a = pod("vol-a", DIGEST), b = pod("vol-b", DIGEST);
 	assert_int_equal(cache_view_usage_add(run, "team", "c1", &a), 0);
+	assert_int_equal(cache_view_usage_stamp(run, "team", "c1", &s1), 0);
+	assert_int_not_equal(s1.ino, 0);
 	assert_int_equal(cache_view_usage_add(run, "team", "c1", &b), 0);
+	assert_int_equal(cache_view_usage_stamp(run, "team", "c1", &s2), 0);
+	assert_memory_not_equal(&s1, &s2, sizeof(s1));
 	assert_int_equal(cache_view_usage_add(run, "team", "c1", &b), 0); /* replace, not dup */
+	assert_int_equal(cache_view_usage_stamp(run, "team", "c1", &s3), 0);
+	assert_memory_not_equal(&s2, &s3, sizeof(s2));
+	assert_int_equal(cache_view_usage_stamp(run, "team", "c1", &s2), 0);
+	assert_memory_equal(&s2, &s3, sizeof(s2)); /* read twice, unchanged */
 	assert_int_equal(cache_view_usage_add(run, NULL, "shared", &a), 0);
 	assert_int_equal(cache_view_in_use(run, "team", "c1", &n), 0);
 	assert_int_equal(n, 2);
