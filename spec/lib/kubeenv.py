@@ -19,6 +19,8 @@ Everything lives in one temporary directory (etcd's data on tmpfs where
 there is one); every process is started with PR_SET_PDEATHSIG so it dies with
 this one, and stop() (also run at exit) stops exactly what was started.
 
+spec/lib/kubenode.py adds a real node to it (containerd and the kubelet).
+
 From a shell test, `python3 kubeenv.py serve DIR [--controller-manager]
 [--scheduler] [--audit]` runs the same control plane in the foreground: it
 writes DIR/env (shell assignments) once ready, answers one-line commands on the
@@ -100,7 +102,49 @@ def _openssl(*args, cwd):
                    stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
 
 
-class KubeEnv:
+class Processes:
+    """Named child processes of a test environment: each logs to DIR/NAME.log
+    and dies with this process (PR_SET_PDEATHSIG). Subclasses set self.dir
+    and self.procs = {}."""
+
+    def _spawn(self, name, cmd):
+        log = open(os.path.join(self.dir, name + ".log"), "ab")
+        self.procs[name] = subprocess.Popen(cmd, stdout=log, stderr=log, stdin=subprocess.DEVNULL,
+                                            preexec_fn=_die_with_parent)
+        log.close()
+
+    def _log_tail(self, name, n=20):
+        try:
+            with open(os.path.join(self.dir, name + ".log"), errors="replace") as fh:
+                return "".join(fh.readlines()[-n:])
+        except OSError:
+            return ""
+
+    def _wait(self, name, probe, timeout):
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            p = self.procs.get(name)
+            if p is None or p.poll() is not None:
+                raise RuntimeError("%s exited:\n%s" % (name, self._log_tail(name)))
+            if probe():
+                return
+            time.sleep(0.2)
+        raise RuntimeError("%s not ready after %ds:\n%s" % (name, timeout, self._log_tail(name)))
+
+    def _stop(self, name, sig=signal.SIGTERM):
+        p = self.procs.pop(name, None)
+        if p is None:
+            return
+        if p.poll() is None:
+            p.send_signal(sig)
+            try:
+                p.wait(10)
+            except subprocess.TimeoutExpired:
+                p.kill()
+                p.wait()
+
+
+class KubeEnv(Processes):
     def __init__(self, controller_manager=False, scheduler=False, audit=False,  # True | "all"
                  tokens=(), workdir=None, cm_controllers=None):
         why = unavailable()
@@ -168,31 +212,6 @@ class KubeEnv:
                 "contexts": [{"name": "test", "context": {"cluster": "test", "user": "test"}}],
             }, fh)
         return path
-
-    # ------------------------------------------------------------ processes
-    def _spawn(self, name, cmd):
-        log = open(os.path.join(self.dir, name + ".log"), "ab")
-        self.procs[name] = subprocess.Popen(cmd, stdout=log, stderr=log, stdin=subprocess.DEVNULL,
-                                            preexec_fn=_die_with_parent)
-        log.close()
-
-    def _log_tail(self, name, n=20):
-        try:
-            with open(os.path.join(self.dir, name + ".log"), errors="replace") as fh:
-                return "".join(fh.readlines()[-n:])
-        except OSError:
-            return ""
-
-    def _wait(self, name, probe, timeout):
-        deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline:
-            p = self.procs.get(name)
-            if p is None or p.poll() is not None:
-                raise RuntimeError("%s exited:\n%s" % (name, self._log_tail(name)))
-            if probe():
-                return
-            time.sleep(0.2)
-        raise RuntimeError("%s not ready after %ds:\n%s" % (name, timeout, self._log_tail(name)))
 
     def _start_etcd(self):
         self.etcd_port, peer, metrics = free_port(), free_port(), free_port()
@@ -267,18 +286,6 @@ class KubeEnv:
             self.stop()
             raise
         return self
-
-    def _stop(self, name, sig=signal.SIGTERM):
-        p = self.procs.pop(name, None)
-        if p is None:
-            return
-        if p.poll() is None:
-            p.send_signal(sig)
-            try:
-                p.wait(10)
-            except subprocess.TimeoutExpired:
-                p.kill()
-                p.wait()
 
     def stop(self):
         for name in ("kube-scheduler", "kube-controller-manager", "kube-apiserver", "etcd"):

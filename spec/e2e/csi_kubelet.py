@@ -1,0 +1,354 @@
+#!/usr/bin/python3
+"""The CSI path through a real kubelet: a control plane (etcd, kube-apiserver)
+and a node (containerd, kubelet v1.26) from GKM_KUBE_ASSETS, `gkm agent` and
+`gkm csi` for that node at the paths the chart's DaemonSet gives them,
+registered with the kubelet by csi-node-driver-registrar, the chart's
+CSIDriver object, and a signed cache from a real registry made Ready by the
+agent. Pods created and deleted with kubectl make the kubelet itself call
+NodePublishVolume (with the pod's identity) and NodeUnpublishVolume; the test
+checks what lands on the host (findmnt, the files), the FailedMount event a
+pod of another namespace gets, and the pods the node object lists.
+
+Containers never start on these machines (runc cannot start the kubelet's
+pod sandboxes), so pods stay ContainerCreating after their volumes are
+mounted: what is tested is the kubelet's use of the plugin, not the pod."""
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+
+ROOT = os.environ.get("GKM_ROOT") or os.path.abspath(os.path.join(os.path.dirname(__file__), "..", ".."))
+BUILD = os.environ.get("GKM_BUILD") or os.path.join(ROOT, "build")
+sys.path.insert(0, os.path.join(ROOT, "spec", "lib"))
+import csi_client as cc  # noqa: E402
+import kubeenv  # noqa: E402
+import kubenode  # noqa: E402
+from proc import Child, free_port, registry, sh, wait_for  # noqa: E402
+from tap import Tap  # noqa: E402
+
+GKM = os.environ.get("GKM_BIN") or os.path.join(BUILD, "gkm")
+RENDER = os.path.join(BUILD, "spec", "gkm-chart-render")
+FIXTURE = os.path.join(ROOT, "spec", "fixtures", "caches", "triton", "cuda-sm75-vector-add")
+T4 = os.path.join(ROOT, "spec", "fixtures", "gpu", "inventory", "t4.json")
+DRIVER = "csi.gkm.io"
+NODE = "node-1"
+NS, OTHER = "team-a", "team-b"
+
+t = Tap()
+cleanups = []
+
+
+def unavailable():
+    why = kubeenv.unavailable("kubelet", "csi-node-driver-registrar") or kubenode.unavailable()
+    if why:
+        return why
+    if not os.access("/usr/bin/docker-registry", os.X_OK):
+        return "/usr/bin/docker-registry missing"
+    if not os.access(RENDER, os.X_OK):
+        return "no chart renderer (make spec-extra builds %s)" % os.path.relpath(RENDER, ROOT)
+    if not shutil.which("findmnt"):
+        return "findmnt missing (util-linux)"
+    return None
+
+
+# ------------------------------------------------------------------ the chart
+def chart_node_paths(kubelet_dir, state, run):
+    """What the chart's DaemonSet gives `gkm csi` and the registrar, rendered
+    with paths.kubelet/state/run set to this node's directories: the host
+    path of the plugin's socket (its --endpoint, through the plugin-dir
+    volume), the socket the registrar hands the kubelet, the registration
+    directory, the plugin's --root and --run-dir, and the CSIDriver object."""
+    import yaml
+    out = sh(RENDER, "--release", "gkm", "--namespace", "gkm-system",
+             "--set", "paths.kubelet=" + kubelet_dir, "--set", "paths.state=" + state,
+             "--set", "paths.run=" + run, os.path.join(ROOT, "charts", "gkm"))
+    docs = [d for d in yaml.safe_load_all(out) if d]
+    ds = next(d for d in docs if d["kind"] == "DaemonSet")
+    spec = ds["spec"]["template"]["spec"]
+    host = {v["name"]: v["hostPath"]["path"] for v in spec["volumes"] if "hostPath" in v}
+    ctrs = {c["name"]: c for c in spec["containers"]}
+
+    def arg(ctr, flag):
+        return next(a.split("=", 1)[1] for a in ctrs[ctr]["args"] if a.startswith(flag + "="))
+
+    def on_host(ctr, path):
+        """A container path as the host sees it, through the container's hostPath mounts."""
+        for m in ctrs[ctr]["volumeMounts"]:
+            mp = m["mountPath"].rstrip("/")
+            if m["name"] in host and (path == mp or path.startswith(mp + "/")):
+                return host[m["name"]] + path[len(mp):]
+        raise KeyError("%s: %s is on no hostPath volume" % (ctr, path))
+    endpoint = arg("csi", "--endpoint")
+    return {
+        "socket": on_host("csi", endpoint[len("unix://"):]),
+        "registration_path": arg("node-driver-registrar", "--kubelet-registration-path"),
+        "registration_dir": host["registration-dir"],
+        "root": arg("csi", "--root"), "run": arg("csi", "--run-dir"),
+        "csidriver": next(d for d in docs if d["kind"] == "CSIDriver"),
+    }
+
+
+# ------------------------------------------------------------------ helpers
+def findmnt(target):
+    """The mount at exactly target: {target, source, fstype, options}, or None."""
+    p = subprocess.run(["findmnt", "-J", "-o", "TARGET,SOURCE,FSTYPE,OPTIONS", "--mountpoint", target],
+                       capture_output=True, text=True)
+    if p.returncode != 0:
+        return None
+    fs = json.loads(p.stdout)["filesystems"]
+    return fs[-1] if fs else None
+
+
+def tree(top):
+    """{relative path: bytes} of every file below top."""
+    out = {}
+    for d, _, files in os.walk(top):
+        for f in files:
+            p = os.path.join(d, f)
+            with open(p, "rb") as fh:
+                out[os.path.relpath(p, top)] = fh.read()
+    return out
+
+
+def pod_manifest(name, ns, cache_ns, read_only=None):
+    attrs = {"cacheName": "vector-add", "cacheNamespace": cache_ns}
+    if read_only is not None:
+        attrs["readOnly"] = read_only
+    return {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": name, "namespace": ns},
+            "spec": {"nodeName": NODE, "hostNetwork": True, "automountServiceAccountToken": False,
+                     "terminationGracePeriodSeconds": 1,
+                     "containers": [{"name": "model", "image": kubenode.KubeNode.BUSYBOX,
+                                     "imagePullPolicy": "Never", "command": ["sleep", "3600"],
+                                     "volumeMounts": [{"name": "cache", "mountPath": "/cache"}]}],
+                     "volumes": [{"name": "cache", "csi": {"driver": DRIVER,
+                                                           "volumeAttributes": attrs}}]}}
+
+
+def main():
+    why = unavailable()
+    if why:
+        t.skip("the CSI path through a real kubelet", why)
+        return
+    tmp = tempfile.mkdtemp(prefix="gkm-csi-kubelet.")
+    cleanups.append(lambda: shutil.rmtree(tmp, ignore_errors=True))
+    cleanups.append(lambda: cc.unmount_below(tmp))
+    why = cc.mount_permitted(tmp)
+    if why:
+        t.skip("the CSI path through a real kubelet", why)
+        return
+
+    def path(*p):
+        return os.path.join(tmp, *p)
+
+    def kubectl(*args, input=None):
+        return kube.kubectl(*args, input=input)
+
+    def get(*args):
+        p = kubectl("get", *args, "-o", "json")
+        return json.loads(p.stdout) if p.returncode == 0 else None
+
+    # ---- a signed cache in a real registry ----
+    reg, stop_registry = registry(ROOT)
+    cleanups.append(stop_registry)
+    sh(GKM, "cache", "keygen", "--output-key-prefix", path("trusted"))
+    os.makedirs(path("trust"))
+    shutil.copy(path("trusted.pub"), path("trust"))
+    sh(GKM, "cache", "build", FIXTURE, "-t", reg + "/caches/cuda:v1")
+    sh(GKM, "cache", "sign", reg + "/caches/cuda:v1", "--key", path("trusted.key"))
+    digest = sh("curl", "-sfI", "-H", "Accept: application/vnd.oci.image.manifest.v1+json",
+                "http://%s/v2/caches/cuda/manifests/v1" % reg)
+    digest = next(line.split(":", 1)[1].strip() for line in digest.splitlines()
+                  if line.lower().startswith("docker-content-digest:"))
+    t.ok(digest.startswith("sha256:"), "a cache image built with gkm cache build, signed, in a real registry")
+
+    # ---- the control plane and the node ----
+    kube = kubeenv.KubeEnv()
+    cleanups.append(kube.stop)
+    kube.start()
+    kube.apply_crds()
+    node = kubenode.KubeNode(kube, NODE)
+    cleanups.append(node.stop)
+    node.start()
+    st, n = kube.request("GET", "/api/v1/nodes/" + NODE)
+    t.ok(st == 200 and node.ready() and n["status"]["nodeInfo"]["containerRuntimeVersion"].startswith("containerd://"),
+         "a kubelet registers Node %s, Ready, on containerd" % NODE, diag=n)
+
+    state, run = path("state"), path("run")
+    chart = chart_node_paths(node.root_dir, state, run)
+    t.ok(chart["socket"] == os.path.join(node.plugin_dir(DRIVER), "csi.sock")
+         and chart["registration_path"] == chart["socket"]
+         and chart["registration_dir"] == node.registration_dir()
+         and (chart["root"], chart["run"]) == (state, run),
+         "the chart's DaemonSet: gkm csi listens where the registrar tells the kubelet to call, "
+         "under the kubelet's plugins/%s; the registrar writes into its plugins_registry" % DRIVER,
+         diag=chart)
+    p = kubectl("apply", "-f", "-", input=json.dumps(chart["csidriver"]))
+    t.ok(p.returncode == 0, "the chart's CSIDriver object applied", diag=p.stderr)
+
+    # ---- gkm on the node ----
+    for ns in ("gkm-system", NS, OTHER):
+        kube.make_namespace(ns)
+    agent_port = free_port()
+    agent = Child([GKM, "agent", "--node", NODE, "--kubeconfig", kube.kubeconfig, "--gpu-file", T4,
+                   "--root", state, "--run-dir", run, "--trust-dir", path("trust"),
+                   "--health-listen", "127.0.0.1:%d" % agent_port], path("agent.log"))
+    cleanups.append(agent.stop)
+    os.makedirs(os.path.dirname(chart["socket"]), exist_ok=True)
+    csi = Child([GKM, "csi", "--endpoint", "unix://" + chart["socket"], "--node-id", NODE,
+                 "--root", state, "--run-dir", run,
+                 "--health-listen", "127.0.0.1:%d" % free_port()], path("csi.log"))
+    cleanups.append(csi.stop)
+    wait_for(lambda: os.path.exists(chart["socket"]), 15)
+    node.register_plugin(DRIVER, chart["registration_path"])
+    csinode = get("csinode", NODE)
+    drv = [d for d in (csinode or {}).get("spec", {}).get("drivers") or [] if d["name"] == DRIVER]
+    t.ok(drv and drv[0]["nodeID"] == NODE,
+         "csi-node-driver-registrar registers gkm csi: the kubelet called NodeGetInfo, CSINode lists "
+         "%s with node id %s" % (DRIVER, NODE), diag=csinode)
+
+    kubectl("apply", "-f", "-", input=json.dumps({
+        "apiVersion": "gkm.io/v1alpha1", "kind": "GKMCache",
+        "metadata": {"name": "vector-add", "namespace": NS,
+                     # what the webhook writes after verifying (no webhook runs here;
+                     # the agent verifies the signature again before extracting)
+                     "annotations": {"gkm.io/resolvedDigest": digest}},
+        "spec": {"image": reg + "/caches/cuda:v1"}}))
+
+    def entry():
+        o = get("gkmcn", NODE, "-n", NS)
+        return ((o or {}).get("status") or {}).get("caches", {}).get("vector-add")
+    e = wait_for(lambda: (entry() or {}).get("state") == "Ready" and entry(), 30)
+    t.ok(e and e["digest"] == digest, "the agent makes the cache Ready on %s (GKMCacheNode)" % NODE,
+         diag=e or agent.tail())
+    view = os.path.join(state, "caches", NS, "vector-add", "data")
+
+    # ---- pods: the kubelet publishes ----
+    pods = {"reader": pod_manifest("reader", NS, NS),
+            "writer": pod_manifest("writer", NS, NS, read_only="false"),
+            "intruder": pod_manifest("intruder", OTHER, NS)}
+    p = kubectl("apply", "-f", "-", input=json.dumps({"apiVersion": "v1", "kind": "List",
+                                                     "items": list(pods.values())}))
+    t.ok(p.returncode == 0, "three pods created with kubectl on %s" % NODE, diag=p.stderr)
+    uid = {n: get("pod", n, "-n", m["metadata"]["namespace"])["metadata"]["uid"] for n, m in pods.items()}
+
+    def target(name):
+        return os.path.join(node.root_dir, "pods", uid[name], "volumes", "kubernetes.io~csi", "cache",
+                            "mount")
+
+    ro = wait_for(lambda: findmnt(target("reader")), 30)
+    src = os.path.realpath(view)
+    t.ok(ro and ro["options"].split(",")[0] == "ro" and ro["fstype"] != "overlay"
+         and ro["source"].endswith("[%s]" % src),
+         "the kubelet calls NodePublishVolume: a read-only bind mount of the cache at its own target "
+         "path (pods/<uid>/volumes/kubernetes.io~csi/cache/mount)", diag="%s\nstore entry %s\n%s" % (
+             ro, src, csi.tail()))
+    want = tree(view)
+    fixture = {os.path.join("io.triton.cache", k): v for k, v in tree(FIXTURE).items()}
+    got = tree(target("reader")) if ro else {}
+    t.ok(got == want and all(got.get(k) == v for k, v in fixture.items()) and fixture,
+         "the pod's volume holds the cache byte for byte (%d files, every packaged kernel file)" % len(want),
+         diag=sorted(set(got) ^ set(want)))
+    try:
+        open(os.path.join(target("reader"), "x"), "w").close()
+        ro_write = "written"
+    except OSError as err:
+        ro_write = err.strerror
+    t.eq(ro_write, "Read-only file system", "the read-only volume refuses writes")
+
+    rw = wait_for(lambda: findmnt(target("writer")), 30)
+    t.ok(rw and rw["fstype"] == "overlay" and rw["options"].split(",")[0] == "rw",
+         'readOnly: "false": a private overlay at the kubelet\'s target path', diag=rw)
+    if rw:
+        with open(os.path.join(target("writer"), "io.triton.cache", "written-by-pod"), "w") as fh:
+            fh.write("mine")
+    t.ok(rw and os.path.exists(os.path.join(target("writer"), "io.triton.cache", "written-by-pod"))
+         and not os.path.exists(os.path.join(view, "io.triton.cache", "written-by-pod"))
+         and not os.path.exists(os.path.join(target("reader"), "io.triton.cache", "written-by-pod"))
+         and tree(view) == want,
+         "a file written into the writable volume stays in it: the shared cache and the other pod's "
+         "volume do not see it")
+
+    def failed_mount():
+        ev = get("events", "-n", OTHER, "--field-selector",
+                 "involvedObject.name=intruder,reason=FailedMount")
+        return [x["message"] for x in (ev or {}).get("items", [])]
+    why_not = "a pod in namespace %s may not mount GKMCache %s/vector-add" % (OTHER, NS)
+    msgs = wait_for(lambda: [m for m in failed_mount() if why_not in m], 30)
+    t.ok(msgs and "PermissionDenied" in msgs[0],
+         "a pod of another namespace: a FailedMount event with gkm's reason", diag=failed_mount())
+    described = kubectl("describe", "pod", "intruder", "-n", OTHER).stdout
+    t.ok("FailedMount" in described and why_not in described and not findmnt(target("intruder")),
+         "kubectl describe pod shows it; nothing is mounted for that pod", diag=described[-1500:])
+
+    # ---- usage follows the pods ----
+    def listed():
+        """The pods the node object lists for the cache; None without an entry."""
+        e = entry()
+        return None if e is None else sorted((p["podName"], p["podNamespace"], p["podUID"])
+                                             for p in e.get("pods") or [])
+    both = sorted([("reader", NS, uid["reader"]), ("writer", NS, uid["writer"])])
+    t0 = time.monotonic()
+    wait_for(lambda: listed() == both, 40)
+    t.eq(listed(), both, "the node object lists the two pods that mount the cache, with their uids")
+    usage = json.load(open(os.path.join(run, "usage", NS, "vector-add", "usage.json")))
+    t.eq(sorted((u["name"], u["targetPath"], u["volumeId"].startswith("csi-")) for u in usage["pods"]),
+         sorted([("reader", target("reader"), True), ("writer", target("writer"), True)]),
+         "the usage record names each pod's kubelet target path and the kubelet's volume id")
+    print("# usage reached the node object %.1f s after the mounts" % (time.monotonic() - t0))
+    vid = {u["name"]: u["volumeId"] for u in usage["pods"]}
+    upper = os.path.join(state, "csi", "volumes", vid.get("writer", "?"))
+    t.ok(os.path.isfile(os.path.join(upper, "upper", "io.triton.cache", "written-by-pod")),
+         "the writer's file is in its volume's own upper layer (ROOT/csi/volumes/<kubelet's volume id>)")
+
+    # ---- pods deleted: the kubelet unpublishes ----
+    kubectl("delete", "pod", "reader", "-n", NS, "--wait=false")
+    gone = wait_for(lambda: findmnt(target("reader")) is None and not os.path.exists(target("reader")), 30)
+    t.ok(gone, "reader deleted: the kubelet calls NodeUnpublishVolume, its mount is gone",
+         diag=csi.tail())
+    t.ok(findmnt(target("writer")), "the writer's volume stays mounted")
+    wait_for(lambda: listed() == [("writer", NS, uid["writer"])], 40)
+    t.eq(listed(), [("writer", NS, uid["writer"])], "the node object lists the writer only")
+    kubectl("delete", "pod", "writer", "-n", NS, "--wait=false")
+    gone = wait_for(lambda: findmnt(target("writer")) is None and not os.path.exists(target("writer")), 30)
+    t.ok(gone and not os.path.exists(upper), "writer deleted: its overlay is unmounted, its upper layer removed")
+    wait_for(lambda: listed() == [], 40)
+    t.eq(listed(), [], "the node object lists no pods")
+    # The kubelet removes a deleted pod's object once its volumes are torn
+    # down. (A pod whose mount failed waits for the kubelet's mount timeout,
+    # two minutes: the intruder is deleted at once with --force.)
+    kubectl("delete", "pod", "intruder", "-n", OTHER, "--grace-period=0", "--force")
+    t.ok(wait_for(lambda: get("pods", "-A")["items"] == [], 30),
+         "the kubelet finishes the deletions: no pod objects left",
+         diag=kubectl("get", "pods", "-A").stdout)
+    t.ok(not os.path.exists(os.path.join(run, "usage", NS, "vector-add", "usage.json"))
+         or json.load(open(os.path.join(run, "usage", NS, "vector-add", "usage.json")))["pods"] == [],
+         "the usage record is empty")
+    t.ok(tree(view) == want, "the shared cache is unchanged")
+
+    # ---- everything stops and nothing stays mounted ----
+    rc = {"gkm csi": csi.stop(), "gkm agent": agent.stop()}
+    t.eq(rc, {"gkm csi": 0, "gkm agent": 0}, "gkm csi and gkm agent exit cleanly on SIGTERM")
+    node.stop()
+    kube.stop()
+    left = [line for line in open("/proc/self/mountinfo") if tmp in line or node.dir in line]
+    t.ok(not left, "node, control plane and plugin stopped: no mounts left behind", diag="".join(left))
+
+
+# a run stopped from outside (SIGTERM, ^C) still cleans up
+signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
+try:
+    main()
+except Exception:  # noqa: BLE001 - reported as a failure, then everything stops
+    import traceback
+    t.ok(False, "the test ran to its end", diag=traceback.format_exc())
+finally:
+    for fn in reversed(cleanups):
+        try:
+            fn()
+        except Exception as err:  # noqa: BLE001 - the other clean-ups still run
+            print("# clean-up: %s" % err)
+sys.exit(t.finish())
