@@ -7,6 +7,7 @@
  * run and where the objects live differ. */
 #include <dirent.h>
 #include <errno.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -58,6 +59,7 @@ struct daemon {
 	struct operator_ *op;
 	struct kube_lease *lease;
 	bool lost_leadership;
+	atomic_bool shutting_down; /* the loop ended: releasing the Lease is no loss */
 	char run_dir[600];
 	cJSON *policy_cm; /* the policies ConfigMap as last seen (NULL: none) */
 };
@@ -122,7 +124,7 @@ static const struct option all_opts[] = {
 	"  --kubeconfig FILE      kubeconfig (default: in-cluster, else $KUBECONFIG)\n"            \
 	"  --context NAME         kubeconfig context (default: the current one)\n"                 \
 	"  --namespace NS         where gkm runs: its policies ConfigMap and Lease\n"              \
-	"                         (default $POD_NAMESPACE, else gkm-system)\n"                     \
+	"                         (default $POD_NAMESPACE, else gkm)\n"                            \
 	"  --policy-configmap N   the ConfigMap of Lua policies (default gkm-policies)\n"
 #define HELP_COMMON                                                                                \
 	"  --policy-dir DIR       Lua policies from a directory instead (reloaded on change)\n"    \
@@ -246,7 +248,8 @@ static int parse(struct dflags *f, int argc, char **argv, const char *usage)
 	host_name(f->node, sizeof(f->node));
 	if ((env = getenv("NODE_NAME")) && obj_valid_name(env))
 		snprintf(f->node, sizeof(f->node), "%s", env);
-	f->ns = getenv("POD_NAMESPACE") ? getenv("POD_NAMESPACE") : "gkm-system";
+	/* the namespace the chart and the README install into */
+	f->ns = getenv("POD_NAMESPACE") ? getenv("POD_NAMESPACE") : "gkm";
 	f->identity = getenv("POD_NAME");
 	f->policy_cm = "gkm-policies";
 	f->lease_name = "gkm-operator";
@@ -558,10 +561,13 @@ static void lease_started(void *ud)
 	loop_post(d->loop, start_operator_on_loop, d);
 }
 
+/* Lease thread. Also called when the shutdown releases the Lease: that is
+ * no lost leadership. */
 static void lease_stopped(void *ud)
 {
 	struct daemon *d = ud;
-	loop_post(d->loop, lost_on_loop, d);
+	if (!atomic_load(&d->shutting_down))
+		loop_post(d->loop, lost_on_loop, d);
 }
 
 /* ---- life cycle ---- */
@@ -680,6 +686,7 @@ static int run(struct dflags *f)
 	rc = loop_run(d.loop);
 	code = rc == 0 && !d.lost_leadership ? EXIT_OK : EXIT_FAIL;
 out:
+	atomic_store(&d.shutting_down, true);
 	if (d.agent)
 		agent_quiesce(d.agent);
 	if (d.op)

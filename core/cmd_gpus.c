@@ -1,5 +1,6 @@
 /* gkm gpus: print the GPUs of this node as the agent sees them. */
 #include <errno.h>
+#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -41,54 +42,103 @@ static void human_bytes(uint64_t b, char *buf, size_t len)
 	snprintf(buf, len, "%.1f%s", v, unit[u]);
 }
 
-static const char *dash(const char *s)
+/* A table whose columns are as wide as their widest cell: an arch with
+ * target features ("gfx90a:sramecc+:xnack-") or a long product name must
+ * not push the columns after it out of line. */
+#define COLS_MAX 9
+#define CELL_MAX 128
+
+struct table {
+	size_t ncols, nrows;
+	char (*cells)[COLS_MAX][CELL_MAX]; /* row 0: the header */
+};
+
+static void table_print(const struct table *t)
 {
-	return s && *s ? s : "-";
+	size_t w[COLS_MAX] = {0};
+	for (size_t r = 0; r < t->nrows; r++)
+		for (size_t c = 0; c < t->ncols; c++)
+			if (strlen(t->cells[r][c]) > w[c])
+				w[c] = strlen(t->cells[r][c]);
+	for (size_t r = 0; r < t->nrows; r++) {
+		for (size_t c = 0; c + 1 < t->ncols; c++)
+			printf("%-*s ", (int)w[c], t->cells[r][c]);
+		printf("%s\n", t->cells[r][t->ncols - 1]);
+	}
 }
 
-static void print_table(const struct gpu_probe *p, const cJSON *groups)
+static void cells(char row[COLS_MAX][CELL_MAX], size_t n, ...)
+{
+	va_list ap;
+	va_start(ap, n);
+	for (size_t c = 0; c < n; c++) {
+		const char *v = va_arg(ap, const char *);
+		snprintf(row[c], CELL_MAX, "%s", v && *v ? v : "-");
+	}
+	va_end(ap);
+}
+
+static void group_ids(const cJSON *grp, char *ids, size_t len)
+{
+	size_t used = 0;
+	const cJSON *id;
+	ids[0] = '\0';
+	cJSON_ArrayForEach(id, cJSON_GetObjectItem(grp, "ids"))
+	{
+		int n = snprintf(ids + used, len - used, "%s%d", used ? "," : "", id->valueint);
+		if (n < 0 || (size_t)n >= len - used) {
+			/* long id lists end in an ellipsis rather than overflow */
+			snprintf(ids + len - 4, 4, "...");
+			break;
+		}
+		used += (size_t)n;
+	}
+}
+
+static int print_table(const struct gpu_probe *p, const cJSON *groups)
 {
 	if (p->count == 0) {
 		printf("No GPUs found (source: %s).\n", p->source);
-		return;
+		return 0;
 	}
-	printf("%-3s %-7s %-28s %-8s %-14s %-5s %-9s %-17s %s\n", "ID", "VENDOR", "NAME", "ARCH",
-	       "DRIVER", "CUDA", "MEMORY", "PCI", "CLIQUE");
+	size_t ngroups = (size_t)cJSON_GetArraySize(groups);
+	struct table t = {.ncols = 9, .nrows = 1 + p->count};
+	t.cells = calloc(1 + (p->count > ngroups ? p->count : ngroups), sizeof(*t.cells));
+	if (!t.cells)
+		return -ENOMEM;
+	cells(t.cells[0], 9, "ID", "VENDOR", "NAME", "ARCH", "DRIVER", "CUDA", "MEMORY", "PCI",
+	      "CLIQUE");
 	for (size_t i = 0; i < p->count; i++) {
 		const struct gpu_info *g = &p->gpus[i];
-		char mem[24], clique[64], arch[96];
+		char id[16], mem[24], clique[64], arch[96];
+		snprintf(id, sizeof(id), "%d", g->index);
 		human_bytes(g->memory_bytes, mem, sizeof(mem));
 		gpu_info_clique(g, clique, sizeof(clique));
 		snprintf(arch, sizeof(arch), "%s%s%s", g->arch, g->features[0] ? ":" : "",
 		         g->features);
-		printf("%-3d %-7s %-28s %-8s %-14s %-5s %-9s %-17s %s\n", g->index, g->vendor,
-		       g->name, arch, dash(g->driver_version), dash(g->cuda_driver_version), mem,
-		       dash(g->pci_bus_id), dash(clique));
+		cells(t.cells[1 + i], 9, id, g->vendor, g->name, arch, g->driver_version,
+		      g->cuda_driver_version, mem, g->pci_bus_id, clique);
 	}
-	printf("\n%-12s %-28s %-8s %-14s %s\n", "GROUP IDS", "TYPE", "ARCH", "DRIVER", "CLIQUE");
+	table_print(&t);
+	printf("\n");
+	t.ncols = 5;
+	t.nrows = 1 + ngroups;
+	cells(t.cells[0], 5, "GROUP IDS", "TYPE", "ARCH", "DRIVER", "CLIQUE");
+	size_t r = 1;
 	const cJSON *grp;
 	cJSON_ArrayForEach(grp, groups)
 	{
-		char ids[64] = "";
-		size_t used = 0;
-		const cJSON *id;
-		cJSON_ArrayForEach(id, cJSON_GetObjectItem(grp, "ids"))
-		{
-			int n = snprintf(ids + used, sizeof(ids) - used, "%s%d", used ? "," : "",
-			                 id->valueint);
-			if (n < 0 || (size_t)n >= sizeof(ids) - used) {
-				/* long id lists end in an ellipsis rather than overflow */
-				snprintf(ids + sizeof(ids) - 4, 4, "...");
-				break;
-			}
-			used += (size_t)n;
-		}
-		printf("%-12s %-28s %-8s %-14s %s\n", ids,
-		       cJSON_GetStringValue(cJSON_GetObjectItem(grp, "gpuType")),
-		       dash(cJSON_GetStringValue(cJSON_GetObjectItem(grp, "arch"))),
-		       dash(cJSON_GetStringValue(cJSON_GetObjectItem(grp, "driverVersion"))),
-		       dash(cJSON_GetStringValue(cJSON_GetObjectItem(grp, "clique"))));
+		char ids[64];
+		group_ids(grp, ids, sizeof(ids));
+		cells(t.cells[r++], 5, ids,
+		      cJSON_GetStringValue(cJSON_GetObjectItem(grp, "gpuType")),
+		      cJSON_GetStringValue(cJSON_GetObjectItem(grp, "arch")),
+		      cJSON_GetStringValue(cJSON_GetObjectItem(grp, "driverVersion")),
+		      cJSON_GetStringValue(cJSON_GetObjectItem(grp, "fabricClique")));
 	}
+	table_print(&t);
+	free(t.cells);
+	return 0;
 }
 
 int cmd_gpus(int argc, char **argv)
@@ -185,7 +235,11 @@ int cmd_gpus(int argc, char **argv)
 		printf("%s\n", s);
 		free(s);
 	} else {
-		print_table(p, cJSON_GetObjectItem(doc, "groups"));
+		if (print_table(p, cJSON_GetObjectItem(doc, "groups")) != 0) {
+			fprintf(stderr, "%s: out of memory\n", cmd);
+			rc = EXIT_FAIL;
+			goto out;
+		}
 		for (size_t i = 0; i < p->nwarnings; i++)
 			fprintf(stderr, "warning: %s\n", p->warnings[i]);
 	}

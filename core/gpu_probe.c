@@ -157,7 +157,8 @@ static bool same_group(const struct gpu_info *a, const struct gpu_info *b)
 	gpu_info_clique(a, ca, sizeof(ca));
 	gpu_info_clique(b, cb, sizeof(cb));
 	return strcmp(a->name, b->name) == 0 && strcmp(a->arch, b->arch) == 0 &&
-	       strcmp(a->driver_version, b->driver_version) == 0 && strcmp(ca, cb) == 0;
+	       strcmp(a->driver_version, b->driver_version) == 0 && strcmp(ca, cb) == 0 &&
+	       a->memory_bytes == b->memory_bytes;
 }
 
 /* Groups in order of their lowest id; O(n^2) over at most
@@ -192,12 +193,19 @@ static cJSON *groups_to_json(const struct gpu_probe *p)
 				ok = false;
 			}
 		}
+		/* the fields of the node status gpus[] items (the CRD's names) */
 		add_str(grp, "gpuType", g->name, &ok);
+		add_str(grp, "backend", g->backend, &ok);
 		add_str(grp, "arch", g->arch, &ok);
+		if (g->warp_size > 0)
+			add_num(grp, "warpSize", g->warp_size, &ok);
 		add_str(grp, "driverVersion", g->driver_version, &ok);
+		add_str(grp, "cudaVersion", g->cuda_driver_version, &ok);
+		if (g->memory_bytes)
+			add_num(grp, "memoryBytes", (double)g->memory_bytes, &ok);
 		char clique[64];
 		gpu_info_clique(g, clique, sizeof(clique));
-		add_str(grp, "clique", clique, &ok);
+		add_str(grp, "fabricClique", clique, &ok);
 	}
 	free(done);
 	if (!ok) {

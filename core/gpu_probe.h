@@ -33,14 +33,16 @@
  *         "clique": "<clusterUuid>.<cliqueId>"    only once completed
  *       }
  *     }],
- *     "groups": [{"ids": [0, 1], "gpuType": "...", "arch": "sm_90",
- *                 "driverVersion": "550.54.15", "clique": "..."}],
+ *     "groups": [{"ids": [0, 1], "gpuType": "...", "backend": "cuda",
+ *                 "arch": "sm_90", "warpSize": 32, "driverVersion": "550.54.15",
+ *                 "cudaVersion": "12.4", "memoryBytes": 85520809984,
+ *                 "fabricClique": "..."}],       (absent fields: as for gpus)
  *     "warnings": ["..."]                  only when a GPU could not be read
  *   }
  *
- * Groups: GPUs with identical type (name), arch, driver version and fabric
- * clique share one id set, in order of their lowest id; this is the gpus[]
- * list of node status. */
+ * Groups: GPUs with identical type (name), arch, driver version, memory and
+ * fabric clique share one id set, in order of their lowest id; this is the
+ * gpus[] list of node status, field for field (the CRD's names). */
 #ifndef GKM_GPU_PROBE_H
 #define GKM_GPU_PROBE_H
 

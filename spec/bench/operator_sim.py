@@ -66,7 +66,7 @@ def gpus(kind):
         return [{"ids": [0, 1, 2, 3], "gpuType": A100, "arch": "sm_80", "driverVersion": "550.90.07",
                  "cudaVersion": "12.4"}]
     return [{"ids": list(range(8)), "gpuType": H100, "arch": "sm_90", "driverVersion": "550.90.07",
-             "cudaVersion": "12.4", "clique": "4f6c2e1a-8d3b-4c2a-9e7f-1b2c3d4e5f60.%d" % 1}]
+             "cudaVersion": "12.4", "fabricClique": "4f6c2e1a-8d3b-4c2a-9e7f-1b2c3d4e5f60.%d" % 1}]
 
 
 def entry(i, j, kind):

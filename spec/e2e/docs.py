@@ -258,9 +258,26 @@ def test_pod_example():
          % ", ".join(sorted(shown)), diag=unknown)
 
 
+def test_namespace():
+    """Daemons run without POD_NAMESPACE (outside the chart) use the namespace
+    the README installs the chart into."""
+    readme = read(os.path.join(ROOT, "README.md"))
+    installs = set(re.findall(r"helm install gkm charts/gkm -n (\S+)", readme))
+    makefile = set(re.findall(r"^MANIFESTS_NAMESPACE \?= (\S+)", read(os.path.join(ROOT, "Makefile")), re.M))
+    defaults = {}
+    for cmd in ("operator", "agent", "webhook"):
+        _rc, out = help_of([cmd])
+        m = re.search(r"--namespace NS.*?\(default \$POD_NAMESPACE, else (\S+?)\)", out, re.S)
+        defaults[cmd] = m.group(1) if m else None
+    want = installs | makefile
+    t.ok(len(want) == 1 and set(v for v in defaults.values() if v) == want and defaults["operator"],
+         "the daemons' --namespace default is the namespace the README and `make manifests` install into",
+         diag={"README/Makefile": sorted(want), "--help defaults": defaults})
+
+
 for name, fn in (("generated pages", test_generated), ("metrics", test_metrics), ("config", test_config),
                  ("troubleshooting", test_troubleshooting), ("command lines", test_command_lines),
                  ("make targets", test_make_targets), ("chart values", test_chart_values), ("links", test_links_and_first_screen),
-                 ("pod example", test_pod_example)):
+                 ("pod example", test_pod_example), ("namespace", test_namespace)):
     t.run(name, fn)
 sys.exit(t.finish())

@@ -6,7 +6,9 @@
 # failedNodeConditions after every node recovered, the agent's caches after
 # the last cache of a namespace was deleted. Both must apply without the map,
 # and a status the server does refuse must say so in its conditions while the
-# operator backs off.
+# operator backs off. The operator runs leader-elected in its default
+# namespace (gkm) and must not claim to have lost the lead when SIGTERM
+# makes it release the Lease.
 set -u
 . "$(dirname "$0")/../lib/tap.sh"
 . "$(dirname "$0")/../lib/poll.sh"
@@ -79,14 +81,16 @@ EOF
 
 scenario() { # label: KUBECONFIG names the server; make_node NAME makes a Node
 	local on=$1 port
-	kubectl create namespace team >/dev/null && kubectl create namespace solo >/dev/null &&
+	kubectl create namespace gkm >/dev/null && kubectl create namespace team >/dev/null &&
+		kubectl create namespace solo >/dev/null &&
 		make_node node-1 && make_node node-2 && make_node node-a &&
 		node_objects node-1 && node_objects node-2 &&
 		gkmcache team c1 "$D"
 	ok $? "$on: two Nodes, their node objects and a cache with its digest"
 
 	port=$(free_port)
-	$G operator --kubeconfig "$KUBECONFIG" --leader-elect false --namespace gkm \
+	# leader-elected, on a Lease in namespace gkm (its --namespace default)
+	$G operator --kubeconfig "$KUBECONFIG" --identity op-1 \
 		--health-listen "127.0.0.1:$port" >"$W/operator-$on.log" 2>&1 &
 	OP=$!
 	report node-1 Failed PullFailed && report node-2 Failed PullFailed &&
@@ -149,11 +153,14 @@ PY
 	ok $? "$on: the operator stops cleanly on SIGTERM"
 	grep -q 'lost leadership' "$W/operator-$on.log"
 	[ $? -ne 0 ]
-	ok $? "$on: ...without claiming it lost leadership"
+	ok $? "$on: ...without claiming it lost leadership" || grep 'lost leadership' "$W/operator-$on.log" | sed 's/^/#   /'
+	grep -q 'became the leader' "$W/operator-$on.log" &&
+		[ "$(kubectl get lease gkm-operator -n gkm -o jsonpath='{.spec.holderIdentity}')" = "" ]
+	ok $? "$on: it led on the Lease gkm/gkm-operator and released it"
 
 	# the agent: the last cache of a namespace deleted
 	port=$(free_port)
-	$G agent --node node-a --kubeconfig "$KUBECONFIG" --gpu-file spec/fixtures/gpu/inventory/t4.json \
+	$G agent --node node-a --kubeconfig "$KUBECONFIG" --gpu-file spec/fixtures/gpu/inventory/h100.json \
 		--root "$W/$on-root" --run-dir "$W/$on-run" --health-listen "127.0.0.1:$port" \
 		>"$W/agent-$on.log" 2>&1 &
 	AGENT=$!
@@ -161,6 +168,17 @@ PY
 	wait_for 60 is "Pending" status_of gkmcn node-a solo "s.get('caches', {}).get('only', {}).get('state')"
 	ok $? "$on: the agent reports the only cache of namespace solo" ||
 		tail -5 "$W/agent-$on.log" | sed 's/^/#   /'
+	# every field of a GPU group the CRD declares, as the server stored it
+	kubectl get cgkmcn node-a -o json | py "
+import json, sys
+g = json.load(sys.stdin)['status']['gpus']
+common = {'gpuType': 'NVIDIA H100 80GB HBM3', 'backend': 'cuda', 'arch': 'sm_90', 'warpSize': 32,
+          'driverVersion': '550.54.15', 'cudaVersion': '12.4', 'memoryBytes': 85520809984}
+want = [dict(common, ids=[0, 1], fabricClique='5a4d1e60-b8f3-4c2e-9a7d-0c1b2e3f4a5b.1'),
+        dict(common, ids=[2, 3], fabricClique='5a4d1e60-b8f3-4c2e-9a7d-0c1b2e3f4a5b.2')]
+sys.exit(0 if g == want else 'got %s' % g)" >"$W/gpus" 2>&1
+	ok $? "$on: node status gpus: backend, arch sm_90, warp size, driver and CUDA version, memory, clique" ||
+		sed 's/^/#   /' "$W/gpus"
 	kubectl delete gkmc only -n solo >/dev/null &&
 		wait_for 30 is "None 0" status_of gkmcn node-a solo "s.get('caches'), s.get('totalCaches')"
 	ok $? "$on: the cache deleted: its node object lists no caches" ||

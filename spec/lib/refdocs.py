@@ -124,8 +124,6 @@ LABEL_VALUES = """## Label values
 FIELD_NOTES = {
     "spec": "Which node this report is about.",
     "status": "Written by the gkm agent of the node (server-side apply, field manager gkm-agent/<node>).",
-    "status.gpus[].warpSize": "Threads per warp: 32 (NVIDIA), 64 (AMD CDNA).",
-    "status.gpus[].memoryBytes": "Memory of one GPU of the group, in bytes.",
     "status.caches.<key>.message": "What the agent is doing, or why the cache failed or fits no GPU.",
     "status.caches.<key>.compatibleGPUs[].ids": "GPU indexes (status.gpus[].ids) the cache runs on.",
     "status.caches.<key>.incompatibleGPUs[].ids": "GPU indexes the cache does not run on.",

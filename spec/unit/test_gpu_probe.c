@@ -101,7 +101,14 @@ static void test_nvml_h100_fabric(void **state)
 	const cJSON *g1 = cJSON_GetArrayItem(groups, 1);
 	assert_int_equal(cJSON_GetArraySize(cJSON_GetObjectItem(g1, "ids")), 2);
 	assert_int_equal(cJSON_GetArrayItem(cJSON_GetObjectItem(g1, "ids"), 0)->valueint, 2);
-	assert_string_equal(jstr(g1, "clique"), "5a4d1e60-b8f3-4c2e-9a7d-0c1b2e3f4a5b.2");
+	/* a group carries the node status gpus[] fields, by the CRD's names */
+	assert_string_equal(jstr(g1, "fabricClique"), "5a4d1e60-b8f3-4c2e-9a7d-0c1b2e3f4a5b.2");
+	assert_string_equal(jstr(g1, "backend"), "cuda");
+	assert_string_equal(jstr(g1, "arch"), "sm_90");
+	assert_int_equal(cJSON_GetObjectItem(g1, "warpSize")->valueint, 32);
+	assert_string_equal(jstr(g1, "cudaVersion"), "12.4");
+	assert_true(cJSON_GetObjectItem(g1, "memoryBytes")->valuedouble == 85520809984.0);
+	assert_null(cJSON_GetObjectItem(g1, "clique"));
 	const cJSON *f =
 	    cJSON_GetObjectItem(cJSON_GetArrayItem(cJSON_GetObjectItem(j, "gpus"), 0), "fabric");
 	assert_string_equal(jstr(f, "state"), "completed");
