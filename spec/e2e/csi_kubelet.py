@@ -190,7 +190,7 @@ def main():
     t.ok(p.returncode == 0, "the chart's CSIDriver object applied", diag=p.stderr)
 
     # ---- gkm on the node ----
-    for ns in ("gkm-system", NS, OTHER):
+    for ns in (NS, OTHER):
         kube.make_namespace(ns)
     agent_port = free_port()
     agent = Child([GKM, "agent", "--node", NODE, "--kubeconfig", kube.kubeconfig, "--gpu-file", T4,
