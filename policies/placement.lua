@@ -1,0 +1,91 @@
+-- Placement policy: for each cache a pod mounts, how the admission webhook
+-- steers the pod to the nodes where that cache is Ready. The webhook adds node
+-- affinity on the cache's Node label (key below, value "ready"): "required"
+-- ANDs it into every required nodeSelectorTerm (the pod runs only where the
+-- cache is Ready, and waits Pending while no node has it); "preferred" adds a
+-- preferredSchedulingTerm of the given weight (the scheduler favours those
+-- nodes, the pod may run elsewhere); "none" adds nothing.
+--
+-- Input (a plain table, built by the webhook):
+--   pod    = { namespace = "team-a", name = "vllm-0" (may be "" when the pod
+--              has only a generateName), generateName = "vllm-",
+--              labels = {...}, annotations = {...} }
+--   caches = { {
+--     volume     = "kernels",              -- the pod's volume name
+--     mount      = "csi" | "image",        -- a csi.gkm.io volume, or an image
+--                                          -- volume naming the cache's image
+--     kind       = "GKMCache" | "ClusterGKMCache",
+--     namespace  = "team-a",               -- absent for a ClusterGKMCache
+--     name       = "llama",
+--     label      = "team-a.gkmcache.gkm.io/llama",  -- the Node label key
+--     known      = true,                   -- the webhook has the cache object
+--     readyNodes = 2, totalNodes = 3,      -- from its status (0 when unknown)
+--     ready      = true,                   -- its Ready condition is True
+--     attributes = { readOnly = "false" }, -- csi: the volume's attributes
+--     image      = "registry/repo:tag@sha256:...",  -- image: what is mounted
+--   }, ... }
+--
+-- Output: { placements = { [volume] = { mode = "required" | "preferred" |
+--           "none", weight = 1..100 (preferred only), reason = "for the user" } } }
+-- with an entry for every volume of input.caches. The reason is shown in the
+-- pod's gkm.io/placement annotation and in the Event on the cache.
+local M = {}
+
+-- Weight of a preferred placement (1..100; the scheduler adds it to a node's
+-- score when the node carries the label).
+M.preferred_weight = 100
+
+local function count(v)
+  return math.type(v) == "integer" and v > 0 and v or 0
+end
+
+local function where(c)
+  return string.format("ready on %d of %d nodes", count(c.readyNodes), count(c.totalNodes))
+end
+
+local function cache_name(c)
+  if c.kind == "ClusterGKMCache" then
+    return "ClusterGKMCache " .. tostring(c.name)
+  end
+  return string.format("GKMCache %s/%s", tostring(c.namespace), tostring(c.name))
+end
+
+-- A CSI volume is mounted only where the agent made the cache Ready, so the
+-- pod is required to run there; while no node has it, the pod waits Pending
+-- (not stuck in ContainerCreating on a node that will never have it).
+local function csi(c)
+  if not c.known then
+    return { mode = "required", reason = cache_name(c) ..
+      " does not exist (yet); the pod waits until it exists and is Ready on a node" }
+  end
+  if count(c.readyNodes) == 0 then
+    return { mode = "required", reason = "not Ready on any node yet (" .. where(c) ..
+      "); the pod waits until a node has it" }
+  end
+  return { mode = "required", reason = where(c) }
+end
+
+-- An image volume is pulled by the kubelet wherever the pod runs: it works
+-- anywhere, but only the nodes where gkm made the cache Ready have GPUs it is
+-- compatible with. Require those while there are any; prefer them otherwise,
+-- so that the pod still starts (and compiles its kernels) elsewhere.
+local function image(c)
+  if count(c.readyNodes) > 0 then
+    return { mode = "required", reason = where(c) .. " (GPU-compatible, image pulled)" }
+  end
+  return { mode = "preferred", weight = M.preferred_weight,
+    reason = "not Ready on any node yet; the kubelet pulls the image wherever the pod runs" }
+end
+
+function M.evaluate(input)
+  local placements = {}
+  local caches = type(input.caches) == "table" and input.caches or {}
+  for _, c in ipairs(caches) do
+    if type(c) == "table" and type(c.volume) == "string" then
+      placements[c.volume] = c.mount == "image" and image(c) or csi(c)
+    end
+  end
+  return { placements = placements }
+end
+
+return M
