@@ -25,6 +25,9 @@
 #define PULL_BACKOFF_MS 1000
 #define PULL_BACKOFF_MAX_MS 300000
 #define STATUS_BACKOFF_MAX_MS 60000
+/* looking for this node's Node again, while it cannot be read */
+#define NODE_LOOKUP_BACKOFF_MS 5000
+#define NODE_LOOKUP_BACKOFF_MAX_MS 60000
 /* image configurations read at once (small requests); pulls: --max-pulls */
 #define FETCH_SLOTS 4
 /* how often the usage files of the CSI plugin are checked for changes */
@@ -89,6 +92,7 @@ struct nodeobj {
 	bool dirty, writing, created;
 	unsigned failures;         /* status writes failed in a row */
 	uint64_t write_not_before; /* backoff after a failure (loop ms) */
+	char warned_uid[64];       /* the object told by an Event that the Node is missing */
 };
 
 struct agent {
@@ -97,6 +101,7 @@ struct agent {
 	struct workers *pool;    /* registry jobs, as many threads as slots */
 	struct pull_sched *sched;
 	struct oci_registry_opts reg; /* the daemon's, without in-request retries */
+	atomic_bool cancel;           /* shutting down: registry transfers end */
 	struct objstore *os;
 	struct engine_slot *policies;
 	struct agent_opts o;
@@ -112,14 +117,19 @@ struct agent {
 	uint64_t seed;      /* for backoff jitter */
 	bool synced_caches, synced_cluster, probed, stopping;
 	char node_uid[64];
-	unsigned jobs; /* worker jobs in flight that point at this agent */
+	int node_rc;            /* reading this node's Node: 0, -ENOENT, -EACCES, ... */
+	char node_err[256];     /* why it cannot be read */
+	char node_since[32];    /* when node_rc last changed */
+	unsigned node_failures; /* lookups failed in a row */
+	uint64_t node_timer;    /* the next lookup while it fails */
+	unsigned jobs;          /* worker jobs in flight that point at this agent */
 	bool gc_running, gc_again;
 };
 
 static struct metric *m_reconciles, *m_errors, *m_pulls, *m_pull_bytes, *m_hits, *m_verdicts,
-    *m_extract_s;
+    *m_extract_s, *m_node_found, *m_rewritten;
 
-/* kind: policy, gpu_probe, image, pull, view, status_write */
+/* kind: policy, gpu_probe, image, pull, view, status_write, node_lookup */
 static void count_error(const char *kind)
 {
 	metrics_add(m_errors, METRICS_L(kind), 1);
@@ -132,7 +142,7 @@ static void init_metrics(void)
 	                               "Agent reconciles of a cache, by result", "result");
 	m_errors = metrics_counter("gkm_agent_errors_total",
 	                           "Agent failures, by kind (policy, gpu_probe, image, pull, view, "
-	                           "status_write)",
+	                           "status_write, node_lookup)",
 	                           "kind");
 	m_pulls =
 	    metrics_counter("gkm_pulls_total", "Image pulls into the store, by result", "result");
@@ -145,9 +155,21 @@ static void init_metrics(void)
 	m_extract_s =
 	    metrics_histogram("gkm_extraction_seconds", "Time to pull, verify and extract an image",
 	                      NULL, secs, sizeof(secs) / sizeof(secs[0]));
+	m_node_found = metrics_gauge(
+	    "gkm_agent_node_found",
+	    "1 when the agent can read its Node (which owns its node objects), 0 when it cannot "
+	    "(no such Node, or RBAC; always 0 in gkm up, which has none); see the NodeFound "
+	    "condition of its node objects",
+	    NULL);
+	m_rewritten = metrics_counter(
+	    "gkm_agent_node_objects_rewritten_total",
+	    "This node's objects written again after something else deleted them (the operator "
+	    "deletes the objects of a node whose Node it cannot find)",
+	    NULL);
 	/* unlabelled series exist from the start, so a scrape shows them at 0 */
 	metrics_add(m_pull_bytes, NULL, 0);
 	metrics_add(m_hits, NULL, 0);
+	metrics_add(m_rewritten, NULL, 0);
 }
 
 /* ---- caches ---- */
@@ -599,12 +621,17 @@ static void pull_done(struct loop *l, void *ud)
 	struct agent *a = j->a;
 	struct attempt *att;
 	(void)l;
-	metrics_add(m_pulls, METRICS_L(j->rc ? "failed" : j->present ? "present" : "pulled"), 1);
+	if (!a->stopping) /* a pull cut short by the shutdown did not fail */
+		metrics_add(m_pulls,
+		            METRICS_L(j->rc        ? "failed"
+		                      : j->present ? "present"
+		                                   : "pulled"),
+		            1);
 	if (!j->rc && !j->present) {
 		metrics_add(m_pull_bytes, NULL, (double)j->bytes);
 		metrics_observe(m_extract_s, NULL, j->seconds);
 	}
-	if (j->rc)
+	if (j->rc && !a->stopping)
 		count_error("pull");
 	struct cache *c = job_end(j, &att);
 	if (c && !j->rc) {
@@ -767,8 +794,16 @@ static void on_nodeobj_event(void *ud, enum objstore_event_type t, const cJSON *
 	for (struct cache *c = a->caches; c && !reported; c = c->next)
 		reported = c->entry && !strcmp(c->ns, ns);
 	if (reported) {
-		log_info("this node's object was deleted; writing it again", "node", a->node,
-		         "namespace", ns);
+		metrics_add(m_rewritten, NULL, 1);
+		if (a->node_rc == -ENOENT)
+			log_warn(
+			    "this node's object was deleted (the operator deletes the objects of "
+			    "nodes it cannot find, and there is no Node of this name); writing "
+			    "it again",
+			    "node", a->node, "namespace", ns);
+		else
+			log_info("this node's object was deleted; writing it again", "node",
+			         a->node, "namespace", ns);
 		mark_dirty(a, ns);
 	}
 }
@@ -779,7 +814,45 @@ struct status_job {
 	cJSON *obj, *status;
 	int rc;
 	char err[512];
+	/* the Node cannot be read: an Event on each new incarnation of the object */
+	char warn_reason[32], warn_message[1024], warned_uid[64];
 };
+
+/* The NodeFound condition: can this agent read its Node? (Kubernetes only) */
+static void node_condition(const struct agent *a, char *status, size_t slen, char *reason,
+                           size_t rlen, char *message, size_t mlen)
+{
+	const char *st = "Unknown", *why = "NodeLookupFailed";
+	switch (a->node_rc) {
+	case 0:
+		st = "True";
+		why = "Found";
+		snprintf(message, mlen, "Node %s owns this object (uid %s)", a->node, a->node_uid);
+		break;
+	case -ENOENT:
+		st = "False";
+		why = "NodeNotFound";
+		snprintf(message, mlen,
+		         "there is no Node named %s: the operator deletes node objects of nodes it "
+		         "cannot find, and this agent writes them again; set the agent's --node "
+		         "(NODE_NAME, from spec.nodeName) to its Kubernetes node name",
+		         a->node);
+		break;
+	case -EACCES:
+		why = "NodeForbidden";
+		snprintf(message, mlen,
+		         "the agent may not read Node %s (%s): its node objects get no owner and "
+		         "are not removed with the node; give its service account get on nodes "
+		         "(the chart's node ClusterRole)",
+		         a->node, a->node_err);
+		break;
+	default:
+		snprintf(message, mlen, "cannot read Node %s: %s; trying again", a->node,
+		         a->node_err);
+	}
+	snprintf(status, slen, "%s", st);
+	snprintf(reason, rlen, "%s", why);
+}
 
 /* Build the node object and its status from what the caches reported. */
 static struct status_job *status_job_for(struct agent *a, struct nodeobj *n)
@@ -835,6 +908,23 @@ static struct status_job *status_job_for(struct agent *a, struct nodeobj *n)
 	char now[32];
 	obj_now(now, sizeof(now));
 	cJSON_AddStringToObject(status, "lastUpdated", now);
+	if (a->o.owner_node_refs) {
+		char cst[16], reason[32], message[1024];
+		node_condition(a, cst, sizeof(cst), reason, sizeof(reason), message,
+		               sizeof(message));
+		cJSON *cond = cJSON_CreateObject();
+		cJSON_AddStringToObject(cond, "type", "NodeFound");
+		cJSON_AddStringToObject(cond, "status", cst);
+		cJSON_AddStringToObject(cond, "reason", reason);
+		cJSON_AddStringToObject(cond, "message", message);
+		cJSON_AddStringToObject(cond, "lastTransitionTime", a->node_since);
+		cJSON_AddItemToArray(cJSON_AddArrayToObject(status, "conditions"), cond);
+		if (a->node_rc) {
+			snprintf(sj->warn_reason, sizeof(sj->warn_reason), "%s", reason);
+			snprintf(sj->warn_message, sizeof(sj->warn_message), "%s", message);
+			snprintf(sj->warned_uid, sizeof(sj->warned_uid), "%s", n->warned_uid);
+		}
+	}
 	sj->obj = n->created ? NULL : obj;
 	if (n->created)
 		cJSON_Delete(obj);
@@ -852,9 +942,16 @@ static void status_work(void *ud)
 	if (sj->obj)
 		sj->rc = os->ops->apply(os, sj->obj, sj->a->manager, false, NULL, sj->err,
 		                        sizeof(sj->err));
+	cJSON *stored = NULL;
 	if (!sj->rc)
-		sj->rc = os->ops->apply(os, sj->status, sj->a->manager, true, NULL, sj->err,
+		sj->rc = os->ops->apply(os, sj->status, sj->a->manager, true, &stored, sj->err,
 		                        sizeof(sj->err));
+	const char *uid = obj_str(stored, "metadata.uid");
+	if (!sj->rc && sj->warn_reason[0] && *uid && strcmp(uid, sj->warned_uid) != 0) {
+		os->ops->event(os, stored, "Warning", sj->warn_reason, sj->warn_message, NULL);
+		snprintf(sj->warned_uid, sizeof(sj->warned_uid), "%s", uid);
+	}
+	cJSON_Delete(stored);
 }
 
 static void status_done(struct loop *l, void *ud)
@@ -884,6 +981,9 @@ static void status_done(struct loop *l, void *ud)
 		sj->n->write_not_before = 0;
 		if (sj->obj)
 			sj->n->created = true;
+		if (sj->warn_reason[0])
+			snprintf(sj->n->warned_uid, sizeof(sj->n->warned_uid), "%s",
+			         sj->warned_uid);
 	}
 	cJSON_Delete(sj->obj);
 	cJSON_Delete(sj->status);
@@ -920,6 +1020,105 @@ static void flush_status(struct loop *l, void *ud)
 			free(sj);
 		}
 	}
+}
+
+/* ---- this node's Node ---- */
+
+/* Node objects carry an ownerReference to their Node (the garbage collector
+ * removes them with it), and the operator deletes the objects of nodes it
+ * cannot find. An agent that cannot read its Node (a --node that names no
+ * Node, or RBAC) says so where users look: the NodeFound condition and an
+ * Event on its node objects, gkm_agent_node_found, the log; and it keeps
+ * looking, so that a fixed RBAC or a Node that appears is picked up. */
+
+struct node_job {
+	struct agent *a;
+	int rc;
+	char uid[64], err[256];
+};
+
+static void node_set(struct agent *a, int rc, const char *uid, const char *err);
+
+static void node_lookup_work(void *ud)
+{
+	struct node_job *nj = ud;
+	struct objstore *os = nj->a->os;
+	cJSON *node = NULL;
+	nj->rc = os->ops->get(os, "v1", "Node", NULL, nj->a->node, &node, nj->err, sizeof(nj->err));
+	if (!nj->rc)
+		snprintf(nj->uid, sizeof(nj->uid), "%s", obj_str(node, "metadata.uid"));
+	cJSON_Delete(node);
+}
+
+static void node_lookup_done(struct loop *l, void *ud)
+{
+	struct node_job *nj = ud;
+	(void)l;
+	nj->a->jobs--;
+	if (!nj->a->stopping)
+		node_set(nj->a, nj->rc, nj->uid, nj->err);
+	free(nj);
+}
+
+static void node_tick(struct loop *l, void *ud)
+{
+	struct agent *a = ud;
+	(void)l;
+	a->node_timer = 0;
+	struct node_job *nj = calloc(1, sizeof(*nj));
+	if (nj) {
+		nj->a = a;
+		a->jobs++;
+		if (workers_submit(a->workers, node_lookup_work, node_lookup_done, nj) == 0)
+			return;
+		a->jobs--;
+		free(nj);
+	}
+	node_set(a, -ENOMEM, "", strerror(ENOMEM));
+}
+
+static void mark_all_nodeobjs(struct agent *a, bool reapply)
+{
+	for (struct nodeobj *n = a->nodeobjs; n; n = n->next) {
+		if (reapply) /* the object itself changes: its ownerReference */
+			n->created = false;
+		mark_dirty(a, n->ns);
+	}
+}
+
+static void node_set(struct agent *a, int rc, const char *uid, const char *err)
+{
+	bool changed = rc != a->node_rc;
+	a->node_rc = rc;
+	metrics_set(m_node_found, NULL, rc == 0);
+	if (changed)
+		obj_now(a->node_since, sizeof(a->node_since));
+	if (rc == 0) {
+		snprintf(a->node_uid, sizeof(a->node_uid), "%s", uid);
+		a->node_failures = 0;
+		if (changed && a->node_failures == 0 && a->nodeobjs)
+			log_info(
+			    "this node's Node can be read now; its node objects get it as owner",
+			    "node", a->node);
+		if (changed)
+			mark_all_nodeobjs(a, true);
+		return;
+	}
+	count_error("node_lookup");
+	snprintf(a->node_err, sizeof(a->node_err), "%s", err);
+	if (changed) {
+		char st[16], reason[32], message[1024];
+		node_condition(a, st, sizeof(st), reason, sizeof(reason), message, sizeof(message));
+		log_warn("cannot read this node's Node; will keep trying", "node", a->node,
+		         "reason", reason, "error", message);
+		mark_all_nodeobjs(a, false);
+	}
+	if (!a->stopping)
+		a->node_timer =
+		    loop_add_timer(a->loop,
+		                   backoff_ms(a->node_failures++, NODE_LOOKUP_BACKOFF_MS,
+		                              NODE_LOOKUP_BACKOFF_MAX_MS, &a->seed),
+		                   node_tick, a);
 }
 
 /* ---- store clean-up ---- */
@@ -1538,6 +1737,7 @@ int agent_start(struct loop *l, struct workers *w, struct objstore *os,
 	else
 		oci_registry_opts_init(&a->reg);
 	a->reg.retries = 0;
+	a->reg.cancel = &a->cancel;
 	a->o.registry = &a->reg;
 	unsigned slots[PULL_SCHED_LANES] = {
 	    [PULL_SCHED_FETCH] = FETCH_SLOTS, [PULL_SCHED_PULL] = a->o.max_pulls};
@@ -1556,15 +1756,10 @@ int agent_start(struct loop *l, struct workers *w, struct objstore *os,
 		return rc;
 	}
 	if (o->owner_node_refs) {
-		cJSON *node = NULL;
-		char err[256];
-		if (os->ops->get(os, "v1", "Node", NULL, a->node, &node, err, sizeof(err)) == 0)
-			snprintf(a->node_uid, sizeof(a->node_uid), "%s",
-			         obj_str(node, "metadata.uid"));
-		else
-			log_warn("cannot read this node's Node object; node objects get no owner",
-			         "node", a->node, "error", err);
-		cJSON_Delete(node);
+		struct node_job nj = {.a = a};
+		node_lookup_work(&nj); /* before the first status write */
+		a->node_rc = 1;        /* so that the first result counts as a change */
+		node_set(a, nj.rc, nj.uid, nj.err);
 	}
 	agent_reprobe(a);
 	a->probe_timer = loop_add_timer(l, (uint64_t)a->o.reprobe_s * 1000, probe_tick, a);
@@ -1604,7 +1799,9 @@ int agent_start(struct loop *l, struct workers *w, struct objstore *os,
 void agent_quiesce(struct agent *a)
 {
 	a->stopping = true;
-	/* running registry jobs finish and post their completions (loop_drain) */
+	/* running registry jobs end (a registry that hangs does not hold the
+	 * shutdown) and post their completions (loop_drain) */
+	atomic_store(&a->cancel, true);
 	workers_free(a->pool);
 	a->pool = NULL;
 }
@@ -1626,6 +1823,8 @@ void agent_stop(struct agent *a)
 		loop_cancel_timer(a->loop, a->status_timer);
 	if (a->sched_timer)
 		loop_cancel_timer(a->loop, a->sched_timer);
+	if (a->node_timer)
+		loop_cancel_timer(a->loop, a->node_timer);
 	workers_free(a->pool);
 	while (a->caches) {
 		struct cache *c = a->caches;

@@ -19,6 +19,8 @@ int curlerr_errno(CURLcode cc)
 		return -EPIPE;
 	case CURLE_OUT_OF_MEMORY:
 		return -ENOMEM;
+	case CURLE_ABORTED_BY_CALLBACK:
+		return -ECANCELED;
 	default:
 		return -EIO;
 	}

@@ -594,6 +594,11 @@ static void xfer_drive(struct xfer *x, bool until_data)
 			}
 		if (x->done || (until_data && x->s_len > 0))
 			break;
+		if (x->reg->o.cancel && atomic_load(x->reg->o.cancel)) {
+			x->done = true;
+			x->cc = CURLE_ABORTED_BY_CALLBACK;
+			break;
+		}
 		curl_multi_poll(m, NULL, 0, 1000, NULL);
 	}
 	if (x->done && x->status == 0)

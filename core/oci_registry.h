@@ -29,6 +29,7 @@
 #ifndef GKM_OCI_REGISTRY_H
 #define GKM_OCI_REGISTRY_H
 
+#include <stdatomic.h>
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
@@ -57,6 +58,9 @@ struct oci_registry_opts {
 	unsigned backoff_ms;        /* first backoff; doubles, with jitter; default 250 */
 	size_t max_manifest_bytes;  /* default 4 MiB */
 	size_t chunk_size;          /* >0: upload blobs in chunks of this size */
+	/* non-NULL: once it reads true (set from any thread), every transfer
+	 * ends within a second with -ECANCELED and nothing is retried */
+	const atomic_bool *cancel;
 };
 
 /* Fill defaults (everything zero/NULL except the numbers above). */

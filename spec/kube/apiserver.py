@@ -1811,7 +1811,8 @@ class Handler(BaseHTTPRequestHandler):
                 if fault.startswith("status:"):
                     code = int(fault.split(":")[1])
                     raise ApiError(code, {500: "InternalError", 503: "ServiceUnavailable",
-                                          429: "TooManyRequests"}.get(code, "InternalError"),
+                                          429: "TooManyRequests", 403: "Forbidden",
+                                          404: "NotFound"}.get(code, "InternalError"),
                                    "injected failure", headers=[("Retry-After", "1")]
                                    if code in (429, 503) else [])
                 if fault == "drop":

@@ -96,7 +96,7 @@ LABEL_VALUES = """## Label values
 | metric | label | values |
 |---|---|---|
 | `gkm_agent_reconciles_total`, `gkm_operator_reconciles_total` | `result` | `ok`, `policy_error` (the Lua policy failed; see `gkm_lua_errors_total`) |
-| `gkm_agent_errors_total` | `kind` | `policy` (agent or compat policy failed), `gpu_probe`, `image` (image config unreadable), `pull` (pull, verify or extract failed), `view` (cache view not published/withdrawn), `status_write` (node status not written) |
+| `gkm_agent_errors_total` | `kind` | `policy` (agent or compat policy failed), `gpu_probe`, `image` (image config unreadable), `pull` (pull, verify or extract failed), `view` (cache view not published/withdrawn), `status_write` (node status not written), `node_lookup` (this node's Node not read: missing, or RBAC) |
 | `gkm_operator_errors_total` | `kind` | `policy` (aggregate policy failed), `status_write`, `resolve` (tag not resolved to a digest), `cleanup` (node object of a deleted node not removed) |
 | `gkm_operator_status_writes_total` | `result` | `written`, `unchanged` (nothing to write), `failed` |
 | `gkm_pulls_total` | `result` | `pulled` (extracted into the store), `present` (already there), `failed` |
