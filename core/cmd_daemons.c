@@ -157,16 +157,20 @@ static const char usage_agent[] =
 static const char usage_operator[] =
     "Usage: gkm operator [flags]\n\n"
     "The operator (Deployment): aggregates the node reports of every cache into its\n"
-    "status, resolves digests where no webhook runs, records Events, and removes the\n"
-    "node objects of deleted nodes. Leader-elected.\n\n"
+    "status, resolves digests where no webhook runs, checks each cache's signature\n"
+    "where it has trusted keys, records Events, and removes the node objects of\n"
+    "deleted nodes. Leader-elected.\n\n"
     "  --leader-elect BOOL    take part in leader election (default true)\n"
     "  --identity ID          this replica's identity (default $POD_NAME, else host name)\n"
     "  --lease-name NAME      the Lease (default gkm-operator)\n"
-    "  --verify-enabled BOOL  whether signatures are verified, by the webhook or on the\n"
-    "                         nodes (default true); only reported in the Verified condition\n"
+    "  --verify-enabled BOOL  whether signatures are verified (default true); false:\n"
+    "                         Verified says VerificationDisabled\n"
+    "  --trust-dir DIR        trusted public keys: every PEM key of every file in DIR;\n"
+    "                         with keys (or --key) the operator checks each cache's\n"
+    "                         signature itself and Verified says what it found\n"
     "  --resolve-digests BOOL resolve tags to digests here, for clusters without the\n"
     "                         admission webhook (default: true when --verify-enabled "
-    "false)\n" HELP_KUBE HELP_COMMON CLI_REGISTRY_HELP;
+    "false)\n" CLI_KEY_HELP HELP_KUBE HELP_COMMON CLI_REGISTRY_HELP;
 
 static const char usage_up[] =
     "Usage: gkm up [--state DIR] [flags]\n\n"
@@ -225,7 +229,6 @@ static bool role_takes(enum role r, int opt)
 	case OPT_SYSFS:
 	case OPT_NVML:
 	case OPT_MAX_PULLS:
-	case OPT_TRUST_DIR:
 		return r & ROLE_AGENT;
 	case OPT_ROOT:
 	case OPT_RUN_DIR:
@@ -365,12 +368,8 @@ static int parse(struct dflags *f, int argc, char **argv, const char *usage)
 			rc = cli_registry_flag(&f->reg, c, optarg, f->cmd);
 			if (rc < 0)
 				return EXIT_USAGE;
-			if (rc > 0) {
-				if (c == CLI_OPT_KEY && !(f->role & ROLE_AGENT))
-					return cli_usage_error(
-					    f->cmd, "--key is for commands that extract");
+			if (rc > 0)
 				break;
-			}
 			switch (cli_common(c, optarg, f->cmd, usage)) {
 			case CLI_EXIT_OK:
 				return -1;
@@ -534,7 +533,8 @@ static void start_operator_on_loop(struct loop *l, void *ud)
 	                               d->f->resolve_set ? d->f->resolve_digests : !d->f->verify,
 	                           .verification_enabled = d->f->verify,
 	                           .watch_nodes = true,
-	                           .registry = &d->f->reg.reg};
+	                           .registry = &d->f->reg.reg,
+	                           .keys = d->f->verify ? d->keys : NULL};
 	if (d->op)
 		return;
 	int rc = operator_start(d->loop, d->workers, d->os, &d->slot, &oo, &d->op);

@@ -10,6 +10,7 @@
 #include "log.h"
 #include "metrics.h"
 #include "node_reports.h"
+#include "oci_pull.h"
 #include "oci_repo.h"
 #include "strmap.h"
 
@@ -22,18 +23,32 @@
 #define WRITE_BACKOFF_MAX_MS 30000
 #define REFUSED_BACKOFF_MAX_MS 300000
 
+enum verdict {
+	VERDICT_NONE = 0,
+	VERDICT_VERIFIED,
+	VERDICT_UNSIGNED,
+	VERDICT_UNTRUSTED,
+	VERDICT_ERROR
+};
+
 struct ocache {
 	struct ocache *next;
 	char key[320]; /* "<ns or _cluster>/<name>" */
 	char ns[64], name[256];
 	cJSON *obj;
 	cJSON *applied; /* the status last written (without lastUpdated) */
-	bool dirty, writing, resolving;
+	bool dirty, writing, resolving, verifying;
 	unsigned failures;         /* status writes failed in a row */
 	uint64_t write_not_before; /* loop_now_ms() before which no write starts */
 	char resolved[144];        /* digest the operator resolved for resolved_for */
 	char resolved_for[600];
 	char resolve_error[512];
+	/* the operator's own signature check (with trusted keys) */
+	enum verdict verdict; /* for verified_image at verified_digest */
+	char verified_image[600], verified_digest[144];
+	char verdict_msg[512];
+	unsigned verify_failures;   /* registry errors in a row */
+	uint64_t verify_not_before; /* loop_now_ms() before which no new check */
 };
 
 struct operator_ {
@@ -55,7 +70,7 @@ struct operator_ {
 
 static struct metric *m_reconciles, *m_writes, *m_errors;
 
-/* kind: policy, status_write, resolve, cleanup, node_report */
+/* kind: policy, status_write, resolve, verify, cleanup, node_report */
 static void count_error(const char *kind)
 {
 	metrics_add(m_errors, METRICS_L(kind), 1);
@@ -70,7 +85,8 @@ static void init_metrics(void)
 	                           "result");
 	m_errors = metrics_counter(
 	    "gkm_operator_errors_total",
-	    "Operator failures, by kind (policy, status_write, resolve, cleanup, node_report)",
+	    "Operator failures, by kind (policy, status_write, resolve, verify, cleanup, "
+	    "node_report)",
 	    "kind");
 }
 
@@ -113,11 +129,11 @@ static void free_cache(struct operator_ *op, struct ocache *c)
 	free(c);
 }
 
-/* A cache deleted while a write or a resolution was in flight stays listed
+/* A cache deleted while a write, a resolution or a check was in flight stays listed
  * (without its object) until that job is done; then it goes. */
 static void forget_if_gone(struct operator_ *op, struct ocache *c)
 {
-	if (!c->obj && !c->writing && !c->resolving)
+	if (!c->obj && !c->writing && !c->resolving && !c->verifying)
 		free_cache(op, c);
 }
 
@@ -381,8 +397,38 @@ static void resolve_done(struct loop *l, void *ud)
 	free(j);
 }
 
-/* The digest for c: the webhook's annotation, else the operator's own
- * resolution (started here when needed; "" until it is done). */
+/* The digest status.resolvedDigest holds for image, or "": a digest is kept
+ * with the image it was resolved from (status.resolvedImage); one recorded
+ * before that field existed counts when the status was written for this
+ * generation of the spec. */
+static const char *recorded_digest(const struct ocache *c, const char *image)
+{
+	const char *d = obj_str(c->obj, "status.resolvedDigest");
+	if (!cache_view_valid_digest(d))
+		return "";
+	const char *from = obj_str(c->obj, "status.resolvedImage");
+	if (*from)
+		return strcmp(from, image) ? "" : d;
+	const cJSON *gen = cJSON_GetObjectItemCaseSensitive(
+	                cJSON_GetObjectItemCaseSensitive(c->obj, "metadata"), "generation"),
+	            *cond;
+	cJSON_ArrayForEach(cond,
+	                   cJSON_GetObjectItemCaseSensitive(
+	                       cJSON_GetObjectItemCaseSensitive(c->obj, "status"), "conditions"))
+	{
+		const cJSON *og = cJSON_GetObjectItemCaseSensitive(cond, "observedGeneration");
+		if (!strcmp(obj_str(cond, "type"), "Ready") && cJSON_IsNumber(og) &&
+		    cJSON_IsNumber(gen) && og->valuedouble == gen->valuedouble)
+			return d;
+	}
+	return "";
+}
+
+/* The digest for c: the webhook's annotation; the digest spec.image names;
+ * the operator's own resolution (--resolve-digests; started here when
+ * needed); else the digest the status records for this image, so that an
+ * operator started without --resolve-digests (the webhook turned on after
+ * the caches were made) keeps their digests. "" when there is none. */
 static const char *digest_for(struct operator_ *op, struct ocache *c)
 {
 	const cJSON *ann = cJSON_GetObjectItemCaseSensitive(
@@ -390,12 +436,13 @@ static const char *digest_for(struct operator_ *op, struct ocache *c)
 	const cJSON *d = cJSON_GetObjectItemCaseSensitive(ann, "gkm.io/resolvedDigest");
 	if (cJSON_IsString(d))
 		return d->valuestring;
-	if (!op->o.resolve_digests)
-		return "";
 	const char *image = obj_str(c->obj, "spec.image");
-	if (!strcmp(c->resolved_for, image))
+	const char *at = strrchr(image, '@');
+	if (at && cache_view_valid_digest(at + 1))
+		return at + 1;
+	if (op->o.resolve_digests && !strcmp(c->resolved_for, image) && *c->resolved)
 		return c->resolved;
-	if (!c->resolving) {
+	if (op->o.resolve_digests && strcmp(c->resolved_for, image) != 0 && !c->resolving) {
 		struct resolve_job *j = calloc(1, sizeof(*j));
 		if (j) {
 			j->op = op;
@@ -408,8 +455,131 @@ static const char *digest_for(struct operator_ *op, struct ocache *c)
 			}
 		}
 	}
-	/* keep reporting the previous digest while a new one is being resolved */
-	return obj_str(c->obj, "status.resolvedDigest");
+	/* while a resolution runs, or after it failed: what was resolved before */
+	return recorded_digest(c, image);
+}
+
+/* ---- signatures ---- */
+
+struct verify_job {
+	struct operator_ *op;
+	char key[320], image[600], digest[144];
+	int rc;
+	struct sig_verdict v;
+	char err[512];
+};
+
+static void verify_work(void *ud)
+{
+	struct verify_job *j = ud;
+	struct oci_ref ref;
+	struct oci_repo *repo = NULL;
+	struct oci_err e;
+	memset(&ref, 0, sizeof(ref));
+	memset(&e, 0, sizeof(e));
+	memset(&j->v, 0, sizeof(j->v));
+	j->rc = oci_ref_parse(j->image, &ref, &e);
+	if (!j->rc)
+		j->rc = oci_repo_open(&ref, j->op->o.registry, false, &repo, &e);
+	if (!j->rc)
+		j->rc = oci_pull_verify(repo, j->digest, j->op->o.keys, &j->v, &e);
+	if (j->rc)
+		snprintf(j->err, sizeof(j->err), "%s", oci_err_str(&e, j->rc));
+	oci_repo_free(repo);
+	oci_ref_clear(&ref);
+}
+
+static void verify_done(struct loop *l, void *ud)
+{
+	struct verify_job *j = ud;
+	struct operator_ *op = j->op;
+	(void)l;
+	struct ocache *c = find_cache(op, j->key, false);
+	if (c && !op->stopping) {
+		c->verifying = false;
+		/* a result for an image or digest the cache no longer names is dropped */
+		if (!strcmp(c->verified_image, j->image) &&
+		    !strcmp(c->verified_digest, j->digest)) {
+			switch (j->rc) {
+			case 0:
+				c->verdict = VERDICT_VERIFIED;
+				break;
+			case -ENODATA:
+				c->verdict = VERDICT_UNSIGNED;
+				break;
+			case -EKEYREJECTED:
+			case -ENOKEY:
+				c->verdict = VERDICT_UNTRUSTED;
+				break;
+			default: /* the registry: try again later */
+				c->verdict = VERDICT_ERROR;
+				c->verify_not_before =
+				    loop_now_ms() + backoff_ms(c->verify_failures++, 1000,
+				                               REFUSED_BACKOFF_MAX_MS, &op->seed);
+				count_error("verify");
+			}
+			if (c->verdict != VERDICT_ERROR)
+				c->verify_failures = 0;
+			snprintf(c->verdict_msg, sizeof(c->verdict_msg), "%s",
+			         j->rc ? j->err : j->v.reason);
+			if (j->rc)
+				log_warn("signature not verified", "cache", j->key, "image",
+				         j->image, "digest", j->digest, "error", j->err);
+			else
+				log_info("signature verified", "cache", j->key, "digest", j->digest,
+				         "by", j->v.reason);
+		}
+		mark(op, j->key);
+		forget_if_gone(op, c);
+	}
+	free(j);
+}
+
+static const char *verdict_name(enum verdict v)
+{
+	static const char *const names[] = {"pending", "verified", "unsigned", "untrusted",
+	                                    "error"};
+	return names[v];
+}
+
+/* With trusted keys: the operator's verdict on c's signature at digest, read
+ * through c's own image reference (its repository's signatures; nothing
+ * another cache or an annotation says). A check starts here when there is
+ * no verdict for this image and digest; NULL without keys. */
+static cJSON *verification_of(struct operator_ *op, struct ocache *c, const char *digest)
+{
+	if (!op->o.keys || sig_keyset_count(op->o.keys) == 0 || !cache_view_valid_digest(digest))
+		return NULL;
+	const char *image = obj_str(c->obj, "spec.image");
+	if (strcmp(c->verified_image, image) || strcmp(c->verified_digest, digest)) {
+		snprintf(c->verified_image, sizeof(c->verified_image), "%s", image);
+		snprintf(c->verified_digest, sizeof(c->verified_digest), "%s", digest);
+		c->verdict = VERDICT_NONE;
+		c->verdict_msg[0] = '\0';
+		c->verify_failures = 0;
+		c->verify_not_before = 0;
+	}
+	bool again = c->verdict == VERDICT_NONE ||
+	             (c->verdict == VERDICT_ERROR && loop_now_ms() >= c->verify_not_before);
+	if (again && !c->verifying) {
+		struct verify_job *j = calloc(1, sizeof(*j));
+		if (j) {
+			j->op = op;
+			snprintf(j->key, sizeof(j->key), "%s", c->key);
+			snprintf(j->image, sizeof(j->image), "%s", image);
+			snprintf(j->digest, sizeof(j->digest), "%s", digest);
+			c->verifying = true;
+			if (workers_submit(op->workers, verify_work, verify_done, j) != 0) {
+				c->verifying = false;
+				free(j);
+			}
+		}
+	}
+	cJSON *v = cJSON_CreateObject();
+	cJSON_AddStringToObject(v, "state", verdict_name(c->verdict));
+	cJSON_AddStringToObject(v, "digest", digest);
+	cJSON_AddStringToObject(v, "message", c->verdict_msg);
+	return v;
 }
 
 /* ---- aggregation and status writes ---- */
@@ -458,8 +628,10 @@ static cJSON *refusal_status(const cJSON *obj, const char *message, double gener
 	cJSON *out = obj_without(obj, "status");
 	cJSON *st = cJSON_AddObjectToObject(out, "status");
 	const char *digest = obj_str(obj, "status.resolvedDigest");
-	if (cache_view_valid_digest(digest))
+	if (cache_view_valid_digest(digest)) {
 		cJSON_AddStringToObject(st, "resolvedDigest", digest);
+		cJSON_AddStringToObject(st, "resolvedImage", obj_str(obj, "status.resolvedImage"));
+	}
 	cJSON *conds = cJSON_AddArrayToObject(st, "conditions");
 	cJSON_AddItemToArray(conds,
 	                     refusal_condition("Ready", "Unknown", message, now, generation));
@@ -642,6 +814,9 @@ static cJSON *aggregate_input(struct operator_ *op, struct ocache *c, const char
 	cJSON *v = cJSON_AddObjectToObject(in, "verification");
 	cJSON_AddBoolToObject(v, "enabled", op->o.verification_enabled);
 	cJSON_AddStringToObject(v, "resolvedBy", op->o.resolve_digests ? "operator" : "webhook");
+	cJSON *mine = verification_of(op, c, digest);
+	if (mine)
+		cJSON_AddItemToObject(v, "operator", mine);
 	cJSON_AddStringToObject(in, "now", now);
 	struct input_nodes ctx = {op, c, cJSON_AddArrayToObject(in, "nodes")};
 	/* every node that runs an agent has a ClusterGKMCacheNode */
@@ -666,6 +841,10 @@ static void reconcile(struct operator_ *op, struct ocache *c)
 	}
 	metrics_add(m_reconciles, METRICS_L("ok"), 1);
 	obj_drop_empty_maps(status); /* an applied {} can freeze the status: see objstore.h */
+	/* the image the digest belongs to: a restarted operator keeps the
+	 * digest only while spec.image stays the same (recorded_digest) */
+	if (*obj_str(status, "resolvedDigest"))
+		obj_set(status, "resolvedImage", cJSON_CreateString(obj_str(c->obj, "spec.image")));
 	if (c->resolve_error[0] && !*digest) {
 		/* say why in the status rather than leaving the user guessing */
 		const cJSON *cond;

@@ -1,6 +1,7 @@
 /* The operator: aggregates the node reports of every cache into its status
- * (policies/aggregate.lua), resolves digests where no webhook does, records
- * Events, and removes node objects of nodes that are gone.
+ * (policies/aggregate.lua), resolves digests where no webhook does, checks
+ * signatures where it has trusted keys, records Events, and removes node
+ * objects of nodes that are gone.
  *
  * Writes are debounced: a burst of node reports for a cache gives one status
  * write per debounce window, and a write that would not change the status is
@@ -13,6 +14,7 @@
 #include "engine.h"
 #include "objstore.h"
 #include "oci_registry.h"
+#include "signature.h"
 #include "workers.h"
 
 struct operator_opts {
@@ -24,6 +26,11 @@ struct operator_opts {
 	unsigned debounce_ms; /* default 250 */
 	unsigned resync_s;    /* default 60 */
 	const struct oci_registry_opts *registry;
+	/* Trusted keys (may be NULL or empty): the operator checks each cache's
+	 * signature itself, through the cache's own image reference, and says in
+	 * Verified what it found. Nothing else (an annotation anyone with write
+	 * access can set) makes a cache Verified here. */
+	const struct sig_keyset *keys;
 };
 
 struct operator_;

@@ -9,7 +9,14 @@
 --             annotations = { ["gkm.io/resolvedDigest"] = "sha256:..." },
 --             status = { ...the current status, conditions included... } }
 --   digest       = "sha256:..."   the digest the operator resolved ("" if none yet)
---   verification = { enabled = true, resolvedBy = "webhook" | "operator" }
+--   verification = { enabled = true, resolvedBy = "webhook" | "operator",
+--                    operator = { state, digest, message } }
+--                  operator: present where the operator has trusted keys and a
+--                  digest: its own check of this cache's signature, through the
+--                  cache's image reference. state: "verified", "unsigned",
+--                  "untrusted", "error" (the registry could not be read) or
+--                  "pending". The gkm.io/resolvedDigest annotation pins a digest;
+--                  anyone who may edit the cache can set it, so it proves nothing.
 --   nodes = { { name = "node-1",
 --               entry = { digest, state, reason, message, pods, lastUpdated,
 --                         compatibleGPUs = {{ids}}, incompatibleGPUs = {{ids, reason, message}} }
@@ -131,28 +138,42 @@ function M.evaluate(input)
   end
 
   local conds = {}
-  -- Verified
+  -- Verified: only what was verified, and by whom
   local annotations = type(cache.annotations) == "table" and cache.annotations or {}
   local refused = by_reason.Unsigned or by_reason.SignatureNotTrusted
-  if verification.enabled == false then
-    conds[#conds + 1] = condition(previous, now, generation, "Verified", "False", "VerificationDisabled",
-      "signature verification is turned off; the digest was resolved by the "
-        .. tostring(verification.resolvedBy or "operator") .. " without checking signatures")
-  elseif annotations["gkm.io/resolvedDigest"] then
-    conds[#conds + 1] = condition(previous, now, generation, "Verified", "True", "SignatureVerified",
-      "the admission webhook verified the image and resolved it to " .. annotations["gkm.io/resolvedDigest"])
-  elseif refused then
-    conds[#conds + 1] = condition(previous, now, generation, "Verified", "False",
-      by_reason.Unsigned and "Unsigned" or "SignatureNotTrusted",
-      "nodes refused the image: " .. list_nodes(failed_names))
-  elseif verification.resolvedBy == "operator" and ready > 0 then
-    -- no webhook: each node verifies the signature before it extracts
-    conds[#conds + 1] = condition(previous, now, generation, "Verified", "True", "VerifiedOnNodes",
-      "the signature was verified by the nodes that pulled " .. digest)
-  else
-    conds[#conds + 1] = condition(previous, now, generation, "Verified", "Unknown", "AwaitingVerification",
-      "no signature verified yet")
+  local mine = type(verification.operator) == "table" and verification.operator or {}
+  if mine.digest ~= digest then
+    mine = {}
   end
+  local checked = tostring(mine.message or "")
+  local verified
+  if verification.enabled == false then
+    verified = { "False", "VerificationDisabled",
+      "signature verification is turned off; the digest was resolved by the "
+        .. tostring(verification.resolvedBy or "operator") .. " without checking signatures" }
+  elseif refused then
+    verified = { "False", by_reason.Unsigned and "Unsigned" or "SignatureNotTrusted",
+      "nodes refused the image: " .. list_nodes(failed_names) }
+  elseif mine.state == "verified" then
+    verified = { "True", "SignatureVerified", "the operator verified the signature of " .. digest .. ": " .. checked }
+  elseif mine.state == "unsigned" then
+    verified = { "False", "Unsigned", "the operator found no signature of " .. digest .. ": " .. checked }
+  elseif mine.state == "untrusted" then
+    verified = { "False", "SignatureNotTrusted",
+      "the operator found no signature of " .. digest .. " that verifies with a trusted key: " .. checked }
+  elseif ready > 0 then
+    -- each node verifies the signature before it extracts
+    verified = { "True", "VerifiedOnNodes", "the signature was verified by the nodes that pulled " .. digest }
+  elseif mine.state == "error" then
+    verified = { "Unknown", "VerificationError", "the operator could not check the signature yet: " .. checked }
+  else
+    local msg = "no signature verified yet"
+    if annotations["gkm.io/resolvedDigest"] then
+      msg = msg .. " (the gkm.io/resolvedDigest annotation pins the digest; it is no proof of a signature)"
+    end
+    verified = { "Unknown", "AwaitingVerification", msg }
+  end
+  conds[#conds + 1] = condition(previous, now, generation, "Verified", verified[1], verified[2], verified[3])
 
   -- Ready
   local usable = M.ignore_incompatible_nodes and (total - incompatible) or total

@@ -760,7 +760,7 @@ def check_config(r):
         probs.append("trust keys ConfigMap data %r, want %r" % ((tk or {}).get("data"), keys))
     # settings, policies and keys reach the daemons as mounted ConfigMaps
     tk_name = r.opts.get("trust_keys", r.fullname + "-trust-keys")
-    for comp, flags in (("operator", (("--policy-dir", "gkm-policies"),)),
+    for comp, flags in (("operator", (("--policy-dir", "gkm-policies"), ("--trust-dir", tk_name))),
                         ("agent", (("--policy-dir", "gkm-policies"), ("--trust-dir", tk_name))),
                         ("webhook", (("--config", "gkm-config"), ("--policy-dir", "gkm-policies"),
                                      ("--trust-dir", tk_name)))):

@@ -130,7 +130,7 @@ wait_for 20 curl -sf "http://127.0.0.1:${PORT[webhook-health]}/readyz" >/dev/nul
 ok $? "gkm webhook registered by URL with caBundle (its certificate signed by the cluster CA)"
 
 # ---- cluster objects and daemons ----
-kubectl create namespace gkm-system >/dev/null && kubectl create namespace team-b >/dev/null
+kubectl create namespace gkm >/dev/null && kubectl create namespace team-b >/dev/null
 for i in 1 2 3; do
 	printf 'apiVersion: v1\nkind: Node\nmetadata:\n  name: node-%s\n  labels: {kubernetes.io/hostname: node-%s}\n' \
 		"$i" "$i" | kubectl apply -f - >/dev/null || break
@@ -151,7 +151,7 @@ start_operator() { # identity [flags...]
 	local id=$1
 	shift
 	[ -n "${PORT[$id]:-}" ] || PORT[$id]=$(free_port)
-	$G operator --kubeconfig "$K" --namespace gkm-system --identity "$id" \
+	$G operator --kubeconfig "$K" --identity "$id" --trust-dir "$W/trust" \
 		--health-listen "127.0.0.1:${PORT[$id]}" "$@" >>"$W/$id.log" 2>&1 &
 	PID[$id]=$!
 }
@@ -163,7 +163,7 @@ agents_ready() { curl -sf "http://127.0.0.1:${PORT[agent1]}/readyz" && curl -sf 
 wait_for 30 agents_ready
 ok $? "three agents are up and ready"
 
-holder() { kubectl get lease gkm-operator -n gkm-system -o jsonpath='{.spec.holderIdentity}' 2>/dev/null; }
+holder() { kubectl get lease gkm-operator -n gkm -o jsonpath='{.spec.holderIdentity}' 2>/dev/null; }
 leads() { grep -q "became the leader" "$W/$1.log"; }
 leads_one() { [ -n "$(holder)" ] && { leads op-a || leads op-b; }; }
 wait_for 20 leads_one
@@ -225,11 +225,12 @@ ok $? "status: incompatibleNodeConditions groups node-2 under BackendMismatch; n
 pyo "
 c = {c['type']: c for c in o['status']['conditions']}
 assert c['Verified']['status'] == 'True' and c['Verified']['reason'] == 'SignatureVerified', c['Verified']
+assert c['Verified']['message'].startswith('the operator verified the signature of $CUDA_DIGEST'), c['Verified']
 assert c['Ready']['status'] == 'True' and 'ready on 2 of 3 nodes; 1 without a compatible GPU' in c['Ready']['message'], c['Ready']
 assert c['Progressing']['status'] == 'False' and c['Error']['status'] == 'False'
 assert all(x['observedGeneration'] == o['metadata']['generation'] for x in c.values())
 assert o['status']['resolvedDigest'] == '$CUDA_DIGEST'"
-ok $? "status: Verified (by the webhook), Ready, not Progressing, no Error, digest copied"
+ok $? "status: Verified (the operator checked the signature itself), Ready, not Progressing, no Error, digest copied"
 json gkmc vector-add --show-managed-fields | py "import json,sys
 m = json.load(sys.stdin)['metadata']['managedFields']
 st = [f for f in m if f.get('subresource') == 'status']
@@ -401,7 +402,7 @@ return M
 EOF
 }
 policy_cm() { # compat.lua source file
-	kubectl create configmap gkm-policies -n gkm-system --from-file=compat.lua="$1" \
+	kubectl create configmap gkm-policies -n gkm --from-file=compat.lua="$1" \
 		--dry-run=client -o yaml | kubectl apply -f - >/dev/null
 }
 deny_policy >"$W/deny.lua"
@@ -422,16 +423,16 @@ refused() { grep -q 'policy change refused.*compat.lua:3' "$W/$1.log"; }
 wait_for 20 refused agent1 && wait_for 10 refused agent3 && wait_for 10 refused op-c
 ok $? "a broken policy is refused by the agents and the operator, the log names compat.lua:3"
 refusals() {
-	json events -n gkm-system --field-selector involvedObject.name=gkm-policies | py "import json,sys
+	json events -n gkm --field-selector involvedObject.name=gkm-policies | py "import json,sys
 print(len([e for e in json.load(sys.stdin)['items'] if e['reason'] == 'PoliciesRefused' and 'compat.lua:3' in e['message']]))"
 }
 wait_for 10 is 1 refusals
 ok $? "the operator records one PoliciesRefused Event on the ConfigMap, naming file and line"
-kubectl describe configmap gkm-policies -n gkm-system >"$W/describe" 2>&1
+kubectl describe configmap gkm-policies -n gkm >"$W/describe" 2>&1
 grep -qE 'Warning +PoliciesRefused .*gkm-operator .*compat.lua:3' "$W/describe"
 ok $? "kubectl describe configmap shows it" || sed 's/^/#   /' "$W/describe"
 field "o['metadata']['annotations']['gkm.io/policy-status'] + ' ' + o['metadata']['annotations']['gkm.io/policy-error']" \
-	configmap gkm-policies -n gkm-system | grep -q '^Refused .*compat.lua:3'
+	configmap gkm-policies -n gkm | grep -q '^Refused .*compat.lua:3'
 ok $? "the ConfigMap's gkm.io/policy-status annotation says Refused, with the error"
 [ "$(metric "${PORT[agent1]}" 'gkm_policy_reloads_total{result="refused"}')" -ge 1 ] 2>/dev/null
 ok $? "metrics count the refused reload"
@@ -441,7 +442,7 @@ entry default node-1 vector-add "assert e['reason'] == 'DeniedByPolicy', e" &&
 	[ "$(field "o['status']['readyNodes']" gkmc vector-add)" = 0 ]
 ok $? "the last good policies stay in force"
 
-kubectl delete configmap gkm-policies -n gkm-system >/dev/null
+kubectl delete configmap gkm-policies -n gkm >/dev/null
 wait_for 30 is 2 field "o['status']['readyNodes']" gkmc vector-add
 ok $? "deleting the ConfigMap restores the built-in policies: ready on two nodes again"
 [ "$(metric "${PORT[agent1]}" 'gkm_pulls_total{result="pulled"}')" = 1 ]

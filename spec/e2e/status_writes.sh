@@ -16,6 +16,7 @@ set -u
 cd "$GKM_ROOT"
 . spec/lib/kubeserver.sh
 . spec/lib/kubeenv.sh
+. spec/lib/apiservers.sh
 G=${GKM_BIN_SAN:-$GKM_BIN}
 export ASAN_OPTIONS=detect_leaks=1:exitcode=99
 W=$(mktemp -d "${TMPDIR:-/tmp}/gkm-status-writes.XXXXXX")
@@ -79,7 +80,7 @@ status:
 EOF
 }
 
-scenario() { # label: KUBECONFIG names the server; make_node NAME makes a Node
+scenario() { # label (see on_both_servers); make_node NAME makes a Node
 	local on=$1 port
 	kubectl create namespace gkm >/dev/null && kubectl create namespace team >/dev/null &&
 		kubectl create namespace solo >/dev/null &&
@@ -128,7 +129,7 @@ scenario() { # label: KUBECONFIG names the server; make_node NAME makes a Node
 	ok $? "$on: ...and a Warning Event StatusRefused"
 	grep -q 'the API server refused the cache status; will retry.*in=' "$W/operator-$on.log"
 	ok $? "$on: the operator logs the refusal and when it tries again"
-	if [ -n "${KUBESERVER_PID:-}" ]; then
+	if [ "$KUBE_SERVER" = test ]; then
 		# backoff: the refused write of c2 is tried again later and later
 		refused_writes() {
 			kubeserver_control requests '{"path": "/namespaces/team/gkmcaches/c2/status"}' >"$W/requests.json" &&
@@ -196,24 +197,11 @@ if ! command -v kubectl >/dev/null; then
 fi
 
 make_node() {
-	printf 'apiVersion: v1\nkind: Node\nmetadata: {name: %s}\n' "$1" | kubectl apply -f - >/dev/null
+	if [ "$KUBE_SERVER" = real ]; then
+		kubeenv_ctl node "$1" >/dev/null
+	else
+		printf 'apiVersion: v1\nkind: Node\nmetadata: {name: %s}\n' "$1" | kubectl apply -f - >/dev/null
+	fi
 }
-if kubeserver_start; then
-	trap cleanup EXIT
-	scenario "test API server"
-	kubeserver_cleanup
-else
-	ok 1 "test API server starts"
-fi
-
-if why=$(kubeenv_unavailable); then
-	echo "# real kube-apiserver: skipped: $why"
-	skip "real kube-apiserver: the same status writes" "$why"
-elif kubeenv_start; then
-	trap cleanup EXIT
-	make_node() { kubeenv_ctl node "$1" >/dev/null; }
-	scenario "kube-apiserver"
-else
-	ok 1 "real kube-apiserver starts"
-fi
+on_both_servers scenario "the same status writes"
 finish

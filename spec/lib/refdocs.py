@@ -97,7 +97,7 @@ LABEL_VALUES = """## Label values
 |---|---|---|
 | `gkm_agent_reconciles_total`, `gkm_operator_reconciles_total` | `result` | `ok`, `policy_error` (the Lua policy failed; see `gkm_lua_errors_total`) |
 | `gkm_agent_errors_total` | `kind` | `policy` (agent or compat policy failed), `gpu_probe`, `image` (image config unreadable), `pull` (pull, verify or extract failed), `view` (cache view not published/withdrawn), `status_write` (node status not written), `node_lookup` (this node's Node not read: missing, or RBAC) |
-| `gkm_operator_errors_total` | `kind` | `policy` (aggregate policy failed), `status_write`, `resolve` (tag not resolved to a digest), `cleanup` (node object of a deleted node not removed) |
+| `gkm_operator_errors_total` | `kind` | `policy` (aggregate policy failed), `status_write`, `resolve` (tag not resolved to a digest), `verify` (signatures not read from the registry), `cleanup` (node object of a deleted node not removed) |
 | `gkm_operator_status_writes_total` | `result` | `written`, `unchanged` (nothing to write), `failed` |
 | `gkm_pulls_total` | `result` | `pulled` (extracted into the store), `present` (already there), `failed` |
 | `gkm_compat_verdicts_total` | `reason` | `Compatible` or the compat policy's reason (`BackendMismatch`, `ArchitectureMismatch`, `PtxTooNew`, ... see troubleshooting.md) |
@@ -105,6 +105,7 @@ LABEL_VALUES = """## Label values
 | `gkm_lua_errors_total` | `kind` | `error` (a runtime error, or a bundle that fails to load), `timeout`, `out_of_memory`, `blocked_function`, `bad_return_value`, `missing_hook` |
 | `gkm_csi_call_duration_seconds` | `method` | the CSI RPC names, as below |
 | `gkm_csi_calls_total` | `method`, `code` | CSI RPC names (every method of the specification by its own name, controller methods included; `other` for a path outside it); gRPC codes (`OK`, `INVALID_ARGUMENT`, `PERMISSION_DENIED`, `FAILED_PRECONDITION`, `ABORTED`, `INTERNAL`, `UNIMPLEMENTED`, ...) |
+| `gkm_csi_fallback_total` | `reason` | why a volume with `onMiss: "empty"` was published as an empty directory: the cache's state on the node (`Pending`, `Pulling`, `Failed`, `Incompatible`, `Deleting`, `NotReady` for any other), `NotOnNode` (the agent has no record of it here), `RecordUnreadable`, `DataUnusable` (Ready, but its data link does not lead to its store entry) |
 | `gkm_webhook_review_seconds` | `endpoint` | `mutate`, `validate` |
 | `gkm_webhook_decisions_total` | `endpoint`, `result`, `reason` | `mutate`/`validate`; `allowed`, `denied`, `error`; `Allowed` or the denial reason (troubleshooting.md), `BadRequest`/`OutOfMemory` for errors |
 | `gkm_webhook_cache_total` | `cache`, `result` | `resolve`/`verdict`; `hit`, `miss` |

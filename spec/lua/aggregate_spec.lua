@@ -132,6 +132,44 @@ describe('aggregate policy', function()
     assert.are.equal('Unsigned', v.reason)
   end)
 
+  it('never takes the gkm.io/resolvedDigest annotation for a verified signature', function()
+    -- the annotation set by hand where no webhook looks; nothing has checked the image
+    local r = aggregate({ { name = 'n1', entry = entry('Pulling') } })
+    local v = cond(r, 'Verified')
+    assert.are.equal('Unknown', v.status)
+    assert.are.equal('AwaitingVerification', v.reason)
+    assert.truthy(v.message:find('no proof', 1, true), v.message)
+    assert.falsy(v.message:find('webhook verified', 1, true), v.message)
+  end)
+
+  it('says what the operator found with its own keys, and for which digest', function()
+    local function verified(state, nodes, digest)
+      return cond(aggregate(nodes or { { name = 'n1', entry = entry('Pulling') } }, {
+        verification = { enabled = true, resolvedBy = 'webhook',
+                         operator = { state = state, digest = digest or D, message = 'M' } } }), 'Verified')
+    end
+    local v = verified('verified')
+    assert.are.same({ 'True', 'SignatureVerified' }, { v.status, v.reason })
+    assert.truthy(v.message:find('the operator verified the signature of ' .. D .. ': M', 1, true), v.message)
+    v = verified('unsigned')
+    assert.are.same({ 'False', 'Unsigned' }, { v.status, v.reason })
+    v = verified('untrusted')
+    assert.are.same({ 'False', 'SignatureNotTrusted' }, { v.status, v.reason })
+    v = verified('error')
+    assert.are.same({ 'Unknown', 'VerificationError' }, { v.status, v.reason })
+    v = verified('pending')
+    assert.are.same({ 'Unknown', 'AwaitingVerification' }, { v.status, v.reason })
+    -- a verdict on another digest says nothing about this one
+    v = verified('verified', nil, 'sha256:' .. string.rep('c', 64))
+    assert.are.same({ 'Unknown', 'AwaitingVerification' }, { v.status, v.reason })
+    -- nodes that refuse the image outweigh the operator's verdict
+    v = verified('verified', { { name = 'n1', entry = entry('Failed', 'SignatureNotTrusted', 'no key') } })
+    assert.are.same({ 'False', 'SignatureNotTrusted' }, { v.status, v.reason })
+    -- ready nodes verified it themselves, webhook or not
+    v = verified('pending', { { name = 'n1', entry = entry('Ready') } })
+    assert.are.same({ 'True', 'VerifiedOnNodes' }, { v.status, v.reason })
+  end)
+
   it('keeps lastTransitionTime while a condition does not change', function()
     local input_status = { conditions = { { type = 'Ready', status = 'True', reason = 'Ready',
       message = 'x', lastTransitionTime = '2026-01-01T00:00:00Z' } } }
