@@ -1,6 +1,7 @@
 #include "agent.h"
 
 #include <errno.h>
+#include <pthread.h>
 #include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -10,6 +11,7 @@
 #include "backoff.h"
 #include "cache_view.h"
 #include "compat_targets.h"
+#include "fallback_notice.h"
 #include "gpu_probe.h"
 #include "kube_workqueue.h"
 #include "log.h"
@@ -102,6 +104,9 @@ struct agent {
 	struct pull_sched *sched;
 	struct oci_registry_opts reg; /* the daemon's, without in-request retries */
 	atomic_bool cancel;           /* shutting down: registry transfers end */
+	pthread_mutex_t clients_lock;
+	struct client *clients; /* idle registry clients (registry jobs) */
+	uint64_t clients_timer; /* drops them once no job ended for a while */
 	struct objstore *os;
 	struct engine_slot *policies;
 	struct agent_opts o;
@@ -109,6 +114,7 @@ struct agent {
 	struct store *store;
 	struct kube_workqueue *queue;
 	struct cache *caches;
+	struct fallback_notice *notice; /* Events on pods given a fallback volume */
 	struct nodeobj *nodeobjs;
 	cJSON *gpus; /* the probe JSON ({"gpus": [...], "groups": [...]}) */
 	uint64_t kick_timer, resync_timer, probe_timer, status_timer, sched_timer, usage_timer;
@@ -419,12 +425,108 @@ static bool unreachable(int rc)
 	       rc == -ETIMEDOUT || rc == -EAGAIN;
 }
 
+/* Registry clients kept between jobs, shared by the pool's threads (one
+ * job at a time uses a client: it is not thread-safe): connections, the
+ * scheme a client learnt and its bearer tokens serve the next job of the
+ * host instead of a TLS handshake (and a loopback registry's HTTPS probe)
+ * per job. A client is dropped after a job that failed and once CLIENT_TTL_MS
+ * old (so that credentials that changed, a new pull secret, are read again),
+ * and all idle ones CLIENT_IDLE_MS after the last job (they hold TLS state). */
+#define CLIENT_TTL_MS 300000
+#define CLIENT_IDLE_MS 5000
+
+struct client {
+	struct client *next;
+	struct oci_registry *reg;
+	uint64_t born;
+	char host[256];
+};
+
+/* An idle client of host, or a new one (NULL: the job makes its own). */
+static struct client *client_take(struct agent *a, const char *host)
+{
+	uint64_t now = loop_now_ms();
+	struct client *c = NULL;
+	pthread_mutex_lock(&a->clients_lock);
+	for (struct client **p = &a->clients; *p; p = &(*p)->next) {
+		if (!strcmp((*p)->host, host) && now - (*p)->born < CLIENT_TTL_MS) {
+			c = *p;
+			*p = c->next;
+			break;
+		}
+	}
+	pthread_mutex_unlock(&a->clients_lock);
+	if (c)
+		return c;
+	struct oci_err e;
+	memset(&e, 0, sizeof(e));
+	if (!(c = calloc(1, sizeof(*c))) || oci_registry_new(host, &a->reg, &c->reg, &e) != 0) {
+		free(c);
+		return NULL;
+	}
+	snprintf(c->host, sizeof(c->host), "%s", host);
+	c->born = now;
+	return c;
+}
+
+static void client_free(struct client *c)
+{
+	if (c)
+		oci_registry_free(c->reg);
+	free(c);
+}
+
+static void client_give(struct agent *a, struct client *c, bool ok)
+{
+	if (!c)
+		return;
+	if (!ok || loop_now_ms() - c->born >= CLIENT_TTL_MS) {
+		client_free(c);
+		return;
+	}
+	pthread_mutex_lock(&a->clients_lock);
+	c->next = a->clients;
+	a->clients = c;
+	pthread_mutex_unlock(&a->clients_lock);
+}
+
+static void clients_drop_idle(struct loop *l, void *ud)
+{
+	struct agent *a = ud;
+	a->clients_timer = 0;
+	pthread_mutex_lock(&a->clients_lock);
+	struct client *c = a->clients;
+	a->clients = NULL;
+	pthread_mutex_unlock(&a->clients_lock);
+	while (c) {
+		struct client *next = c->next;
+		client_free(c);
+		c = next;
+	}
+	loop_trim_soon(l);
+}
+
+/* Open the repository of a job's reference, on a kept client (*client,
+ * given back by the caller) where there is one. */
+static int job_repo(struct job *j, const struct oci_ref *ref, struct client **client,
+                    struct oci_repo **out, struct oci_err *e)
+{
+	*client = ref->kind == OCI_REF_REGISTRY ? client_take(j->a, oci_ref_api_host(ref)) : NULL;
+	if (!*client)
+		return oci_repo_open(ref, &j->a->reg, false, out, e);
+	int rc = oci_repo_open_on(ref, (*client)->reg, out);
+	if (rc)
+		oci_errf(e, "%s: %s", j->ref, strerror(-rc));
+	return rc;
+}
+
 /* Read the image config: targets from its labels when it has them. */
 static void fetch_image_work(void *ud)
 {
 	struct job *j = ud;
 	struct oci_ref ref;
 	struct oci_repo *repo = NULL;
+	struct client *client = NULL;
 	struct oci_image img;
 	struct oci_err e;
 	char err[512];
@@ -433,7 +535,7 @@ static void fetch_image_work(void *ud)
 	memset(&e, 0, sizeof(e));
 	int rc = oci_ref_parse(j->ref, &ref, &e);
 	if (!rc)
-		rc = oci_repo_open(&ref, &j->a->reg, false, &repo, &e);
+		rc = job_repo(j, &ref, &client, &repo, &e);
 	if (!rc)
 		rc = oci_repo_fetch_image(repo, oci_ref_reference(&ref), NULL, &img, &e);
 	if (rc) {
@@ -452,6 +554,7 @@ static void fetch_image_work(void *ud)
 out:
 	oci_image_clear(&img);
 	oci_repo_free(repo);
+	client_give(j->a, client, rc == 0);
 	oci_ref_clear(&ref);
 }
 
@@ -463,11 +566,19 @@ static void pull_work(void *ud)
 	struct oci_err e;
 	struct store_entry_info info;
 	struct oci_pull_opts o = {.registry = &j->a->reg, .keys = j->a->o.keys};
+	struct oci_ref ref;
+	struct client *client = NULL;
 	memset(&e, 0, sizeof(e));
+	memset(&ref, 0, sizeof(ref));
+	if (oci_ref_parse(j->ref, &ref, &e) == 0 && ref.kind == OCI_REF_REGISTRY)
+		client = client_take(j->a, oci_ref_api_host(&ref));
+	oci_ref_clear(&ref);
+	o.client = client ? client->reg : NULL;
 	uint64_t t0 = loop_now_ms();
 	int rc = oci_pull_to_store(j->a->store, j->ref, &o, NULL, j->store_digest, &info,
 	                           &j->present, &e);
 	j->seconds = (double)(loop_now_ms() - t0) / 1000.0;
+	client_give(j->a, client, rc == 0);
 	if (rc) {
 		job_fail(j, rc, pull_reason(rc), oci_err_str(&e, rc));
 		return;
@@ -585,32 +696,53 @@ static void job_free(struct job *j)
 	struct agent *a = j->a;
 	cJSON_Delete(j->targets);
 	free(j);
+	if (a->clients_timer)
+		loop_cancel_timer(a->loop, a->clients_timer);
+	a->clients_timer =
+	    a->stopping ? 0 : loop_add_timer(a->loop, CLIENT_IDLE_MS, clients_drop_idle, a);
 	schedule(a);
 }
 
 static void want(struct agent *a, struct cache *c, enum pull_sched_lane lane);
 
+static void image_facts(struct agent *a, struct cache *c, const struct job *j)
+{
+	snprintf(c->image_digest, sizeof(c->image_digest), "%s", j->digest);
+	if (j->want_targets_from_tree) {
+		/* targets come from the tree: pull first, then check */
+		c->targets_need_pull = true;
+		c->image = IMG_FETCHING;
+		want(a, c, PULL_SCHED_PULL);
+	} else {
+		c->image = IMG_READY;
+		cJSON_Delete(c->targets);
+		c->targets = cJSON_Duplicate(j->targets, 1);
+	}
+	enqueue(a, c->key, 0);
+}
+
+/* An image's configuration is content (its digest pins it): one read serves
+ * every cache of the digest still waiting to read it. What it says about a
+ * source does not: a failure is its own cache's, and the others read it
+ * through their own references; each still pulls through its own. */
 static void fetch_image_done(struct loop *l, void *ud)
 {
 	struct job *j = ud;
+	struct agent *a = j->a;
 	struct attempt *att;
 	(void)l;
 	struct cache *c = job_end(j, &att);
 	if (c && j->rc) {
 		count_error("image");
 	} else if (c) {
-		snprintf(c->image_digest, sizeof(c->image_digest), "%s", j->digest);
-		if (j->want_targets_from_tree) {
-			/* targets come from the tree: pull first, then check */
-			c->targets_need_pull = true;
-			c->image = IMG_FETCHING;
-			want(j->a, c, PULL_SCHED_PULL);
-		} else {
-			c->image = IMG_READY;
-			cJSON_Delete(c->targets);
-			c->targets = cJSON_Duplicate(j->targets, 1);
+		image_facts(a, c, j);
+		for (struct cache *o = a->caches; o; o = o->next) {
+			if (o == c || strcmp(o->digest, j->digest) != 0 || !o->fetch.job.queued ||
+			    o->fetch.failures)
+				continue;
+			pull_sched_cancel(a->sched, &o->fetch.job);
+			image_facts(a, o, j);
 		}
-		enqueue(j->a, c->key, 0);
 	}
 	job_free(j);
 }
@@ -675,16 +807,19 @@ static void start_job(struct agent *a, struct cache *c, enum pull_sched_lane lan
 
 /* A pull waits while another cache extracts the same digest (the store's
  * lock would hold its slot); once the digest is in the store, any number of
- * caches verify their own references for it at once. */
+ * caches verify their own references for it at once. A configuration read
+ * waits while another cache reads the same digest's (fetch_image_done). */
 static bool may_start(struct pull_sched_job *sj, void *ud)
 {
 	struct agent *a = ud;
-	if (sj->lane != PULL_SCHED_PULL)
-		return true;
 	const struct cache *c = cache_of(sj);
-	for (const struct cache *o = a->caches; o; o = o->next)
-		if (o != c && o->pull.job.running && !strcmp(o->digest, c->digest))
-			return store_lookup(a->store, c->digest, NULL) == 0;
+	bool pull = sj->lane == PULL_SCHED_PULL;
+	for (const struct cache *o = a->caches; o; o = o->next) {
+		const struct attempt *att = pull ? &o->pull : &o->fetch;
+		if (o != c && att->job.running && !strcmp(o->digest, c->digest))
+			/* a read of the same configuration serves this one too */
+			return pull && store_lookup(a->store, c->digest, NULL) == 0;
+	}
 	return true;
 }
 
@@ -1282,13 +1417,15 @@ static void failure_json(cJSON *o, const struct attempt *att)
 		cJSON_AddStringToObject(o, "nextAttemptTime", att->retry_time);
 }
 
-/* usage = {pods = n, list = [{podName, podNamespace, podUID, volumeId}]}: the
- * CSI plugin's records, in the shape of the node status pods[]. */
+/* usage = {pods = n, list = [{podName, podNamespace, podUID, volumeId}],
+ * fallback = [{..., state, reason, message}]}: the CSI plugin's records, in
+ * the shape of the node status pods[] and fallbackPods[]; a fallback volume
+ * (an empty directory instead of the cache) does not use the cache. */
 static cJSON *usage_json(const struct cache_view_usage *u)
 {
 	cJSON *usage = cJSON_CreateObject();
-	cJSON_AddNumberToObject(usage, "pods", u ? (double)u->npods : 0);
 	cJSON *list = cJSON_AddArrayToObject(usage, "list");
+	cJSON *fallback = cJSON_AddArrayToObject(usage, "fallback");
 	for (size_t i = 0; u && i < u->npods; i++) {
 		const struct cache_view_pod *p = &u->pods[i];
 		cJSON *o = cJSON_CreateObject();
@@ -1296,8 +1433,14 @@ static cJSON *usage_json(const struct cache_view_usage *u)
 		cJSON_AddStringToObject(o, "podNamespace", p->namespace ? p->namespace : "");
 		cJSON_AddStringToObject(o, "podUID", p->uid ? p->uid : "");
 		cJSON_AddStringToObject(o, "volumeId", p->volume_id ? p->volume_id : "");
-		cJSON_AddItemToArray(list, o);
+		if (p->fallback) {
+			cJSON_AddStringToObject(o, "state", p->fallback_state);
+			cJSON_AddStringToObject(o, "reason", p->fallback_reason);
+			cJSON_AddStringToObject(o, "message", p->fallback_message);
+		}
+		cJSON_AddItemToArray(p->fallback ? fallback : list, o);
 	}
+	cJSON_AddNumberToObject(usage, "pods", cJSON_GetArraySize(list));
 	return usage;
 }
 
@@ -1493,8 +1636,10 @@ static void reconcile(struct agent *a, const char *key)
 	struct cache_view_usage u;
 	bool have_usage = cache_view_usage_read(a->run_dir, c->ns, c->name, &u) == 0;
 	cJSON *in = decide_input(a, c, have_usage ? &u : NULL), *out = NULL;
-	if (have_usage)
+	if (have_usage) {
+		fallback_notice_usage(a->notice, c->key, &u);
 		cache_view_usage_free(&u);
+	}
 	struct engine_error err;
 	enum engine_status st = engine_call_fn(a->policies->current, "gkm.agent", "decide", in,
 	                                       validate_decision, &out, &err);
@@ -1649,6 +1794,7 @@ static void resync_tick(struct loop *l, void *ud)
 	struct agent *a = ud;
 	enqueue_all(a);
 	gc_request(a);
+	fallback_notice_scan(a->notice, a->run_dir);
 	a->resync_timer = loop_add_timer(l, (uint64_t)a->o.resync_s * 1000, resync_tick, a);
 }
 
@@ -1710,6 +1856,7 @@ int agent_start(struct loop *l, struct workers *w, struct objstore *os,
 	if (!a)
 		return -ENOMEM;
 	init_metrics();
+	pthread_mutex_init(&a->clients_lock, NULL);
 	a->loop = l;
 	a->workers = w;
 	a->os = os;
@@ -1742,7 +1889,8 @@ int agent_start(struct loop *l, struct workers *w, struct objstore *os,
 	unsigned slots[PULL_SCHED_LANES] = {
 	    [PULL_SCHED_FETCH] = FETCH_SLOTS, [PULL_SCHED_PULL] = a->o.max_pulls};
 	if ((rc = pull_sched_new(slots, &a->sched)) ||
-	    (rc = workers_new(l, FETCH_SLOTS + a->o.max_pulls, &a->pool))) {
+	    (rc = workers_new(l, FETCH_SLOTS + a->o.max_pulls, &a->pool)) ||
+	    (rc = fallback_notice_new(w, os, &a->notice))) {
 		agent_stop(a);
 		return rc;
 	}
@@ -1826,6 +1974,10 @@ void agent_stop(struct agent *a)
 	if (a->node_timer)
 		loop_cancel_timer(a->loop, a->node_timer);
 	workers_free(a->pool);
+	if (a->clients_timer)
+		loop_cancel_timer(a->loop, a->clients_timer);
+	clients_drop_idle(a->loop, a);
+	pthread_mutex_destroy(&a->clients_lock);
 	while (a->caches) {
 		struct cache *c = a->caches;
 		a->caches = c->next;
@@ -1837,6 +1989,7 @@ void agent_stop(struct agent *a)
 		free(n);
 	}
 	cJSON_Delete(a->gpus);
+	fallback_notice_free(a->notice);
 	pull_sched_free(a->sched);
 	kube_workqueue_free(a->queue);
 	store_close(a->store);

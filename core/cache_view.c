@@ -556,6 +556,9 @@ static void pod_free(struct cache_view_pod *p)
 	free(p->volume_id);
 	free(p->target_path);
 	free(p->digest);
+	free(p->fallback_state);
+	free(p->fallback_reason);
+	free(p->fallback_message);
 	memset(p, 0, sizeof(*p));
 }
 
@@ -589,8 +592,16 @@ static int pod_copy(struct cache_view_pod *dst, const struct cache_view_pod *src
 	    .digest = strdup(src->digest ? src->digest : ""),
 	    .read_only = src->read_only,
 	    .started = src->started,
+	    .fallback = src->fallback,
+	    .fallback_state =
+	        strdup(src->fallback && src->fallback_state ? src->fallback_state : ""),
+	    .fallback_reason =
+	        strdup(src->fallback && src->fallback_reason ? src->fallback_reason : ""),
+	    .fallback_message =
+	        strdup(src->fallback && src->fallback_message ? src->fallback_message : ""),
 	};
-	if (!p.name || !p.namespace || !p.uid || !p.volume_id || !p.target_path || !p.digest) {
+	if (!p.name || !p.namespace || !p.uid || !p.volume_id || !p.target_path || !p.digest ||
+	    !p.fallback_state || !p.fallback_reason || !p.fallback_message) {
 		pod_free(&p);
 		return -ENOMEM;
 	}
@@ -605,6 +616,26 @@ static int pod_string(const cJSON *o, const char *key, size_t max, char **out)
 		return -EINVAL;
 	*out = strdup(v->valuestring);
 	return *out ? 0 : -ENOMEM;
+}
+
+/* The optional "fallback" member of a pod entry (NULL: none). */
+static int parse_fallback(const cJSON *fb, struct cache_view_pod *p)
+{
+	int rc;
+	p->fallback = fb != NULL;
+	if (!fb) {
+		p->fallback_state = strdup("");
+		p->fallback_reason = strdup("");
+		p->fallback_message = strdup("");
+		return p->fallback_state && p->fallback_reason && p->fallback_message ? 0 : -ENOMEM;
+	}
+	if (!cJSON_IsObject(fb))
+		return -EINVAL;
+	if ((rc = pod_string(fb, "state", POD_FIELD_MAX, &p->fallback_state)) ||
+	    (rc = pod_string(fb, "reason", REASON_MAX, &p->fallback_reason)) ||
+	    (rc = pod_string(fb, "message", MESSAGE_MAX, &p->fallback_message)))
+		return rc;
+	return 0;
 }
 
 static int parse_pod(const cJSON *o, struct cache_view_pod *out)
@@ -628,6 +659,8 @@ static int parse_pod(const cJSON *o, struct cache_view_pod *out)
 	    cache_view_parse_rfc3339(started->valuestring, &p.started) != 0)
 		goto out;
 	p.read_only = cJSON_IsTrue(ro);
+	if ((rc = parse_fallback(cJSON_GetObjectItemCaseSensitive(o, "fallback"), &p)))
+		goto out;
 	*out = p;
 	return 0;
 out:
@@ -693,6 +726,11 @@ static char *usage_to_text(const struct cache_view_usage *u)
 		     cJSON_AddStringToObject(e, "digest", p->digest) &&
 		     cJSON_AddBoolToObject(e, "readOnly", p->read_only) &&
 		     cJSON_AddStringToObject(e, "started", ts);
+		cJSON *fb = ok && p->fallback ? cJSON_AddObjectToObject(e, "fallback") : NULL;
+		if (ok && p->fallback)
+			ok = fb && cJSON_AddStringToObject(fb, "state", p->fallback_state) &&
+			     cJSON_AddStringToObject(fb, "reason", p->fallback_reason) &&
+			     cJSON_AddStringToObject(fb, "message", p->fallback_message);
 	}
 	cache_view_rfc3339(time(NULL), ts, sizeof(ts));
 	ok = ok && cJSON_AddStringToObject(o, "updated", ts);
@@ -875,7 +913,9 @@ int cache_view_in_use(const char *run_dir, const char *ns, const char *name, siz
 	int rc = cache_view_usage_read(run_dir, ns, name, &u);
 	if (rc)
 		return rc;
-	*pods = u.npods;
+	*pods = 0;
+	for (size_t i = 0; i < u.npods; i++)
+		*pods += !u.pods[i].fallback;
 	cache_view_usage_free(&u);
 	return 0;
 }

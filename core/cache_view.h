@@ -45,12 +45,20 @@
  *   <run-dir>/usage/<scope>/<name>/usage.json   pods using the cache here:
  *     {"namespace": "ns" | "", "name": "cache",
  *      "pods": [{"name", "namespace", "uid", "volumeId", "targetPath",
- *                "digest", "readOnly": bool, "started": "RFC3339"}],
+ *                "digest", "readOnly": bool, "started": "RFC3339",
+ *                "fallback": {"state", "reason", "message"}}],
  *      "updated": "RFC3339"}
  *
+ *   "fallback" (optional) marks a volume that asked for onMiss "empty" and
+ *   got an empty directory because the cache was not usable here when it
+ *   was published: the state and reason of the node's record ("Unknown" and
+ *   NotOnNode without one) and the sentence a refused mount would have
+ *   shown. Such a volume uses nothing of the cache ("digest" is "").
+ *
  *   The agent's in-use guard (cache_view_in_use(), cache_view_digest_in_use())
- *   keeps a cache and its store entry while any pod uses them; the agent
- *   reports the pod list in node status (cache_view_usage_list()).
+ *   keeps a cache and its store entry while any pod uses them (fallback
+ *   volumes do not); the agent reports the pod list in node status
+ *   (cache_view_usage_list()).
  *
  * Every file here is written atomically (temp file in the same directory,
  * fsync, rename, fsync of the directory), so a reader sees the old or the new
@@ -170,6 +178,8 @@ struct cache_view_pod {
 	char *digest;
 	bool read_only;
 	time_t started;
+	bool fallback; /* an empty directory instead of the cache; the strings say why */
+	char *fallback_state, *fallback_reason, *fallback_message; /* "" when not */
 };
 
 struct cache_view_usage {
@@ -206,7 +216,8 @@ __attribute__((warn_unused_result)) int cache_view_usage_stamp(const char *run_d
                                                                const char *name,
                                                                struct cache_view_usage_stamp *out);
 
-/* In-use guard: number of pods using (ns, name) on this node. */
+/* In-use guard: number of pods using (ns, name) on this node (fallback
+ * volumes are not counted). */
 __attribute__((warn_unused_result)) int cache_view_in_use(const char *run_dir, const char *ns,
                                                           const char *name, size_t *pods);
 /* In-use guard for store entries: does any pod use a view of this digest? */

@@ -79,7 +79,7 @@ static int fd_path(char *buf, size_t size, int fd)
 	return (n < 0 || (size_t)n >= size) ? -ENAMETOOLONG : 0;
 }
 
-int csi_mount_bind_ro(int src_fd, const char *target)
+int csi_mount_bind(int src_fd, const char *target, bool read_only)
 {
 	char src[64];
 	int rc = fd_path(src, sizeof(src), src_fd);
@@ -90,8 +90,9 @@ int csi_mount_bind_ro(int src_fd, const char *target)
 	if (mount(src, target, NULL, MS_BIND, NULL) != 0)
 		return -errno;
 	/* A bind mount takes its flags only from a remount. */
-	if (mount(NULL, target, NULL, MS_REMOUNT | MS_BIND | MS_RDONLY | MS_NOSUID | MS_NODEV,
-	          NULL) != 0) {
+	unsigned long ro = read_only ? MS_RDONLY : 0;
+	if (mount(NULL, target, NULL, MS_REMOUNT | MS_BIND | ro | MS_NOSUID | MS_NODEV, NULL) !=
+	    0) {
 		rc = -errno;
 		if (umount2(target, UMOUNT_NOFOLLOW) != 0)
 			umount2(target, MNT_DETACH | UMOUNT_NOFOLLOW);

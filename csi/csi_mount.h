@@ -1,19 +1,22 @@
-/* The mounts the CSI plugin makes: a read-only bind of a store entry, or a
- * private overlay with the store entry as its read-only lower layer. Plus the
+/* The mounts the CSI plugin makes: a read-only bind of a store entry, a
+ * private overlay with the store entry as its read-only lower layer, or a
+ * bind of a private fallback directory. Plus the
  * small file-system helpers publish/unpublish/stats need. All functions
  * return 0 (or the documented value) or -errno, and are thread-safe. */
 #ifndef GKM_CSI_MOUNT_H
 #define GKM_CSI_MOUNT_H
 
+#include <stdbool.h>
 #include <stdint.h>
 
 /* 1 if path is the root of a mount, 0 if not, -ENOENT if it does not exist. */
 __attribute__((warn_unused_result)) int csi_mount_is_mountpoint(const char *path);
 
 /* Bind the directory open as src_fd (an O_PATH descriptor is enough) at
- * target, an existing directory, read-only, nosuid and nodev. On failure
- * nothing stays mounted. */
-__attribute__((warn_unused_result)) int csi_mount_bind_ro(int src_fd, const char *target);
+ * target, an existing directory, nosuid and nodev, read-only unless
+ * read_only is false. On failure nothing stays mounted. */
+__attribute__((warn_unused_result)) int csi_mount_bind(int src_fd, const char *target,
+                                                       bool read_only);
 
 /* Mount an overlay at target: lower_fd's directory below (never written),
  * upper and work (existing empty directories on one file system) above,

@@ -54,7 +54,7 @@ struct csi_node {
 	bool ready;
 };
 
-static struct metric *m_calls, *m_seconds, *m_volumes;
+static struct metric *m_calls, *m_seconds, *m_volumes, *m_fallbacks;
 
 static bool alnum(char c)
 {
@@ -240,7 +240,7 @@ static void describe(const struct csi_volume *v, char *buf, size_t size)
 /* ---- publish: request parsing ---- */
 
 struct attrs {
-	const char *name, *ns, *read_only, *pod_name, *pod_ns, *pod_uid;
+	const char *name, *ns, *read_only, *on_miss, *pod_name, *pod_ns, *pod_uid;
 };
 
 /* One of two spellings; both given and different is an error. */
@@ -280,6 +280,8 @@ static int read_attrs(const Csi__V1__NodePublishVolumeRequest *req, struct attrs
 			slot = &a->ns;
 		else if (strcmp(k, "readOnly") == 0)
 			slot = &a->read_only;
+		else if (strcmp(k, "onMiss") == 0)
+			slot = &a->on_miss;
 		else if (strcmp(k, "csi.storage.k8s.io/pod.name") == 0)
 			slot = &a->pod_name;
 		else if (strcmp(k, "csi.storage.k8s.io/pod.namespace") == 0)
@@ -291,7 +293,8 @@ static int read_attrs(const Csi__V1__NodePublishVolumeRequest *req, struct attrs
 		if (!slot) {
 			fail(r, CSI_INVALID_ARGUMENT,
 			     "unknown volume attribute '%s' (gkm reads cacheName, cacheNamespace, "
-			     "readOnly, and the older csi.gkm.io/GKMCache, csi.gkm.io/namespace)",
+			     "readOnly, onMiss, and the older csi.gkm.io/GKMCache, "
+			     "csi.gkm.io/namespace)",
 			     shown(k, b, 64));
 			return -EINVAL;
 		}
@@ -400,6 +403,11 @@ static int parse_publish(const Csi__V1__NodePublishVolumeRequest *req, struct cs
 	}
 	if (req->readonly) /* the pod spec's readOnly wins */
 		writable = false;
+	if (a.on_miss && strcmp(a.on_miss, "empty") != 0 && strcmp(a.on_miss, "fail") != 0) {
+		fail(r, CSI_INVALID_ARGUMENT, "onMiss must be \"fail\" or \"empty\", not '%s'",
+		     shown(a.on_miss, b, 64));
+		return -EINVAL;
+	}
 	if (a.pod_ns && !cache_view_valid_namespace(a.pod_ns)) {
 		fail(r, CSI_INVALID_ARGUMENT, "pod namespace '%s' is not a valid namespace",
 		     shown(a.pod_ns, b, 64));
@@ -443,6 +451,9 @@ static int parse_publish(const Csi__V1__NodePublishVolumeRequest *req, struct cs
 	v->pod_uid = (char *)(a.pod_uid ? a.pod_uid : "");
 	v->digest = "";
 	v->writable = writable;
+	v->empty_on_miss = a.on_miss && strcmp(a.on_miss, "empty") == 0;
+	v->pod_read_only = req->readonly;
+	v->fallback_state = v->fallback_reason = v->fallback_message = "";
 	return 0;
 }
 
@@ -476,11 +487,41 @@ static void refuse(struct csi_reply *r, const char *what, const struct cache_vie
 		     what, st, reason, sep, msg);
 }
 
+/* Why a cache cannot be mounted here: the state and reason of the node's
+ * record (or what stands for them without a usable one), and the label of
+ * gkm_csi_fallback_total, one of a fixed set. */
+struct miss {
+	char state[32], reason[128];
+	const char *label;
+};
+
+static void set_miss(struct miss *m, const char *state, const char *reason, const char *label)
+{
+	shown(state, m->state, sizeof(m->state));
+	shown(reason, m->reason, sizeof(m->reason));
+	m->label = label;
+}
+
+/* The record's own words, with the metric label its state maps to. */
+static void record_miss(struct miss *m, const struct cache_view_ready *rec)
+{
+	static const char *const states[] = {"Pending", "Pulling", "Failed", "Incompatible",
+	                                     "Deleting"};
+	const char *st = rec->compatible ? rec->state : "Incompatible";
+	const char *label = "NotReady";
+	for (size_t i = 0; i < sizeof(states) / sizeof(states[0]); i++)
+		if (strcmp(st, states[i]) == 0)
+			label = states[i];
+	set_miss(m, st, rec->reason[0] ? rec->reason : st, label);
+}
+
 /* Check the agent's record and open the store entry: only a record that
  * says Ready and compatible, whose digest the view's data link names, is
- * mounted. On success *fd is the entry (caller closes) and digest is set. */
+ * mounted. On success *fd is the entry (caller closes) and digest is set;
+ * otherwise r says why (FAILED_PRECONDITION) and so does *m. */
 static int resolve_cache(struct csi_node *n, const struct csi_volume *v, int *fd,
-                         char digest[CACHE_VIEW_DIGEST_LEN + 1], struct csi_reply *r)
+                         char digest[CACHE_VIEW_DIGEST_LEN + 1], struct miss *m,
+                         struct csi_reply *r)
 {
 	struct cache_view_ready ready;
 	char what[CACHE_VIEW_NAME_MAX + 96], err[384];
@@ -493,14 +534,17 @@ static int resolve_cache(struct csi_node *n, const struct csi_volume *v, int *fd
 		     "%s is not on this node: the agent has no record of it here (it does not "
 		     "exist, or the agent has not seen it yet)",
 		     what);
+		set_miss(m, "Unknown", "NotOnNode", "NotOnNode");
 		return rc;
 	}
 	if (rc) {
 		fail(r, CSI_FAILED_PRECONDITION, "%s: %s", what, err);
+		set_miss(m, "Unknown", "RecordUnreadable", "RecordUnreadable");
 		return rc;
 	}
 	if (!ready.compatible || strcmp(ready.state, "Ready") != 0) {
 		refuse(r, what, &ready);
+		record_miss(m, &ready);
 		rc = -EAGAIN;
 		goto out;
 	}
@@ -509,6 +553,7 @@ static int resolve_cache(struct csi_node *n, const struct csi_volume *v, int *fd
 	if (rc) {
 		fail(r, CSI_FAILED_PRECONDITION, "%s is marked ready but its data is unusable: %s",
 		     what, err);
+		set_miss(m, "Ready", "DataUnusable", "DataUnusable");
 		goto out;
 	}
 	free(path);
@@ -527,19 +572,58 @@ static int usage_add(struct csi_node *n, const struct csi_volume *v)
 	    .volume_id = v->volume_id,
 	    .target_path = v->target_path,
 	    .digest = v->digest,
-	    .read_only = !v->writable,
+	    .read_only = v->fallback ? v->pod_read_only : !v->writable,
 	    .started = v->started,
+	    .fallback = v->fallback,
+	    .fallback_state = v->fallback_state,
+	    .fallback_reason = v->fallback_reason,
+	    .fallback_message = v->fallback_message,
 	};
 	return cache_view_usage_add(n->run_dir, v->cache_namespace, v->cache_name, &p);
 }
 
-/* Mount the store entry at the volume's target (which exists). */
+/* A fresh, empty directory of the volume's own under the state directory
+ * (never under the store or a view: nothing written there reaches a cache),
+ * bound at the target. */
+static int mount_fallback(struct csi_node *n, const struct csi_volume *v, struct csi_reply *r)
+{
+	char vdir[PATH_MAX], dir[PATH_MAX];
+	int rc, fd = -1;
+	if ((rc = overlay_dir(n, v->volume_id, NULL, vdir, sizeof(vdir))) ||
+	    (rc = overlay_dir(n, v->volume_id, "fallback", dir, sizeof(dir)))) {
+		fail(r, CSI_INTERNAL, "fallback directory: %s", strerror(-rc));
+		return rc;
+	}
+	/* Writable by the pod's user whoever that is, like an emptyDir. */
+	if ((rc = csi_mount_remove_tree(vdir)) || (rc = fsutil_mkdirs(dir, 0700)) ||
+	    (chmod(dir, 0777) != 0 && (rc = -errno)) ||
+	    ((fd = open(dir, O_PATH | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC)) < 0 &&
+	     (rc = -errno))) {
+		fail(r, CSI_INTERNAL, "fallback directory %s: %s", dir, strerror(-rc));
+		goto out;
+	}
+	rc = csi_mount_bind(fd, v->target_path, v->pod_read_only);
+	if (rc)
+		fail(r, CSI_INTERNAL, "bind mount of the fallback directory at %s failed: %s",
+		     v->target_path, strerror(-rc));
+out:
+	if (fd >= 0)
+		close(fd);
+	if (rc && csi_mount_remove_tree(vdir) != 0)
+		log_warn("cannot remove fallback directory", "dir", vdir);
+	return rc;
+}
+
+/* Mount the store entry (or the fallback directory) at the volume's target
+ * (which exists). */
 static int mount_volume(struct csi_node *n, const struct csi_volume *v, int fd, struct csi_reply *r)
 {
 	char vdir[PATH_MAX], upper[PATH_MAX], work[PATH_MAX];
 	int rc;
+	if (v->fallback)
+		return mount_fallback(n, v, r);
 	if (!v->writable) {
-		rc = csi_mount_bind_ro(fd, v->target_path);
+		rc = csi_mount_bind(fd, v->target_path, true);
 		if (rc)
 			fail(r, CSI_INTERNAL, "read-only bind mount at %s failed: %s",
 			     v->target_path, strerror(-rc));
@@ -602,33 +686,81 @@ static int prepare_target(const char *target, bool *created, struct csi_reply *r
 	return 0;
 }
 
-static void undo_target(const char *target, bool created)
+static void clear_reply(struct csi_reply *r)
 {
-	if (csi_mount_unmount(target) != 0)
-		log_error("cannot unmount after a failed publish", "target", target);
-	if (created && rmdir(target) != 0 && errno != ENOENT)
-		log_warn("cannot remove target after a failed publish", "target", target, "error",
-		         strerror(errno));
+	r->code = CSI_OK;
+	r->message[0] = '\0';
+}
+
+/* Replace *slot by a copy of val under the lock (stats may copy a published
+ * entry meanwhile); false when out of memory. */
+static bool swap_str(struct csi_node *n, char **slot, const char *val)
+{
+	char *copy = strdup(val);
+	if (!copy)
+		return false;
+	pthread_mutex_lock(&n->lock);
+	char *old = *slot;
+	*slot = copy;
+	pthread_mutex_unlock(&n->lock);
+	free(old);
+	return true;
+}
+
+/* What a publish mounts: the cache's store entry (*fd, v->digest), or, for
+ * a volume with onMiss "empty" whose cache is not usable here, a fallback
+ * directory (*fd -1, v->fallback with the why, *label for the metric).
+ * Anything else that keeps the cache from being mounted fails as before. */
+static int choose_source(struct csi_node *n, struct csi_volume *v, int *fd, const char **label,
+                         struct csi_reply *r)
+{
+	char digest[CACHE_VIEW_DIGEST_LEN + 1] = "";
+	struct miss m = {.label = NULL};
+	*fd = -1;
+	int rc = resolve_cache(n, v, fd, digest, &m, r);
+	if (rc && !v->empty_on_miss)
+		return rc;
+	bool fallback = rc != 0;
+	if (!swap_str(n, &v->digest, digest) ||
+	    !swap_str(n, &v->fallback_state, fallback ? m.state : "") ||
+	    !swap_str(n, &v->fallback_reason, fallback ? m.reason : "") ||
+	    !swap_str(n, &v->fallback_message, fallback ? r->message : "")) {
+		if (*fd >= 0)
+			close(*fd);
+		*fd = -1;
+		fail(r, CSI_RESOURCE_EXHAUSTED, "out of memory");
+		return -ENOMEM;
+	}
+	v->fallback = fallback;
+	*label = fallback ? m.label : NULL;
+	clear_reply(r);
+	return 0;
+}
+
+/* Remove what a failed publish made: the mount, the target it created,
+ * the volume's private directories. */
+static void undo_target(struct csi_node *n, const struct csi_volume *v, bool created)
+{
+	char vdir[PATH_MAX];
+	if (csi_mount_unmount(v->target_path) != 0)
+		log_error("cannot unmount after a failed publish", "target", v->target_path);
+	if (created && rmdir(v->target_path) != 0 && errno != ENOENT)
+		log_warn("cannot remove target after a failed publish", "target", v->target_path,
+		         "error", strerror(errno));
+	if (overlay_dir(n, v->volume_id, NULL, vdir, sizeof(vdir)) == 0 &&
+	    csi_mount_remove_tree(vdir) != 0)
+		log_warn("cannot remove the volume's directories", "dir", vdir);
 }
 
 /* A new volume (e is a busy placeholder owned by this call). */
-static int publish_new(struct csi_node *n, struct entry *e, struct csi_reply *r)
+static int publish_new(struct csi_node *n, struct entry *e, const char **label, struct csi_reply *r)
 {
 	struct csi_volume *v = &e->v;
-	char digest[CACHE_VIEW_DIGEST_LEN + 1];
 	bool created = false;
 	int fd = -1;
-	int rc = resolve_cache(n, v, &fd, digest, r);
+	int rc = choose_source(n, v, &fd, label, r);
 	if (rc)
 		return rc;
-	char *d = strdup(digest);
-	if (!d) {
-		rc = -ENOMEM;
-		fail(r, CSI_RESOURCE_EXHAUSTED, "out of memory");
-		goto out;
-	}
-	free(v->digest);
-	v->digest = d;
 	v->started = time(NULL);
 	rc = csi_mount_is_mountpoint(v->target_path);
 	if (rc == 1) {
@@ -652,13 +784,7 @@ static int publish_new(struct csi_node *n, struct entry *e, struct csi_reply *r)
 	}
 	goto out;
 undo:
-	undo_target(v->target_path, created);
-	if (v->writable) {
-		char vdir[PATH_MAX];
-		if (overlay_dir(n, v->volume_id, NULL, vdir, sizeof(vdir)) == 0 &&
-		    csi_mount_remove_tree(vdir) != 0)
-			log_warn("cannot remove overlay directories", "dir", vdir);
-	}
+	undo_target(n, v, created);
 	if (csi_volume_remove(n->volumes_dir, v->volume_id) != 0)
 		log_error("cannot remove volume state after a failed publish", "volume",
 		          v->volume_id);
@@ -670,32 +796,24 @@ out:
 
 /* A repeated publish of a known volume: make sure it is mounted and
  * recorded (a previous attempt may have been cut short by a restart). */
-static int publish_again(struct csi_node *n, struct entry *e, struct csi_reply *r)
+static int publish_again(struct csi_node *n, struct entry *e, const char **label,
+                         struct csi_reply *r)
 {
 	struct csi_volume *v = &e->v;
 	int rc = csi_mount_is_mountpoint(v->target_path);
 	if (rc != 1) {
-		char digest[CACHE_VIEW_DIGEST_LEN + 1];
 		bool created = false;
 		int fd = -1;
-		if ((rc = resolve_cache(n, v, &fd, digest, r)))
+		if ((rc = choose_source(n, v, &fd, label, r)))
 			return rc;
-		/* Stats may copy this entry meanwhile: swap under the lock. */
-		char *d = strdup(digest);
-		if (d) {
-			pthread_mutex_lock(&n->lock);
-			char *old = v->digest;
-			v->digest = d;
-			pthread_mutex_unlock(&n->lock);
-			free(old);
-		}
-		rc = d ? csi_volume_save(n->volumes_dir, v) : -ENOMEM;
+		rc = csi_volume_save(n->volumes_dir, v);
 		if (rc)
 			fail(r, CSI_INTERNAL, "cannot record volume state: %s", strerror(-rc));
 		else if ((rc = prepare_target(v->target_path, &created, r)) == 0 &&
 		         (rc = mount_volume(n, v, fd, r)) != 0)
-			undo_target(v->target_path, created);
-		close(fd);
+			undo_target(n, v, created);
+		if (fd >= 0)
+			close(fd);
 		if (rc)
 			return rc;
 	}
@@ -759,14 +877,25 @@ static void node_publish(struct csi_node *n, const uint8_t *data, size_t len, st
 	if (!e)
 		goto out;
 
-	int rc = fresh ? publish_new(n, e, r) : publish_again(n, e, r);
+	const char *label = NULL;
+	int rc = fresh ? publish_new(n, e, &label, r) : publish_again(n, e, &label, r);
 
 	describe(&e->v, what, sizeof(what));
-	if (rc == 0)
+	if (rc == 0 && label) {
+		metrics_add(m_fallbacks, METRICS_L(label), 1);
+		log_warn("published an empty fallback directory: the cache is not usable here",
+		         "volume", e->v.volume_id, "cache", what, "state", e->v.fallback_state,
+		         "reason", e->v.fallback_reason, "target", e->v.target_path,
+		         "pod_namespace", e->v.pod_namespace, "pod", e->v.pod_name);
+	} else if (rc == 0) {
 		log_info(fresh ? "published volume" : "volume already published", "volume",
 		         e->v.volume_id, "cache", what, "mode",
-		         e->v.writable ? "overlay" : "read-only", "target", e->v.target_path,
-		         "pod_namespace", e->v.pod_namespace, "pod", e->v.pod_name);
+		         e->v.fallback   ? "fallback"
+		         : e->v.writable ? "overlay"
+		                         : "read-only",
+		         "target", e->v.target_path, "pod_namespace", e->v.pod_namespace, "pod",
+		         e->v.pod_name);
+	}
 	pthread_mutex_lock(&n->lock);
 	if (rc && fresh) {
 		drop_entry(n, e);
@@ -797,13 +926,12 @@ static int teardown(struct csi_node *n, const struct csi_volume *v, struct csi_r
 	if (rmdir(v->target_path) != 0 && errno != ENOENT)
 		log_warn("target directory left in place", "target", v->target_path, "error",
 		         strerror(errno));
-	if (v->writable) {
-		char vdir[PATH_MAX];
-		if (overlay_dir(n, v->volume_id, NULL, vdir, sizeof(vdir)) == 0 &&
-		    csi_mount_remove_tree(vdir) != 0)
-			log_warn("cannot remove overlay directories (removed at next start)", "dir",
-			         vdir);
-	}
+	/* The overlay layers or the fallback directory, written by the pod. */
+	char vdir[PATH_MAX];
+	if (overlay_dir(n, v->volume_id, NULL, vdir, sizeof(vdir)) == 0 &&
+	    csi_mount_remove_tree(vdir) != 0)
+		log_warn("cannot remove the volume's directories (removed at next start)", "dir",
+		         vdir);
 	rc = cache_view_usage_remove(n->run_dir, v->cache_namespace, v->cache_name, v->volume_id);
 	if (rc) {
 		fail(r, CSI_INTERNAL, "cannot release usage of volume %s: %s", v->volume_id,
@@ -966,11 +1094,14 @@ static void node_stats(struct csi_node *n, const uint8_t *data, size_t len, stru
 		goto out;
 	}
 	uint64_t bytes = 0, inodes = 0, ubytes = 0, uinodes = 0, avail = 0, iavail = 0;
-	int rc = store_usage(n, v.digest, &bytes, &inodes);
-	if (rc == 0 && v.writable) {
+	/* What the pod can write to: an overlay's upper layer, a fallback
+	 * directory (which has no cache below it). */
+	const char *own = v.fallback ? "fallback" : v.writable ? "upper" : NULL;
+	int rc = v.fallback ? 0 : store_usage(n, v.digest, &bytes, &inodes);
+	if (rc == 0 && own) {
 		char upper[PATH_MAX];
 		struct statvfs sv;
-		rc = overlay_dir(n, v.volume_id, "upper", upper, sizeof(upper));
+		rc = overlay_dir(n, v.volume_id, own, upper, sizeof(upper));
 		if (rc == 0)
 			rc = csi_mount_tree_usage(upper, &ubytes, &uinodes);
 		if (rc == 0 && statvfs(upper, &sv) != 0)
@@ -985,7 +1116,7 @@ static void node_stats(struct csi_node *n, const uint8_t *data, size_t len, stru
 		goto out;
 	}
 	/* A read-only volume is exactly as big as the cache; a writable one can
-	 * grow into the free space of the file system its upper layer is on. */
+	 * grow into the free space of the file system its own directory is on. */
 	Csi__V1__VolumeUsage ub = CSI__V1__VOLUME_USAGE__INIT, ui = CSI__V1__VOLUME_USAGE__INIT;
 	ub.unit = CSI__V1__VOLUME_USAGE__UNIT__BYTES;
 	ub.used = clamp64(bytes + ubytes);
@@ -1299,6 +1430,12 @@ int csi_node_new(const struct csi_node_config *cfg, struct csi_node **out)
 	                              sizeof(buckets) / sizeof(buckets[0]));
 	m_volumes =
 	    metrics_gauge("gkm_csi_volumes_published", "Volumes published on this node", NULL);
+	m_fallbacks = metrics_counter(
+	    "gkm_csi_fallback_total",
+	    "Volumes published as an empty directory (onMiss \"empty\") because the cache was "
+	    "not usable on this node, by why: its state here (Pending, Pulling, Failed, "
+	    "Incompatible, Deleting, NotReady), NotOnNode, RecordUnreadable or DataUnusable",
+	    "reason");
 
 	struct csi_node *n = calloc(1, sizeof(*n));
 	if (!n)

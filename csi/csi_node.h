@@ -10,6 +10,15 @@
  *   readOnly        "true" (default): read-only bind mount of the shared
  *                   copy; "false": a private overlay (the shared copy below,
  *                   a per-volume upper directory), discarded on unpublish
+ *   onMiss          "fail" (default): a cache that is not Ready here is
+ *                   refused (FAILED_PRECONDITION with its state and reason,
+ *                   the kubelet retries); "empty": the volume is published
+ *                   as an empty, writable directory of its own instead (under
+ *                   the state directory, never the store or a view; removed
+ *                   on unpublish), recorded as a fallback in the usage file
+ *                   and counted in gkm_csi_fallback_total{reason}. Requests
+ *                   that are invalid or not allowed (a GKMCache of another
+ *                   namespace) are refused either way.
  *   csi.gkm.io/GKMCache, csi.gkm.io/namespace   older spellings of the first two
  *   csi.storage.k8s.io/...  pod information from kubelet (podInfoOnMount)
  * A pod may mount a GKMCache of its own namespace or any ClusterGKMCache.
@@ -55,7 +64,7 @@ struct csi_node_config {
 	const char *node_id;   /* NodeGetInfo's node_id (required) */
 	const char *root;      /* store root: <root>/store, <root>/caches */
 	const char *run_dir;   /* <run-dir>/volumes, <run-dir>/usage */
-	const char *state_dir; /* overlay upper/work dirs; NULL: <root>/csi */
+	const char *state_dir; /* overlay and fallback dirs; NULL: <root>/csi */
 	const char *version;   /* GetPluginInfo's vendor_version */
 	const char *driver;    /* GetPluginInfo's name; NULL: CSI_DRIVER_NAME */
 };

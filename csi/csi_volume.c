@@ -39,7 +39,8 @@ bool csi_volume_same(const struct csi_volume *a, const struct csi_volume *b)
 	return eq(a->volume_id, b->volume_id) && eq(a->target_path, b->target_path) &&
 	       eq(a->cache_namespace, b->cache_namespace) && eq(a->cache_name, b->cache_name) &&
 	       eq(a->pod_name, b->pod_name) && eq(a->pod_namespace, b->pod_namespace) &&
-	       eq(a->pod_uid, b->pod_uid) && a->writable == b->writable;
+	       eq(a->pod_uid, b->pod_uid) && a->writable == b->writable &&
+	       a->empty_on_miss == b->empty_on_miss && a->pod_read_only == b->pod_read_only;
 }
 
 void csi_volume_clear(struct csi_volume *v)
@@ -54,6 +55,9 @@ void csi_volume_clear(struct csi_volume *v)
 	free(v->pod_name);
 	free(v->pod_namespace);
 	free(v->pod_uid);
+	free(v->fallback_state);
+	free(v->fallback_reason);
+	free(v->fallback_message);
 	memset(v, 0, sizeof(*v));
 }
 
@@ -69,10 +73,17 @@ int csi_volume_copy(struct csi_volume *dst, const struct csi_volume *src)
 	    .pod_namespace = strdup(src->pod_namespace ? src->pod_namespace : ""),
 	    .pod_uid = strdup(src->pod_uid ? src->pod_uid : ""),
 	    .writable = src->writable,
+	    .empty_on_miss = src->empty_on_miss,
+	    .pod_read_only = src->pod_read_only,
 	    .started = src->started,
+	    .fallback = src->fallback,
+	    .fallback_state = strdup(src->fallback_state ? src->fallback_state : ""),
+	    .fallback_reason = strdup(src->fallback_reason ? src->fallback_reason : ""),
+	    .fallback_message = strdup(src->fallback_message ? src->fallback_message : ""),
 	};
 	if (!v.volume_id || !v.target_path || !v.cache_namespace || !v.cache_name || !v.digest ||
-	    !v.pod_name || !v.pod_namespace || !v.pod_uid) {
+	    !v.pod_name || !v.pod_namespace || !v.pod_uid || !v.fallback_state ||
+	    !v.fallback_reason || !v.fallback_message) {
 		csi_volume_clear(&v);
 		return -ENOMEM;
 	}
@@ -100,7 +111,9 @@ int csi_volume_save(const char *dir, const struct csi_volume *v)
 	cache_view_rfc3339(v->started, ts, sizeof(ts));
 	cJSON *o = cJSON_CreateObject();
 	cJSON *pod = o ? cJSON_AddObjectToObject(o, "pod") : NULL;
-	bool ok = pod && cJSON_AddStringToObject(o, "volumeId", v->volume_id) &&
+	cJSON *fb = o && v->fallback ? cJSON_AddObjectToObject(o, "fallback") : NULL;
+	bool ok = pod && (fb || !v->fallback) &&
+	          cJSON_AddStringToObject(o, "volumeId", v->volume_id) &&
 	          cJSON_AddStringToObject(o, "targetPath", v->target_path) &&
 	          cJSON_AddStringToObject(o, "cacheNamespace", v->cache_namespace) &&
 	          cJSON_AddStringToObject(o, "cacheName", v->cache_name) &&
@@ -109,7 +122,12 @@ int csi_volume_save(const char *dir, const struct csi_volume *v)
 	          cJSON_AddStringToObject(pod, "name", v->pod_name) &&
 	          cJSON_AddStringToObject(pod, "namespace", v->pod_namespace) &&
 	          cJSON_AddStringToObject(pod, "uid", v->pod_uid) &&
-	          cJSON_AddStringToObject(o, "started", ts);
+	          cJSON_AddStringToObject(o, "started", ts) &&
+	          cJSON_AddStringToObject(o, "onMiss", v->empty_on_miss ? "empty" : "fail") &&
+	          cJSON_AddBoolToObject(o, "podReadOnly", v->pod_read_only) &&
+	          (!fb || (cJSON_AddStringToObject(fb, "state", v->fallback_state) &&
+	                   cJSON_AddStringToObject(fb, "reason", v->fallback_reason) &&
+	                   cJSON_AddStringToObject(fb, "message", v->fallback_message)));
 	char *text = ok ? cJSON_PrintUnformatted(o) : NULL;
 	cJSON_Delete(o);
 	if (!text)
@@ -139,6 +157,35 @@ static int get_string(const cJSON *o, const char *key, size_t max, char **out)
 	return *out ? 0 : -ENOMEM;
 }
 
+/* The members later versions added: absent in older files. */
+static int parse_fallback(const cJSON *o, struct csi_volume *v)
+{
+	const cJSON *miss = cJSON_GetObjectItemCaseSensitive(o, "onMiss");
+	const cJSON *pro = cJSON_GetObjectItemCaseSensitive(o, "podReadOnly");
+	const cJSON *fb = cJSON_GetObjectItemCaseSensitive(o, "fallback");
+	if ((miss && !cJSON_IsString(miss)) || (pro && !cJSON_IsBool(pro)) ||
+	    (fb && !cJSON_IsObject(fb)))
+		return -EINVAL;
+	if (miss && strcmp(miss->valuestring, "empty") != 0 &&
+	    strcmp(miss->valuestring, "fail") != 0)
+		return -EINVAL;
+	v->empty_on_miss = miss && strcmp(miss->valuestring, "empty") == 0;
+	v->pod_read_only = cJSON_IsTrue(pro);
+	v->fallback = fb != NULL;
+	if (!fb) {
+		v->fallback_state = strdup("");
+		v->fallback_reason = strdup("");
+		v->fallback_message = strdup("");
+		return v->fallback_state && v->fallback_reason && v->fallback_message ? 0 : -ENOMEM;
+	}
+	int rc;
+	if ((rc = get_string(fb, "state", 64, &v->fallback_state)) ||
+	    (rc = get_string(fb, "reason", 1024, &v->fallback_reason)) ||
+	    (rc = get_string(fb, "message", 8192, &v->fallback_message)))
+		return rc;
+	return 0;
+}
+
 static int parse_state(const char *text, size_t len, struct csi_volume *out)
 {
 	struct csi_volume v;
@@ -157,12 +204,16 @@ static int parse_state(const char *text, size_t len, struct csi_volume *out)
 	    (rc = get_string(o, "digest", CACHE_VIEW_DIGEST_LEN, &v.digest)) ||
 	    (rc = get_string(pod, "name", CACHE_VIEW_NAME_MAX, &v.pod_name)) ||
 	    (rc = get_string(pod, "namespace", CACHE_VIEW_NAMESPACE_MAX, &v.pod_namespace)) ||
-	    (rc = get_string(pod, "uid", CACHE_VIEW_NAME_MAX, &v.pod_uid)))
+	    (rc = get_string(pod, "uid", CACHE_VIEW_NAME_MAX, &v.pod_uid)) ||
+	    (rc = parse_fallback(o, &v)))
 		goto out;
 	rc = -EINVAL;
+	/* A fallback uses no store entry: no digest; a cache volume has one. */
 	if (!csi_volume_valid_id(v.volume_id) || v.target_path[0] != '/' ||
 	    (v.cache_namespace[0] && !cache_view_valid_namespace(v.cache_namespace)) ||
-	    !cache_view_valid_name(v.cache_name) || !cache_view_valid_digest(v.digest) ||
+	    !cache_view_valid_name(v.cache_name) ||
+	    (v.fallback ? v.digest[0] != '\0' : !cache_view_valid_digest(v.digest)) ||
+	    (v.fallback && !v.empty_on_miss) ||
 	    cache_view_parse_rfc3339(started->valuestring, &v.started) != 0)
 		goto out;
 	v.writable = cJSON_IsTrue(w);

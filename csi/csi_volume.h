@@ -5,7 +5,13 @@
  *
  *   {"volumeId", "targetPath", "cacheNamespace" ("" = ClusterGKMCache),
  *    "cacheName", "digest", "writable": bool,
- *    "pod": {"name", "namespace", "uid"}, "started": "RFC3339"}
+ *    "pod": {"name", "namespace", "uid"}, "started": "RFC3339",
+ *    "onMiss": "fail" | "empty", "podReadOnly": bool,
+ *    "fallback": {"state", "reason", "message"}}
+ *
+ * The last three are optional (files of earlier versions have none): a
+ * volume with "fallback" is an empty directory published because the cache
+ * was not usable here (its "digest" is ""), see csi_node.h.
  */
 #ifndef GKM_CSI_VOLUME_H
 #define GKM_CSI_VOLUME_H
@@ -25,16 +31,22 @@ struct csi_volume {
 	char *pod_name;
 	char *pod_namespace;
 	char *pod_uid;
-	bool writable;
+	bool writable;      /* the cache as a private overlay (else read-only) */
+	bool empty_on_miss; /* onMiss "empty": a fallback directory where the cache is not usable */
+	bool pod_read_only; /* the request's readonly: nothing may be written */
 	time_t started;
+	/* Published as a fallback: the cache's state and reason on the node
+	 * and the sentence a refused mount would give; all "" otherwise. */
+	bool fallback;
+	char *fallback_state, *fallback_reason, *fallback_message;
 };
 
 /* A volume id usable as a file name: 1-128 of [A-Za-z0-9._-], not starting
  * with '.'. */
 bool csi_volume_valid_id(const char *id);
 
-/* Same publish request (everything but the digest and start time), for
- * idempotent repeats. */
+/* Same publish request (everything but the digest, start time and what was
+ * published), for idempotent repeats. */
 bool csi_volume_same(const struct csi_volume *a, const struct csi_volume *b);
 
 /* Deep copy; dst is written only on success. */

@@ -22,7 +22,11 @@
 --             compatibleGPUs = { "0", ... } },  -- the GPU ids it was published for
 --                                               -- (given while the image is re-read)
 --   usage = { pods = n,                       -- pods mounting the cache (CSI)
---             list = { { podName, podNamespace, podUID, volumeId } } },
+--             list = { { podName, podNamespace, podUID, volumeId } },
+--             fallback = { { podName, podNamespace, podUID, volumeId,
+--                            state, reason, message } } },  -- volumes published
+--                                  -- as an empty directory (onMiss "empty")
+--                                  -- because the cache was not usable here
 --   previous = { ...the entry reported last time... } or nil,
 -- }
 -- <failure> (state "failed" from the first failure until a try succeeds,
@@ -33,6 +37,8 @@
 --   entry   = { digest (absent until resolved), state, reason, message, lastUpdated,
 --               nextAttemptTime (a failure the agent retries by itself),
 --               pods = { { podName, podNamespace, podUID, volumeId } },
+--               fallbackPods = { { podName, podNamespace, podUID, volumeId,
+--                                  state, reason, message } } (absent when none),
 --               compatibleGPUs = { { ids, gpuType } },
 --               incompatibleGPUs = { { ids, gpuType, reason, message } } }
 --             or nil (remove this cache from the node's status),
@@ -100,7 +106,7 @@ local function same_entry(a, b)
     end
     return table.concat(out, ",")
   end
-  if volumes(a.pods) ~= volumes(b.pods) then
+  if volumes(a.pods) ~= volumes(b.pods) or volumes(a.fallbackPods) ~= volumes(b.fallbackPods) then
     return false
   end
   local function sets(x)
@@ -118,6 +124,10 @@ local function finish(input, entry, actions, requeue_after)
     -- the node status lists the pods (the CRD's pods[]), not just a count
     local usage = type(input.usage) == "table" and input.usage or {}
     entry.pods = type(usage.list) == "table" and usage.list or {}
+    -- pods that asked for the cache and got an empty directory instead
+    if type(usage.fallback) == "table" and #usage.fallback > 0 then
+      entry.fallbackPods = usage.fallback
+    end
     entry.compatibleGPUs = entry.compatibleGPUs or {}
     entry.incompatibleGPUs = entry.incompatibleGPUs or {}
     -- lastUpdated moves only when something else did, so an unchanged

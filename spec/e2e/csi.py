@@ -330,6 +330,10 @@ def test_permission_denied():
         code, details = publish(node, "v-deny", tgt, cache="llama", ns="team-a", pod_ns=None, pod=None)
         t.ok(code == C.PERMISSION_DENIED and "podInfoOnMount" in details,
              "namespaced cache without the pod's namespace: PERMISSION_DENIED", diag=(code, details))
+        code, details = publish(node, "v-deny", tgt, cache="pulling", ns="team-a", pod_ns="team-b",
+                                extra={"onMiss": "empty"})
+        t.ok(code == C.PERMISSION_DENIED and "team-b" in details,
+             'onMiss: "empty" is no way around it: PERMISSION_DENIED, not a fallback', diag=(code, details))
     t.ok(cc.mount_count(tgt) == 0, "nothing mounted after denied publishes")
 
 
@@ -362,6 +366,41 @@ def test_failed_precondition():
                  "%s: FAILED_PRECONDITION saying what is missing" % name, diag=(code, details))
     t.ok(cc.mount_count(tgt) == 0 and state_files() == [], "no mount and no state after refused publishes",
          diag=state_files())
+
+
+def test_fallback():
+    """onMiss: "empty" for the records only a fabricated layout has: an
+    unreadable record, a Ready one that says incompatible, a data link out
+    of the store. Published and unpublished like any volume (csi-sanity's
+    rules: a repeat is OK, so is unpublishing what is gone)."""
+    with channel() as ch:
+        node = pbg.NodeStub(ch)
+        for cache, state, reason in [("broken", "Unknown", "RecordUnreadable"),
+                                     ("readyincompatible", "Incompatible", "ArchMismatch"),
+                                     ("escape", "Ready", "DataUnusable")]:
+            tgt, vid = new_target("fb-" + cache), "v-fb-" + cache
+            first = publish(node, vid, tgt, cache=cache, extra={"onMiss": "empty"})
+            again = publish(node, vid, tgt, cache=cache, extra={"onMiss": "empty"})
+            opts, fstype = cc.mounts().get(tgt, ("", ""))
+            t.ok(first[0] == C.OK and again[0] == C.OK and cc.mount_count(tgt) == 1
+                 and {"rw", "nosuid", "nodev"} <= set(opts.split(",")) and os.listdir(tgt) == [],
+                 "%s, onMiss empty: an empty rw, nosuid, nodev directory; published twice, mounted once"
+                 % cache, diag=(first, again, opts, fstype))
+            entries = [(u["volumeId"], u["digest"], u["fallback"]["state"], u["fallback"]["reason"])
+                       for u in usage("team-a", cache)]
+            t.eq(entries, [(vid, "", state, reason)], "%s: the usage entry says fallback, %s" % (cache, reason))
+            other = publish(node, vid, tgt, cache=cache)
+            t.eq(other[0], C.ALREADY_EXISTS, "%s: the same volume without onMiss is another request" % cache)
+            code1, _ = unpublish(node, vid, tgt)
+            code2, _ = unpublish(node, vid, tgt)
+            t.ok(code1 == C.OK and code2 == C.OK and not os.path.exists(tgt) and usage("team-a", cache) == []
+                 and not os.path.exists(os.path.join(root, "csi", "volumes", vid)),
+                 "%s: unpublished twice, OK; its directory and usage entry are gone" % cache)
+        code, details = publish(node, "v-fb-bad", new_target("fb-bad"), extra={"onMiss": "yes"})
+        t.ok(code == C.INVALID_ARGUMENT and 'onMiss must be "fail" or "empty"' in details,
+             "an onMiss that is neither: INVALID_ARGUMENT", diag=(code, details))
+    t.ok(os.listdir(os.path.join(store_entry, "..")) == [digest[7:]] and tree_counts(store_entry)[0] == len(FILES) + 5,
+         "the store holds the one entry it held, unchanged")
 
 
 def test_read_only_publish_and_sharing():
@@ -761,7 +800,8 @@ try:
     plugin = cc.Plugin(tmp, root, run).start()
     for fn in [test_identity_and_node_info, test_unimplemented, test_conformance_node, test_invalid_arguments,
                test_path_traversal,
-               test_permission_denied, test_failed_precondition, test_read_only_publish_and_sharing,
+               test_permission_denied, test_failed_precondition, test_fallback,
+               test_read_only_publish_and_sharing,
                test_writable_overlay, test_unpublish_edge_cases, test_concurrent_100, test_busy_volume,
                test_internal_error_undoes,
                test_sigkill_and_restart, test_metrics, test_second_instance_refused, test_chart_flags,

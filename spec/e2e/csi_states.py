@@ -5,7 +5,13 @@ against a real registry writes the node's record of each cache, and the real
 client with the state and reason of that record, for every state a cache can
 be in on a node: Ready (mounted), Pending, Pulling, Failed, Incompatible,
 Deleting, and not on the node at all. What the plugin says must be what the
-node status says, and nothing but a Ready, compatible cache is mounted."""
+node status says, and nothing but a Ready, compatible cache is mounted.
+
+A volume with onMiss: "empty" in each of those states gets an empty, writable
+directory instead: the node status lists it under fallbackPods with the same
+state and reason, the agent records a CacheFallback Event on the pod, the
+plugin counts it in gkm_csi_fallback_total, and nothing the pod writes lands
+in the store or a view."""
 import json
 import os
 import shutil
@@ -120,7 +126,7 @@ def main():
     pods = path("pods")
     n = [0]
 
-    def publish(cache, ns=NS):
+    def publish(cache, ns=NS, extra=None):
         n[0] += 1
         tgt = os.path.join(pods, "p%d" % n[0], "mount")
         os.makedirs(os.path.dirname(tgt))
@@ -128,7 +134,7 @@ def main():
             with grpc.insecure_channel(plugin.endpoint) as ch:
                 pbg.NodeStub(ch).NodePublishVolume(
                     cc.publish_request(pb, "vol-%d" % n[0], tgt, cache, ns=ns, pod="pod-%d" % n[0],
-                                       uid="uid-%d" % n[0]), timeout=30)
+                                       uid="uid-%d" % n[0], extra=extra), timeout=30)
             return C.OK, "", "vol-%d" % n[0], tgt
         except grpc.RpcError as e:
             return e.code(), e.details(), "vol-%d" % n[0], tgt
@@ -152,6 +158,67 @@ def main():
              and e["message"][:60] in details and cc.mount_count(tgt) == 0,
              "%s: the publish is refused with the node's state and reason: %r" % (what, details[:150]),
              diag=(code, details, e))
+        fallback(name, e["state"], e["reason"], e["state"], what)
+
+    def metric(name, label):
+        url = "http://127.0.0.1:%d/metrics" % plugin.health_port
+        with urllib.request.urlopen(url, timeout=10) as r:
+            for line in r.read().decode().splitlines():
+                if line.startswith('%s{reason="%s"} ' % (name, label)):
+                    return float(line.split()[-1])
+        return 0.0
+
+    def events_about(pod):
+        p = os.path.join(state, "events.jsonl")
+        lines = open(p).read().splitlines() if os.path.exists(p) else []
+        return [e for e in map(json.loads, lines) if e["involvedObject"].get("name") == pod]
+
+    def files_named(top, name):
+        return [os.path.join(d, name) for d, _, files in os.walk(top) if name in files]
+
+    def fallback(name, state_, reason_, label, what):
+        """The same cache with onMiss "empty": an empty, writable directory of
+        the volume's own, reported as a fallback with the record's state and
+        reason, told to the pod, counted, and gone at unpublish."""
+        before = metric("gkm_csi_fallback_total", label)
+        code, details, vid, tgt = publish(name, extra={"onMiss": "empty"})
+        pod = "pod-%d" % n[0]
+        own = os.path.join(state, "csi", "volumes", vid, "fallback")
+        t.ok(code == C.OK and cc.mount_count(tgt) == 1 and os.listdir(tgt) == []
+             and os.path.samefile(tgt, own),
+             "%s, onMiss empty: published as an empty directory of the volume's own" % what,
+             diag=(code, details))
+        if code != C.OK:
+            return
+        with open(os.path.join(tgt, "kernel-compiled-by-pod"), "w") as f:
+            f.write("compiled")
+        t.ok(files_named(os.path.join(state, "store"), "kernel-compiled-by-pod") == []
+             and files_named(os.path.join(state, "caches"), "kernel-compiled-by-pod") == []
+             and os.path.isfile(os.path.join(own, "kernel-compiled-by-pod")),
+             "%s: what the pod writes stays in its directory, never in the store or a view" % what)
+        t.eq(metric("gkm_csi_fallback_total", label), before + 1,
+             '%s: gkm_csi_fallback_total{reason="%s"} counts it' % (what, label))
+
+        def reported():
+            e = entry(name) or {}
+            fb = [p for p in e.get("fallbackPods") or [] if p["volumeId"] == vid]
+            used = [p for p in e.get("pods") or [] if p["volumeId"] == vid]
+            return fb[0] if fb and not used else None
+        fb = wait_for(reported, 20)
+        t.ok(fb and (fb["podName"], fb["podUID"], fb["state"], fb["reason"]) == (pod, "uid-%d" % n[0], state_, reason_)
+             and fb["message"].startswith("GKMCache %s/%s " % (NS, name)),
+             "%s: the node status lists the pod under fallbackPods with the state and reason %s, %s"
+             % (what, state_, reason_), diag=(entry(name), fb))
+        ev = wait_for(lambda: events_about(pod), 20)
+        t.ok(ev and ev[0]["reason"] == "CacheFallback" and ev[0]["type"] == "Warning"
+             and ev[0]["involvedObject"]["kind"] == "Pod" and ev[0]["involvedObject"]["uid"] == "uid-%d" % n[0]
+             and reason_ in ev[0]["message"] and vid in ev[0]["message"],
+             "%s: the agent records a CacheFallback Event on the pod" % what, diag=ev)
+        unpublish(vid, tgt)
+        t.ok(cc.mount_count(tgt) == 0 and not os.path.exists(own)
+             and wait_for(lambda: not reported(), 20),
+             "%s: unpublish removes the directory and the fallback entry" % what, diag=entry(name))
+        t.eq(len(events_about(pod)), 1, "%s: one Event per volume" % what)
 
     t.ok(wait_state("ready", "Ready"), "the signed CUDA cache is Ready on the node", diag=up.tail())
     code, details, vid, tgt = publish("ready")
@@ -167,6 +234,26 @@ def main():
     code, details, _, _ = publish("nosuch")
     t.ok(code == C.FAILED_PRECONDITION and "GKMCache team-a/nosuch is not on this node" in details,
          "a cache the node has no record of: not on this node", diag=(code, details))
+    # onMiss empty for it: the empty directory, and an Event although the
+    # agent has no cache (and so no node status entry) to report it under
+    code, details, fvid, ftgt = publish("nosuch", extra={"onMiss": "empty"})
+    pod = "pod-%d" % n[0]
+    t.ok(code == C.OK and cc.mount_count(ftgt) == 1 and os.listdir(ftgt) == [],
+         "a cache the node has no record of, onMiss empty: an empty directory", diag=(code, details))
+    usage = json.load(open(os.path.join(run, "usage", NS, "nosuch", "usage.json")))["pods"]
+    t.eq([(u["volumeId"], u["fallback"]["state"], u["fallback"]["reason"], u["digest"]) for u in usage],
+         [(fvid, "Unknown", "NotOnNode", "")], "its usage entry says fallback: Unknown, NotOnNode")
+    ev = wait_for(lambda: events_about(pod), 60)
+    t.ok(ev and ev[0]["reason"] == "CacheFallback" and "is not on this node" in ev[0]["message"],
+         "the agent tells that pod too (from the usage files, at its next resync)", diag=ev)
+    unpublish(fvid, ftgt)
+    # a pod of another namespace gets no fallback: that is authorisation
+    code, details, _, ftgt = publish("pulling", extra={
+        "onMiss": "empty", "csi.storage.k8s.io/pod.namespace": "team-b"})
+    t.ok(code == C.PERMISSION_DENIED and "may not mount GKMCache team-a/pulling" in details
+         and cc.mount_count(ftgt) == 0,
+         "onMiss empty from a pod of another namespace: still PERMISSION_DENIED, nothing mounted",
+         diag=(code, details))
 
     # Deleted while the first pod uses it: kept for that pod, refused to others.
     sh(GKM, "delete", "--state", state, "-n", NS, "gkmc", "ready")

@@ -144,4 +144,23 @@ describe('agent decisions', function()
       previous = first.entry, usage = { pods = 1, list = { { podName = 'p', volumeId = 'v' } } } })
     assert.are.equal('2026-11-21T11:00:00Z', mounted.entry.lastUpdated)
   end)
+
+  it('reports fallback volumes apart; they neither use the cache nor keep it', function()
+    local fb = { { podName = 'p3', podNamespace = 'default', podUID = 'u3', volumeId = 'v3',
+                   state = 'Pulling', reason = 'Pulling', message = 'not ready on this node yet' } }
+    local r = decide({ usage = { pods = 0, list = {}, fallback = fb } })
+    assert.are.equal('Pulling', r.entry.state)
+    assert.are.same({}, r.entry.pods)
+    assert.are.same(fb, r.entry.fallbackPods)
+    assert.is_nil(decide({ usage = { pods = 0, list = {}, fallback = {} } }).entry.fallbackPods)
+    -- a deleted cache whose only volume is a fallback is released at once
+    local gone = decide({ cache = false, view = { digest = D }, usage = { pods = 0, list = {}, fallback = fb } })
+    assert.is_nil(gone.entry)
+    assert.are.same({ 'unlink' }, types(gone))
+    -- a new fallback volume is a change of the entry
+    local first = decide({ store = { present = true }, view = { digest = D } })
+    local later = decide({ store = { present = true }, view = { digest = D }, now = '2026-11-21T11:00:00Z',
+      previous = first.entry, usage = { pods = 0, list = {}, fallback = fb } })
+    assert.are.equal('2026-11-21T11:00:00Z', later.entry.lastUpdated)
+  end)
 end)

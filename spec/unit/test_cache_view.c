@@ -486,6 +486,40 @@ static void test_usage(void **state)
 	assert_int_equal(cache_view_in_use(run, "team", "c1", &n), 0);
 	assert_int_equal(n, 0);
 
+	/* A fallback volume is listed, says why, and uses nothing. */
+	struct cache_view_pod fb = pod("vol-fb", "");
+	fb.read_only = false;
+	fb.fallback = true;
+	fb.fallback_state = "Pulling";
+	fb.fallback_reason = "Pulling";
+	fb.fallback_message = "GKMCache team/c1 is not ready on this node yet";
+	assert_int_equal(cache_view_usage_add(run, "team", "c1", &fb), 0);
+	assert_int_equal(cache_view_in_use(run, "team", "c1", &n), 0);
+	assert_int_equal(n, 0);
+	assert_int_equal(cache_view_usage_read(run, "team", "c1", &u), 0);
+	assert_int_equal(u.npods, 1);
+	assert_true(u.pods[0].fallback);
+	assert_string_equal(u.pods[0].fallback_state, "Pulling");
+	assert_string_equal(u.pods[0].fallback_reason, "Pulling");
+	assert_string_equal(u.pods[0].fallback_message, fb.fallback_message);
+	cache_view_usage_free(&u);
+	assert_int_equal(cache_view_usage_add(run, "team", "c1", &a), 0);
+	assert_int_equal(cache_view_in_use(run, "team", "c1", &n), 0);
+	assert_int_equal(n, 1);
+	assert_int_equal(cache_view_usage_read(run, "team", "c1", &u), 0);
+	assert_false(u.pods[1].fallback);
+	assert_string_equal(u.pods[1].fallback_reason, "");
+	cache_view_usage_free(&u);
+	assert_int_equal(cache_view_usage_remove(run, "team", "c1", "vol-a"), 0);
+	assert_int_equal(cache_view_usage_remove(run, "team", "c1", "vol-fb"), 0);
+	sh("echo '{\"pods\":[{\"name\":\"p\",\"namespace\":\"team\",\"uid\":\"u\","
+	   "\"volumeId\":\"v\",\"targetPath\":\"/t\",\"digest\":\"\",\"readOnly\":false,"
+	   "\"started\":\"2024-05-01T12:00:00Z\",\"fallback\":\"yes\"}]}' > "
+	   "'%s/usage/team/c1/usage.json'",
+	   run);
+	assert_int_equal(cache_view_in_use(run, "team", "c1", &n), -EINVAL);
+	sh("rm '%s/usage/team/c1/usage.json'", run);
+
 	/* A malformed usage file is an error for its cache (nothing is
 	 * overwritten) and skipped by the list. */
 	sh("echo '{\"pods\":[{\"name\":1}]}' > '%s/usage/team/c1/usage.json'", run);

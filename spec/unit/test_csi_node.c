@@ -1,7 +1,8 @@
 /* csi_node without gRPC: requests packed with protobuf-c go through
  * csi_node_call(); everything that is refused before mounting, state
- * recovery, and the per-volume state files. Mounting itself is covered by
- * spec/e2e/csi.py. */
+ * recovery, the per-volume state files, and fallback volumes (onMiss
+ * "empty": real bind mounts, skipped where mount(2) is not permitted).
+ * Mounting the cache itself is covered by spec/e2e/csi.py. */
 #include <errno.h>
 #include <limits.h>
 #include <setjmp.h>
@@ -10,6 +11,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mount.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -258,8 +260,8 @@ struct kv {
 	const char *k, *v;
 };
 
-static struct csi_reply publish(const char *vid, const char *target, const struct kv *ctx,
-                                bool with_cap)
+static struct csi_reply publish_req(const char *vid, const char *target, const struct kv *ctx,
+                                    bool with_cap, bool readonly)
 {
 	Csi__V1__NodePublishVolumeRequest req = CSI__V1__NODE_PUBLISH_VOLUME_REQUEST__INIT;
 	Csi__V1__VolumeCapability cap = CSI__V1__VOLUME_CAPABILITY__INIT;
@@ -273,6 +275,7 @@ static struct csi_reply publish(const char *vid, const char *target, const struc
 	req.volume_id = (char *)vid;
 	req.target_path = (char *)target;
 	req.volume_capability = with_cap ? &cap : NULL;
+	req.readonly = readonly;
 	size_t n = 0;
 	for (; ctx && ctx[n].k; n++) {
 		Csi__V1__NodePublishVolumeRequest__VolumeContextEntry init =
@@ -285,6 +288,12 @@ static struct csi_reply publish(const char *vid, const char *target, const struc
 	req.n_volume_context = n;
 	req.volume_context = ep;
 	return call("/csi.v1.Node/NodePublishVolume", &req.base);
+}
+
+static struct csi_reply publish(const char *vid, const char *target, const struct kv *ctx,
+                                bool with_cap)
+{
+	return publish_req(vid, target, ctx, with_cap, false);
 }
 
 #define POD_A                                                                                      \
@@ -326,6 +335,9 @@ static void test_publish_refusals(void **state)
 	expect(publish("v1", target, both, true), CSI_INVALID_ARGUMENT, "contradicts");
 	const struct kv ro[] = {{"cacheName", "llama"}, {"readOnly", "False"}, {0, 0}};
 	expect(publish("v1", target, ro, true), CSI_INVALID_ARGUMENT, "readOnly");
+	const struct kv miss[] = {{"cacheName", "nosuch"}, {"onMiss", "Empty"}, {0, 0}};
+	expect(publish("v1", target, miss, true), CSI_INVALID_ARGUMENT,
+	       "onMiss must be \"fail\" or \"empty\", not 'Empty'");
 	const struct kv baduid[] = {
 	    {"cacheName", "llama"}, {"csi.storage.k8s.io/pod.uid", "x/../y"}, {0, 0}};
 	expect(publish("v1", target, baduid, true), CSI_INVALID_ARGUMENT, "uid");
@@ -335,6 +347,18 @@ static void test_publish_refusals(void **state)
 	                              {"csi.storage.k8s.io/pod.namespace", "team-b"},
 	                              {0, 0}};
 	expect(publish("v1", target, other_ns, true), CSI_PERMISSION_DENIED, "namespace team-b");
+	/* Authorisation is not readiness: a fallback is never a way in. */
+	const struct kv other_ns_miss[] = {{"cacheName", "nosuch"},
+	                                   {"cacheNamespace", "team-a"},
+	                                   {"onMiss", "empty"},
+	                                   {"csi.storage.k8s.io/pod.namespace", "team-b"},
+	                                   {0, 0}};
+	expect(publish("v1", target, other_ns_miss, true), CSI_PERMISSION_DENIED,
+	       "a pod in namespace team-b may not mount GKMCache team-a/nosuch");
+	const struct kv no_pod_ns_miss[] = {
+	    {"cacheName", "pulling"}, {"cacheNamespace", "team-a"}, {"onMiss", "empty"}, {0, 0}};
+	expect(publish("v1", target, no_pod_ns_miss, true), CSI_PERMISSION_DENIED,
+	       "podInfoOnMount");
 	const struct kv no_pod_ns[] = {
 	    {"cacheName", "llama"}, {"cacheNamespace", "team-a"}, {0, 0}};
 	expect(publish("v1", target, no_pod_ns, true), CSI_PERMISSION_DENIED, "podInfoOnMount");
@@ -342,6 +366,13 @@ static void test_publish_refusals(void **state)
 	const struct kv missing[] = {
 	    {"cacheName", "nosuch"}, {"cacheNamespace", "team-a"}, POD_A, {0, 0}};
 	expect(publish("v1", target, missing, true), CSI_FAILED_PRECONDITION, "not on this node");
+	const struct kv missing_fail[] = {{"cacheName", "nosuch"},
+	                                  {"cacheNamespace", "team-a"},
+	                                  {"onMiss", "fail"},
+	                                  POD_A,
+	                                  {0, 0}};
+	expect(publish("v1", target, missing_fail, true), CSI_FAILED_PRECONDITION,
+	       "not on this node");
 	const struct kv cluster_missing[] = {{"cacheName", "llama"}, POD_A, {0, 0}};
 	expect(publish("v1", target, cluster_missing, true), CSI_FAILED_PRECONDITION,
 	       "ClusterGKMCache llama is not on this node");
@@ -514,6 +545,12 @@ static void test_volume_files(void **state)
 	assert_true(csi_volume_same(&a, &b));
 	b.writable = false;
 	assert_false(csi_volume_same(&a, &b));
+	b = a;
+	b.empty_on_miss = true;
+	assert_false(csi_volume_same(&a, &b));
+	b = a;
+	b.pod_read_only = true;
+	assert_false(csi_volume_same(&a, &b));
 
 	assert_int_equal(csi_volume_save(vdir, &a), 0);
 	struct csi_volume *list = NULL;
@@ -523,12 +560,256 @@ static void test_volume_files(void **state)
 	assert_true(csi_volume_same(&list[0], &a));
 	assert_string_equal(list[0].digest, DIGEST);
 	assert_int_equal(list[0].started, 1714564800);
+	assert_false(list[0].fallback || list[0].empty_on_miss);
 	csi_volume_free_all(list, n);
+
+	/* A fallback volume: no digest, and the why kept for the usage file. */
+	struct csi_volume fb = volume("v-fb");
+	fb.digest = "";
+	fb.empty_on_miss = true;
+	fb.fallback = true;
+	fb.fallback_state = "Failed";
+	fb.fallback_reason = "PullFailed";
+	fb.fallback_message = "GKMCache team-a/llama failed on this node";
+	assert_int_equal(csi_volume_save(vdir, &fb), 0);
+	assert_int_equal(csi_volume_load_all(vdir, &list, &n), 0);
+	assert_int_equal(n, 2);
+	struct csi_volume *got = strcmp(list[0].volume_id, "v-fb") == 0 ? &list[0] : &list[1];
+	assert_true(csi_volume_same(got, &fb));
+	assert_true(got->fallback);
+	assert_string_equal(got->digest, "");
+	assert_string_equal(got->fallback_state, "Failed");
+	assert_string_equal(got->fallback_reason, "PullFailed");
+	assert_string_equal(got->fallback_message, fb.fallback_message);
+	csi_volume_free_all(list, n);
+	/* A digest-less volume that is no fallback is not loaded. */
+	sh("sed 's/\"fallback\":{[^}]*}/\"x\":1/' '%s/v-fb.json' > '%s/v-fb2.json' && "
+	   "sed -i 's/v-fb/v-fb2/' '%s/v-fb2.json'",
+	   vdir, vdir, vdir);
+	assert_int_equal(csi_volume_load_all(vdir, &list, &n), 0);
+	assert_int_equal(n, 2);
+	csi_volume_free_all(list, n);
+	sh("rm '%s/v-fb2.json'", vdir);
+	assert_int_equal(csi_volume_remove(vdir, "v-fb"), 0);
 	assert_int_equal(csi_volume_remove(vdir, "v-a"), 0);
 	assert_int_equal(csi_volume_remove(vdir, "v-a"), 0);
 	assert_int_equal(csi_volume_load_all(vdir, &list, &n), 0);
 	assert_int_equal(n, 0);
 	free(list);
+}
+
+/* ---- fallback volumes (onMiss "empty") ---- */
+
+static bool mount_permitted(void)
+{
+	char a[400], b[400];
+	snprintf(a, sizeof(a), "%s/probe-a", dir);
+	snprintf(b, sizeof(b), "%s/probe-b", dir);
+	if (mkdir(a, 0700) != 0 || mkdir(b, 0700) != 0)
+		return false;
+	bool ok = mount(a, b, NULL, MS_BIND, NULL) == 0;
+	if (ok)
+		assert_int_equal(umount2(b, 0), 0);
+	rmdir(a);
+	rmdir(b);
+	return ok;
+}
+
+static struct csi_reply unpublish(const char *vid, const char *target)
+{
+	Csi__V1__NodeUnpublishVolumeRequest u = CSI__V1__NODE_UNPUBLISH_VOLUME_REQUEST__INIT;
+	u.volume_id = (char *)vid;
+	u.target_path = (char *)target;
+	return call("/csi.v1.Node/NodeUnpublishVolume", &u.base);
+}
+
+static double fallbacks(const char *label)
+{
+	struct metric *m = metrics_counter("gkm_csi_fallback_total", "", "reason");
+	return metrics_value(m, METRICS_L(label));
+}
+
+static bool same_inode(const char *a, const char *b)
+{
+	struct stat sa, sb;
+	return stat(a, &sa) == 0 && stat(b, &sb) == 0 && sa.st_dev == sb.st_dev &&
+	       sa.st_ino == sb.st_ino;
+}
+
+/* The one usage entry of cache (team-a, name); caller frees u. */
+static const struct cache_view_pod *only_entry(const char *name, struct cache_view_usage *u)
+{
+	assert_int_equal(cache_view_usage_read(run, "team-a", name, u), 0);
+	assert_int_equal(u->npods, 1);
+	return &u->pods[0];
+}
+
+static void test_fallback_volumes(void **state)
+{
+	(void)state;
+	if (!mount_permitted())
+		skip();
+	/* Every way a cache can be not usable here, as the record says it. */
+	const struct {
+		const char *cache, *state, *reason, *label, *message;
+	} cases[] = {
+	    {"pulling", "Pulling", "Pulling", "Pulling",
+	     "GKMCache team-a/pulling is not ready on this node yet (Pulling: pulling and "
+	     "extracting the image)"},
+	    {"pending", "Pending", "DigestNotResolved", "Pending",
+	     "GKMCache team-a/pending is not ready on this node yet (Pending, DigestNotResolved: "
+	     "waiting for the image digest)"},
+	    {"failed", "Failed", "PullFailed", "Failed",
+	     "GKMCache team-a/failed failed on this node (PullFailed: registry answered 503)"},
+	    {"wronggpu", "Incompatible", "ArchMismatch", "Incompatible",
+	     "GKMCache team-a/wronggpu is incompatible with this node's GPUs (ArchMismatch: "
+	     "built for sm_90, node has sm_75)"},
+	    {"deleting", "Deleting", "InUse", "Deleting",
+	     "GKMCache team-a/deleting is being deleted and takes no new pods here (InUse: "
+	     "deleted; kept until 1 pod(s) stop using it)"},
+	    {"stale", "Pulling", "Pulling", "Pulling",
+	     "GKMCache team-a/stale is not ready on this node yet (Pulling: pulling and "
+	     "extracting the image)"},
+	    {"nosuch", "Unknown", "NotOnNode", "NotOnNode",
+	     "GKMCache team-a/nosuch is not on this node: the agent has no record of it here"},
+	};
+	for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
+		char target[400], vid[64], fdir[600], file[500];
+		snprintf(vid, sizeof(vid), "v-fb-%s", cases[i].cache);
+		snprintf(target, sizeof(target), "%s/pods/%s/mount", dir, cases[i].cache);
+		snprintf(fdir, sizeof(fdir), "%s/csi/volumes/%s/fallback", root, vid);
+		sh("mkdir -p '%s/pods/%s'", dir, cases[i].cache);
+		const struct kv c[] = {{"cacheName", cases[i].cache},
+		                       {"cacheNamespace", "team-a"},
+		                       {"onMiss", "empty"},
+		                       {"csi.storage.k8s.io/pod.uid", "uid-1"},
+		                       POD_A,
+		                       {0, 0}};
+		double before = fallbacks(cases[i].label);
+		expect(publish(vid, target, c, true), CSI_OK, NULL);
+		/* A repeat is answered OK, and neither mounts nor counts again. */
+		expect(publish(vid, target, c, true), CSI_OK, NULL);
+		assert_true(fallbacks(cases[i].label) == before + 1);
+
+		/* The target is the volume's own directory, empty and writable,
+		 * under the state directory and nowhere near the store. */
+		assert_true(same_inode(target, fdir));
+		sh("test -z \"$(ls -A '%s')\"", target);
+		snprintf(file, sizeof(file), "%s/compiled-by-pod", target);
+		FILE *f = fopen(file, "w");
+		assert_non_null(f);
+		fputs("kernel", f);
+		assert_int_equal(fclose(f), 0);
+		sh("test \"$(cat '%s/compiled-by-pod')\" = kernel", fdir);
+		sh("test -z \"$(find '%s/store' '%s/caches' -name compiled-by-pod)\"", root, root);
+
+		/* The usage entry says fallback, and why. */
+		struct cache_view_usage u;
+		const struct cache_view_pod *p = only_entry(cases[i].cache, &u);
+		assert_true(p->fallback);
+		assert_string_equal(p->fallback_state, cases[i].state);
+		assert_string_equal(p->fallback_reason, cases[i].reason);
+		if (strncmp(p->fallback_message, cases[i].message, strlen(cases[i].message)) != 0)
+			fail_msg("%s: message '%s'", cases[i].cache, p->fallback_message);
+		assert_string_equal(p->digest, "");
+		assert_false(p->read_only);
+		assert_string_equal(p->uid, "uid-1");
+		cache_view_usage_free(&u);
+		size_t pods = 9;
+		assert_int_equal(cache_view_in_use(run, "team-a", cases[i].cache, &pods), 0);
+		assert_int_equal(pods, 0);
+
+		/* Stats measure the pod's own directory. */
+		Csi__V1__NodeGetVolumeStatsRequest sr =
+		    CSI__V1__NODE_GET_VOLUME_STATS_REQUEST__INIT;
+		sr.volume_id = vid;
+		sr.volume_path = target;
+		struct csi_reply r = call("/csi.v1.Node/NodeGetVolumeStats", &sr.base);
+		assert_int_equal(r.code, CSI_OK);
+		Csi__V1__NodeGetVolumeStatsResponse *st =
+		    csi__v1__node_get_volume_stats_response__unpack(NULL, r.body_len, r.body);
+		assert_non_null(st);
+		assert_int_equal(st->n_usage, 2);
+		assert_int_equal(st->usage[1]->used, 2); /* the directory and the file */
+		assert_true(st->usage[0]->available > 0);
+		csi__v1__node_get_volume_stats_response__free_unpacked(st, NULL);
+		free(r.body);
+
+		/* Unpublish removes everything the pod wrote; a repeat is OK. */
+		expect(unpublish(vid, target), CSI_OK, NULL);
+		struct stat sb;
+		assert_int_equal(stat(target, &sb), -1);
+		assert_int_equal(stat(fdir, &sb), -1);
+		assert_int_equal(cache_view_in_use(run, "team-a", cases[i].cache, &pods), 0);
+		assert_int_equal(cache_view_usage_read(run, "team-a", cases[i].cache, &u), 0);
+		assert_int_equal(u.npods, 0);
+		cache_view_usage_free(&u);
+		expect(unpublish(vid, target), CSI_OK, NULL);
+	}
+	assert_int_equal(csi_node_volume_count(node), 0);
+}
+
+static void test_fallback_ready_and_read_only(void **state)
+{
+	(void)state;
+	if (!mount_permitted())
+		skip();
+	char target[400], file[500];
+	struct stat sb;
+	/* A Ready cache is mounted as the cache, whatever onMiss says. */
+	snprintf(target, sizeof(target), "%s/ready", dir);
+	const struct kv ready[] = {{"cacheName", "llama"},
+	                           {"cacheNamespace", "team-a"},
+	                           {"onMiss", "empty"},
+	                           POD_A,
+	                           {0, 0}};
+	double before = fallbacks("Pulling") + fallbacks("NotOnNode");
+	expect(publish("v-ready", target, ready, true), CSI_OK, NULL);
+	snprintf(file, sizeof(file), "%s/f", target);
+	assert_int_equal(stat(file, &sb), 0);
+	struct cache_view_usage u;
+	const struct cache_view_pod *p = only_entry("llama", &u);
+	assert_false(p->fallback);
+	assert_string_equal(p->digest, DIGEST);
+	cache_view_usage_free(&u);
+	assert_true(fallbacks("Pulling") + fallbacks("NotOnNode") == before);
+	/* The same volume with another onMiss is another request. */
+	const struct kv ready_fail[] = {
+	    {"cacheName", "llama"}, {"cacheNamespace", "team-a"}, POD_A, {0, 0}};
+	expect(publish("v-ready", target, ready_fail, true), CSI_ALREADY_EXISTS,
+	       "other attributes");
+	expect(unpublish("v-ready", target), CSI_OK, NULL);
+
+	/* The pod spec's readOnly holds for a fallback too. */
+	snprintf(target, sizeof(target), "%s/ro", dir);
+	const struct kv miss[] = {{"cacheName", "pulling"},
+	                          {"cacheNamespace", "team-a"},
+	                          {"onMiss", "empty"},
+	                          POD_A,
+	                          {0, 0}};
+	expect(publish_req("v-ro", target, miss, true, true), CSI_OK, NULL);
+	snprintf(file, sizeof(file), "%s/x", target);
+	assert_null(fopen(file, "w"));
+	assert_int_equal(errno, EROFS);
+	p = only_entry("pulling", &u);
+	assert_true(p->fallback && p->read_only);
+	cache_view_usage_free(&u);
+
+	/* A restarted plugin finds the fallback volume again. */
+	csi_node_free(node);
+	node = NULL;
+	assert_int_equal(new_node(), 0);
+	assert_int_equal(csi_node_volume_count(node), 1);
+	p = only_entry("pulling", &u);
+	assert_true(p->fallback);
+	assert_string_equal(p->fallback_reason, "Pulling");
+	cache_view_usage_free(&u);
+	expect(publish_req("v-ro", target, miss, true, true), CSI_OK, NULL);
+	expect(unpublish("v-ro", target), CSI_OK, NULL);
+	char fdir[500];
+	snprintf(fdir, sizeof(fdir), "%s/csi/volumes/v-ro", root);
+	assert_int_equal(stat(fdir, &sb), -1);
+	assert_int_equal(csi_node_volume_count(node), 0);
 }
 
 static void test_bad_config(void **state)
@@ -556,6 +837,8 @@ int main(void)
 	    cmocka_unit_test_setup_teardown(test_metrics, start, teardown),
 	    cmocka_unit_test_setup_teardown(test_recovery, setup, teardown),
 	    cmocka_unit_test_setup_teardown(test_volume_files, setup, teardown),
+	    cmocka_unit_test_setup_teardown(test_fallback_volumes, start, teardown),
+	    cmocka_unit_test_setup_teardown(test_fallback_ready_and_read_only, start, teardown),
 	    cmocka_unit_test_setup_teardown(test_bad_config, setup, teardown),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);
