@@ -412,9 +412,10 @@ def main(ks):
     tb = ks.request("GET", NSG + "/c1?includeObject=None", headers={
         "Accept": "application/json;as=Table;v=v1;g=meta.k8s.io"})[2]
     cols = [c["name"] for c in tb["columnDefinitions"]]
-    t.ok(cols[:8] == ["Name", "Digest", "Verified", "Ready-Nodes", "Total-Nodes", "Failed-Nodes", "Status", "Age"]
+    t.ok(cols[:9] == ["Name", "Digest", "Verified", "Ready-Nodes", "Total-Nodes", "Failed-Nodes",
+                      "Incompatible-Nodes", "Status", "Age"]
          and "object" not in tb["rows"][0] and tb["rows"][0]["cells"][1] == DIGEST
-         and tb["rows"][0]["cells"][2] == "True" and tb["rows"][0]["cells"][6] == "R"
+         and tb["rows"][0]["cells"][2] == "True" and tb["rows"][0]["cells"][7] == "R"
          and tb["rows"][0]["cells"][3] is None,
          "GKMCache as a Table: printer columns, includeObject=None", diag=tb)
 
