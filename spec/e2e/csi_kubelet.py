@@ -9,6 +9,13 @@ NodePublishVolume (with the pod's identity) and NodeUnpublishVolume; the test
 checks what lands on the host (findmnt, the files), the FailedMount event a
 pod of another namespace gets, and the pods the node object lists.
 
+A second cache is not Ready on the node (built for HIP, the node has a T4):
+a pod whose volume says onMiss: "empty" is published anyway, an empty,
+writable directory of its own that nothing shares with the store; the node
+object lists it under fallbackPods with the cache's state and reason, the
+agent puts a CacheFallback Event on the pod; a pod without the attribute
+gets FailedMount with that reason, as before.
+
 Containers never start on these machines (runc cannot start the kubelet's
 pod sandboxes), so pods stay ContainerCreating after their volumes are
 mounted: what is tested is the kubelet's use of the plugin, not the pod."""
@@ -20,6 +27,7 @@ import subprocess
 import sys
 import tempfile
 import time
+import urllib.request
 
 ROOT = os.environ.get("GKM_ROOT") or os.path.abspath(os.path.join(os.path.dirname(__file__), "..", ".."))
 BUILD = os.environ.get("GKM_BUILD") or os.path.join(ROOT, "build")
@@ -33,6 +41,7 @@ from tap import Tap  # noqa: E402
 GKM = os.environ.get("GKM_BIN") or os.path.join(BUILD, "gkm")
 RENDER = os.path.join(BUILD, "spec", "gkm-chart-render")
 FIXTURE = os.path.join(ROOT, "spec", "fixtures", "caches", "triton", "cuda-sm75-vector-add")
+HIP_FIXTURE = os.path.join(ROOT, "spec", "fixtures", "caches", "triton", "hip-gfx90a-vector-add")
 T4 = os.path.join(ROOT, "spec", "fixtures", "gpu", "inventory", "t4.json")
 DRIVER = "csi.gkm.io"
 NODE = "node-1"
@@ -114,10 +123,12 @@ def tree(top):
     return out
 
 
-def pod_manifest(name, ns, cache_ns, read_only=None):
-    attrs = {"cacheName": "vector-add", "cacheNamespace": cache_ns}
+def pod_manifest(name, ns, cache_ns, read_only=None, cache="vector-add", on_miss=None):
+    attrs = {"cacheName": cache, "cacheNamespace": cache_ns}
     if read_only is not None:
         attrs["readOnly"] = read_only
+    if on_miss is not None:
+        attrs["onMiss"] = on_miss
     return {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": name, "namespace": ns},
             "spec": {"nodeName": NODE, "hostNetwork": True, "automountServiceAccountToken": False,
                      "terminationGracePeriodSeconds": 1,
@@ -144,6 +155,14 @@ def main():
     def path(*p):
         return os.path.join(tmp, *p)
 
+    def image_digest(ref):
+        reg_, repo_tag = ref.split("/", 1)
+        repo, tag = repo_tag.rsplit(":", 1)
+        out = sh("curl", "-sfI", "-H", "Accept: application/vnd.oci.image.manifest.v1+json",
+                 "http://%s/v2/%s/manifests/%s" % (reg_, repo, tag))
+        return next(line.split(":", 1)[1].strip() for line in out.splitlines()
+                    if line.lower().startswith("docker-content-digest:"))
+
     def kubectl(*args, input=None):
         return kube.kubectl(*args, input=input)
 
@@ -157,13 +176,12 @@ def main():
     sh(GKM, "cache", "keygen", "--output-key-prefix", path("trusted"))
     os.makedirs(path("trust"))
     shutil.copy(path("trusted.pub"), path("trust"))
-    sh(GKM, "cache", "build", FIXTURE, "-t", reg + "/caches/cuda:v1")
-    sh(GKM, "cache", "sign", reg + "/caches/cuda:v1", "--key", path("trusted.key"))
-    digest = sh("curl", "-sfI", "-H", "Accept: application/vnd.oci.image.manifest.v1+json",
-                "http://%s/v2/caches/cuda/manifests/v1" % reg)
-    digest = next(line.split(":", 1)[1].strip() for line in digest.splitlines()
-                  if line.lower().startswith("docker-content-digest:"))
-    t.ok(digest.startswith("sha256:"), "a cache image built with gkm cache build, signed, in a real registry")
+    for fixture, ref in ((FIXTURE, reg + "/caches/cuda:v1"), (HIP_FIXTURE, reg + "/caches/rocm:v1")):
+        sh(GKM, "cache", "build", fixture, "-t", ref)
+        sh(GKM, "cache", "sign", ref, "--key", path("trusted.key"))
+    digest, hip_digest = image_digest(reg + "/caches/cuda:v1"), image_digest(reg + "/caches/rocm:v1")
+    t.ok(digest.startswith("sha256:") and hip_digest.startswith("sha256:"),
+         "cache images (CUDA, HIP) built with gkm cache build, signed, in a real registry")
 
     # ---- the control plane and the node ----
     kube = kubeenv.KubeEnv()
@@ -198,9 +216,10 @@ def main():
                    "--health-listen", "127.0.0.1:%d" % agent_port], path("agent.log"))
     cleanups.append(agent.stop)
     os.makedirs(os.path.dirname(chart["socket"]), exist_ok=True)
+    csi_port = free_port()
     csi = Child([GKM, "csi", "--endpoint", "unix://" + chart["socket"], "--node-id", NODE,
                  "--root", state, "--run-dir", run,
-                 "--health-listen", "127.0.0.1:%d" % free_port()], path("csi.log"))
+                 "--health-listen", "127.0.0.1:%d" % csi_port], path("csi.log"))
     cleanups.append(csi.stop)
     wait_for(lambda: os.path.exists(chart["socket"]), 15)
     node.register_plugin(DRIVER, chart["registration_path"])
@@ -210,17 +229,19 @@ def main():
          "csi-node-driver-registrar registers gkm csi: the kubelet called NodeGetInfo, CSINode lists "
          "%s with node id %s" % (DRIVER, NODE), diag=csinode)
 
-    kubectl("apply", "-f", "-", input=json.dumps({
-        "apiVersion": "gkm.io/v1alpha1", "kind": "GKMCache",
-        "metadata": {"name": "vector-add", "namespace": NS,
-                     # what the webhook writes after verifying (no webhook runs here;
-                     # the agent verifies the signature again before extracting)
-                     "annotations": {"gkm.io/resolvedDigest": digest}},
-        "spec": {"image": reg + "/caches/cuda:v1"}}))
+    for name, ref, d in (("vector-add", reg + "/caches/cuda:v1", digest),
+                         ("vector-add-hip", reg + "/caches/rocm:v1", hip_digest)):
+        kubectl("apply", "-f", "-", input=json.dumps({
+            "apiVersion": "gkm.io/v1alpha1", "kind": "GKMCache",
+            "metadata": {"name": name, "namespace": NS,
+                         # what the webhook writes after verifying (no webhook runs here;
+                         # the agent verifies the signature again before extracting)
+                         "annotations": {"gkm.io/resolvedDigest": d}},
+            "spec": {"image": ref}}))
 
-    def entry():
+    def entry(name="vector-add"):
         o = get("gkmcn", NODE, "-n", NS)
-        return ((o or {}).get("status") or {}).get("caches", {}).get("vector-add")
+        return ((o or {}).get("status") or {}).get("caches", {}).get(name)
     e = wait_for(lambda: (entry() or {}).get("state") == "Ready" and entry(), 30)
     t.ok(e and e["digest"] == digest, "the agent makes the cache Ready on %s (GKMCacheNode)" % NODE,
          diag=e or agent.tail())
@@ -328,6 +349,81 @@ def main():
          or json.load(open(os.path.join(run, "usage", NS, "vector-add", "usage.json")))["pods"] == [],
          "the usage record is empty")
     t.ok(tree(view) == want, "the shared cache is unchanged")
+
+    # ---- a cache that is not Ready here: onMiss "empty" starts the pod anyway ----
+    hip = wait_for(lambda: (entry("vector-add-hip") or {}).get("state") == "Incompatible"
+                   and entry("vector-add-hip"), 30)
+    t.ok(hip and hip["reason"] == "BackendMismatch",
+         "the HIP cache is Incompatible on %s (BackendMismatch): not Ready here" % NODE, diag=entry("vector-add-hip"))
+    pods = {"fallback": pod_manifest("fallback", NS, NS, cache="vector-add-hip", on_miss="empty"),
+            "stuck": pod_manifest("stuck", NS, NS, cache="vector-add-hip")}
+    p = kubectl("apply", "-f", "-", input=json.dumps({"apiVersion": "v1", "kind": "List",
+                                                     "items": list(pods.values())}))
+    t.ok(p.returncode == 0, 'two pods of that cache, one with onMiss: "empty"', diag=p.stderr)
+    uid.update({n: get("pod", n, "-n", NS)["metadata"]["uid"] for n in pods})
+    fb = wait_for(lambda: findmnt(target("fallback")), 30)
+    usage = json.load(open(os.path.join(run, "usage", NS, "vector-add-hip", "usage.json")))["pods"]
+    vid = usage[0]["volumeId"] if len(usage) == 1 else "?"
+    own = os.path.join(state, "csi", "volumes", vid, "fallback")
+    t.ok(fb and fb["fstype"] != "overlay" and fb["options"].split(",")[0] == "rw"
+         and {"nosuid", "nodev"} <= set(fb["options"].split(",")) and fb["source"].endswith("[%s]" % own)
+         and os.listdir(target("fallback")) == [],
+         "the kubelet publishes it: an empty, rw, nosuid, nodev bind of the volume's own directory "
+         "(ROOT/csi/volumes/<volume id>/fallback) at the pod's target path", diag=(fb, usage, csi.tail()))
+    compiled = os.path.join("io.triton.cache", "KERNELHASH", "add_kernel.hsaco")
+    os.makedirs(os.path.dirname(os.path.join(target("fallback"), compiled)))
+    with open(os.path.join(target("fallback"), compiled), "w") as fh:
+        fh.write("compiled by the pod")
+
+    def found(top):
+        return [d for d, _, files in os.walk(top) if "add_kernel.hsaco" in files and "KERNELHASH" in d]
+    t.ok(found(os.path.join(state, "store")) == [] and found(os.path.join(state, "caches")) == []
+         and found(own) and tree(view) == want,
+         "what the pod writes there is in its own directory only: never in the store or any view",
+         diag=(found(state), own))
+    t.eq([(u["name"], u["uid"], u["digest"], u["fallback"]["state"], u["fallback"]["reason"]) for u in usage],
+         [("fallback", uid["fallback"], "", "Incompatible", "BackendMismatch")],
+         "the usage record says fallback, with the node's state and reason")
+
+    def fallback_pods():
+        e = entry("vector-add-hip") or {}
+        return (e.get("pods"), [(p["podName"], p["podUID"], p["state"], p["reason"])
+                                for p in e.get("fallbackPods") or []])
+    want_fb = ([], [("fallback", uid["fallback"], "Incompatible", "BackendMismatch")])
+    wait_for(lambda: fallback_pods() == want_fb, 40)
+    t.eq(fallback_pods(), want_fb, "the node object lists the pod under fallbackPods (Incompatible, "
+         "BackendMismatch), not among the pods that use the cache")
+
+    def pod_events(name, reason):
+        ev = get("events", "-n", NS, "--field-selector", "involvedObject.name=%s,reason=%s" % (name, reason))
+        return [(x["type"], x["involvedObject"].get("uid"), x["message"]) for x in (ev or {}).get("items", [])]
+    ev = wait_for(lambda: pod_events("fallback", "CacheFallback"), 30)
+    t.ok(ev and ev[0][:2] == ("Warning", uid["fallback"])
+         and "GKMCache %s/vector-add-hip is incompatible with this node's GPUs (BackendMismatch" % NS in ev[0][2]
+         and vid in ev[0][2],
+         "the agent records a CacheFallback Warning Event on the pod, with the reason", diag=ev)
+    described = kubectl("describe", "pod", "fallback", "-n", NS).stdout
+    t.ok("CacheFallback" in described and "FailedMount" not in described,
+         "kubectl describe pod shows it, and no FailedMount", diag=described[-1500:])
+    why_not = "GKMCache %s/vector-add-hip is incompatible with this node's GPUs (BackendMismatch" % NS
+    msgs = wait_for(lambda: [m for _, _, m in pod_events("stuck", "FailedMount") if why_not in m], 30)
+    t.ok(msgs and not findmnt(target("stuck")),
+         "the pod without onMiss: FailedMount with the cache's reason, nothing mounted",
+         diag=pod_events("stuck", "FailedMount"))
+    scrape = urllib.request.urlopen("http://127.0.0.1:%d/metrics" % csi_port, timeout=10).read().decode()
+    t.ok('gkm_csi_fallback_total{reason="Incompatible"} 1' in scrape,
+         'gkm csi counts it: gkm_csi_fallback_total{reason="Incompatible"} 1',
+         diag=[line for line in scrape.splitlines() if "fallback" in line])
+
+    kubectl("delete", "pod", "fallback", "-n", NS, "--wait=false")
+    gone = wait_for(lambda: findmnt(target("fallback")) is None and not os.path.exists(target("fallback")), 30)
+    t.ok(gone and not os.path.exists(os.path.join(state, "csi", "volumes", vid)),
+         "the pod deleted: the kubelet unpublishes, the directory and all it held are removed", diag=csi.tail())
+    wait_for(lambda: fallback_pods() == ([], []), 40)
+    t.eq(fallback_pods(), ([], []), "the node object lists it no more")
+    kubectl("delete", "pod", "stuck", "-n", NS, "--grace-period=0", "--force")
+    t.ok(wait_for(lambda: get("pods", "-A")["items"] == [], 30), "both pods gone",
+         diag=kubectl("get", "pods", "-A").stdout)
 
     # ---- everything stops and nothing stays mounted ----
     rc = {"gkm csi": csi.stop(), "gkm agent": agent.stop()}
