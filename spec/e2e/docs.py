@@ -114,7 +114,8 @@ def source_reasons():
     out = {}
     lit = re.compile(r'"([A-Z][a-z]+(?:[A-Z][a-z0-9]*)*)"')
     for rel in ("policies/compat.lua", "policies/aggregate.lua", "policies/admission.lua",
-                "lua/gkm/agent.lua", "core/agent.c", "core/operator.c", "core/cmd_daemons.c",
+                "lua/gkm/agent.lua", "core/agent.c", "core/fallback_notice.h", "core/operator.c",
+                "core/cmd_daemons.c",
                 "webhook/reviewer.c"):
         for word in lit.findall(read(os.path.join(ROOT, rel))):
             if word not in NOT_REASONS:
