@@ -346,18 +346,26 @@ def test_csi(state):
              C.PERMISSION_DENIED, "csi: another namespace's cache is PERMISSION_DENIED")
         t.eq(call(node.NodeUnpublishVolume, pb.NodeUnpublishVolumeRequest(volume_id="vol-1", target_path=tgt)),
              C.OK, "csi: unpublished")
+        t.eq(call(node.NodePublishVolume, cc.publish_request(pb, "vol-4", tgt + "4", "nosuch",
+                                                            extra={"onMiss": "empty"})),
+             C.OK, 'csi: a cache not on this node with onMiss: "empty" is published empty')
+        t.eq(call(node.NodeUnpublishVolume, pb.NodeUnpublishVolumeRequest(volume_id="vol-4", target_path=tgt + "4")),
+             C.OK, "csi: and unpublished")
 
     def expect(f):
         calls = {(ls["method"], ls["code"]): val for _, ls, val in series(f, "gkm_csi_calls_total") or []}
         return [
-            (calls.get(("NodePublishVolume", "OK")) == 1 and
+            (calls.get(("NodePublishVolume", "OK")) == 2 and
              calls.get(("NodePublishVolume", "FAILED_PRECONDITION")) == 1 and
              calls.get(("NodePublishVolume", "PERMISSION_DENIED")) == 1 and
-             calls.get(("NodeUnpublishVolume", "OK")) == 1 and calls.get(("NodeGetInfo", "OK")) == 1,
+             calls.get(("NodeUnpublishVolume", "OK")) == 2 and calls.get(("NodeGetInfo", "OK")) == 1,
              "calls by method and code", calls),
             (v(f, "gkm_csi_call_duration_seconds", "gkm_csi_call_duration_seconds_count",
-               method="NodePublishVolume") == 3, "the latency histogram counts the three publishes",
+               method="NodePublishVolume") == 4, "the latency histogram counts the four publishes",
              series(f, "gkm_csi_call_duration_seconds")),
+            ({tuple(ls.items()): val for _, ls, val in series(f, "gkm_csi_fallback_total") or []}
+             == {(("reason", "NotOnNode"),): 1}, "fallbacks by reason: the one NotOnNode",
+             series(f, "gkm_csi_fallback_total")),
             (vol_up == 1 and v(f, "gkm_csi_volumes_published") == 0,
              "volumes published: 1 while mounted, 0 after", (vol_up, v(f, "gkm_csi_volumes_published"))),
         ]
