@@ -380,7 +380,7 @@ static int f_apply(struct objstore *s, const cJSON *obj, const char *manager, bo
 			    stored, "status",
 			    cJSON_Duplicate(cJSON_GetObjectItemCaseSensitive(obj, "status"), 1));
 	} else {
-		cJSON *merged = merge_object(stored ? stored : cJSON_CreateObject(), obj);
+		cJSON *merged = merge_object(stored, obj); /* stored may be NULL */
 		char *text = merged ? yamljson_emit(merged) : NULL;
 		char dir[512];
 		snprintf(dir, sizeof(dir), "%s", path);

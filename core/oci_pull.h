@@ -14,6 +14,9 @@
 
 struct oci_pull_opts {
 	const struct oci_registry_opts *registry; /* NULL: defaults */
+	/* non-NULL: a client for the reference's host to use (borrowed,
+	 * oci_repo_open_on); registry is then not used */
+	struct oci_registry *client;
 	const struct sig_keyset *keys; /* non-empty: a signature by one of them is required */
 	const char *platform;          /* index selection; NULL: linux and this machine's arch */
 	const struct extract_limits *limits; /* NULL: extract_limits_default() */

@@ -15,6 +15,7 @@ struct oci_repo {
 	char *name;
 	struct oci_registry *reg; /* exactly one of reg and lay */
 	struct oci_layout *lay;
+	bool borrowed; /* reg is the caller's */
 };
 
 int oci_repo_open(const struct oci_ref *ref, const struct oci_registry_opts *opts, bool create,
@@ -39,11 +40,29 @@ fail:
 	return rc;
 }
 
+int oci_repo_open_on(const struct oci_ref *ref, struct oci_registry *client, struct oci_repo **out)
+{
+	struct oci_repo *r = calloc(1, sizeof(*r));
+	if (!r)
+		return -ENOMEM;
+	r->reg = client;
+	r->borrowed = true;
+	if (ref->kind != OCI_REF_REGISTRY || oci_ref_copy(ref, &r->ref) ||
+	    !(r->name = oci_ref_name(ref))) {
+		int rc = ref->kind != OCI_REF_REGISTRY ? -EINVAL : -ENOMEM;
+		oci_repo_free(r);
+		return rc;
+	}
+	*out = r;
+	return 0;
+}
+
 void oci_repo_free(struct oci_repo *r)
 {
 	if (!r)
 		return;
-	oci_registry_free(r->reg);
+	if (!r->borrowed)
+		oci_registry_free(r->reg);
 	oci_layout_free(r->lay);
 	oci_ref_clear(&r->ref);
 	free(r->name);
