@@ -53,7 +53,15 @@ end
 -- A CSI volume is mounted only where the agent made the cache Ready, so the
 -- pod is required to run there; while no node has it, the pod waits Pending
 -- (not stuck in ContainerCreating on a node that will never have it).
+-- A volume with onMiss "empty" starts anywhere (elsewhere with an empty
+-- directory, compiling its kernels), so the Ready nodes are only preferred.
 local function csi(c)
+  local attrs = type(c.attributes) == "table" and c.attributes or {}
+  if attrs.onMiss == "empty" then
+    return { mode = "preferred", weight = M.preferred_weight, reason = (c.known and where(c) or
+      cache_name(c) .. " does not exist (yet)") ..
+      '; onMiss "empty": on another node the pod starts with an empty cache directory and compiles its kernels' }
+  end
   if not c.known then
     return { mode = "required", reason = cache_name(c) ..
       " does not exist (yet); the pod waits until it exists and is Ready on a node" }

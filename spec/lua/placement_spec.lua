@@ -33,6 +33,21 @@ describe('placement policy', function()
     assert.truthy(u.reason:find('GKMCache team-a/llama does not exist', 1, true), u.reason)
   end)
 
+  it('only prefers the Ready nodes for a CSI volume with onMiss "empty": it starts anywhere', function()
+    for _, c in ipairs({ cache{ attributes = { onMiss = 'empty' } },
+                         cache{ attributes = { onMiss = 'empty' }, readyNodes = 0, ready = false },
+                         cache{ attributes = { onMiss = 'empty' }, known = false, readyNodes = 0 } }) do
+      local p = place({ c }).kernels
+      assert.are.equal('preferred', p.mode)
+      assert.are.equal(100, p.weight)
+      assert.truthy(p.reason:find('onMiss "empty"', 1, true), p.reason)
+    end
+    assert.truthy(place({ cache{ attributes = { onMiss = 'empty' } } }).kernels.reason
+                    :find('ready on 2 of 3 nodes', 1, true))
+    assert.are.equal('required', place({ cache{ attributes = { onMiss = 'fail' } } }).kernels.mode)
+    assert.are.equal('required', place({ cache{ attributes = 'junk' } }).kernels.mode)
+  end)
+
   it('requires Ready nodes for an image volume, and prefers them when there are none', function()
     local r = place({ cache{ mount = 'image' } }).kernels
     assert.are.equal('required', r.mode)
