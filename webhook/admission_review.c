@@ -110,6 +110,7 @@ int admission_review_parse(const char *body, size_t len, struct admission_reques
 	r.ours = strcmp(group, ADMISSION_GROUP) == 0 &&
 	         (strcmp(r.kind, "GKMCache") == 0 || strcmp(r.kind, "ClusterGKMCache") == 0) &&
 	         !sub[0] && (r.op == ADMISSION_CREATE || r.op == ADMISSION_UPDATE);
+	r.pod = !group[0] && strcmp(r.kind, "Pod") == 0 && !sub[0] && r.op == ADMISSION_CREATE;
 	*out = r;
 	return 0;
 out:

@@ -36,6 +36,9 @@ struct admission_request {
 	 * a subresource such as status), CREATE or UPDATE: the reviews the
 	 * webhook decides. Others are allowed unchanged. */
 	bool ours;
+	/* group "", kind Pod, the main resource, CREATE: the reviews /mutate-pods
+	 * decides (a pod's volumes and affinity cannot change afterwards). */
+	bool pod;
 	const char *namespace_; /* "" for cluster-scoped objects */
 	const char *name;       /* "" when the object has only a generateName */
 	bool dry_run;

@@ -1,0 +1,183 @@
+#include "cache_catalog.h"
+
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "admission_review.h"
+
+static const cJSON *at(const cJSON *o, const char *a, const char *b)
+{
+	const cJSON *v = cJSON_GetObjectItemCaseSensitive(o, a);
+	return b ? cJSON_GetObjectItemCaseSensitive(v, b) : v;
+}
+
+static const char *str(const cJSON *v)
+{
+	return cJSON_IsString(v) ? v->valuestring : "";
+}
+
+static long count(const cJSON *v)
+{
+	return cJSON_IsNumber(v) && v->valuedouble >= 0 && v->valuedouble < 1e9
+	           ? (long)v->valuedouble
+	           : 0;
+}
+
+static void entry_free(struct catalog_cache *e)
+{
+	if (!e)
+		return;
+	free(e->key);
+	free(e->ns);
+	free(e->name);
+	free(e->uid);
+	free(e->image);
+	free(e->repo);
+	oci_ref_clear(&e->ref);
+	free(e);
+}
+
+void cache_catalog_init(struct cache_catalog *c)
+{
+	memset(c, 0, sizeof(*c));
+}
+
+void cache_catalog_clear(struct cache_catalog *c)
+{
+	for (int k = 0; k < 2; k++) {
+		size_t pos = 0;
+		const char *key;
+		void *val;
+		while (strmap_next(&c->caches[k], &pos, &key, &val))
+			entry_free(val);
+		strmap_clear(&c->caches[k]);
+	}
+}
+
+static bool condition_true(const cJSON *status, const char *type)
+{
+	const cJSON *cond;
+	cJSON_ArrayForEach(cond, at(status, "conditions", NULL))
+	{
+		if (strcmp(str(at(cond, "type", NULL)), type) == 0)
+			return strcmp(str(at(cond, "status", NULL)), "True") == 0;
+	}
+	return false;
+}
+
+/* The digest the nodes pull: what the webhook recorded, else what the
+ * operator resolved (verification off), else the one in spec.image. */
+static void recorded_digest(const cJSON *obj, const struct catalog_cache *e, char *out)
+{
+	const char *ann =
+	    str(at(at(obj, "metadata", "annotations"), ADMISSION_ANNOTATION_DIGEST, NULL));
+	const char *st = str(at(obj, "status", "resolvedDigest"));
+	const char *d = oci_digest_valid(ann)  ? ann
+	                : oci_digest_valid(st) ? st
+	                : e->ref.digest        ? e->ref.digest
+	                                       : "";
+	snprintf(out, OCI_DIGEST_MAX, "%s", d);
+}
+
+int cache_catalog_put(struct cache_catalog *c, bool cluster, const cJSON *obj)
+{
+	const char *name = str(at(obj, "metadata", "name"));
+	const char *ns = cluster ? "" : str(at(obj, "metadata", "namespace"));
+	const cJSON *status = at(obj, "status", NULL);
+	struct oci_err oerr;
+	if (!name[0] || (!cluster && !ns[0]))
+		return -EINVAL;
+	struct catalog_cache *e = calloc(1, sizeof(*e));
+	if (!e)
+		return -ENOMEM;
+	e->cluster = cluster;
+	if (asprintf(&e->key, cluster ? "%s%s" : "%s/%s", ns, name) < 0) {
+		e->key = NULL;
+		goto nomem;
+	}
+	if (!(e->ns = strdup(ns)) || !(e->name = strdup(name)) ||
+	    !(e->uid = strdup(str(at(obj, "metadata", "uid")))) ||
+	    !(e->image = strdup(str(at(obj, "spec", "image")))))
+		goto nomem;
+	if (e->image[0] && oci_ref_parse(e->image, &e->ref, &oerr) == 0 &&
+	    e->ref.kind == OCI_REF_REGISTRY && !(e->repo = oci_ref_name(&e->ref)))
+		goto nomem;
+	recorded_digest(obj, e, e->digest);
+	e->ready_nodes = count(at(status, "readyNodes", NULL));
+	e->total_nodes = count(at(status, "totalNodes", NULL));
+	e->ready = condition_true(status, "Ready");
+	if (cache_label_key(ns, name, e->label, sizeof(e->label)) != 0)
+		e->label[0] = '\0';
+	struct strmap *m = &c->caches[cluster];
+	struct catalog_cache *old = strmap_get(m, e->key);
+	if (strmap_put(m, e->key, e) != 0)
+		goto nomem;
+	entry_free(old);
+	return 0;
+nomem:
+	entry_free(e);
+	return -ENOMEM;
+}
+
+void cache_catalog_remove(struct cache_catalog *c, bool cluster, const cJSON *obj)
+{
+	char key[600];
+	const char *name = str(at(obj, "metadata", "name"));
+	const char *ns = cluster ? "" : str(at(obj, "metadata", "namespace"));
+	snprintf(key, sizeof(key), cluster ? "%s%s" : "%s/%s", ns, name);
+	entry_free(strmap_del(&c->caches[cluster], key));
+}
+
+size_t cache_catalog_len(const struct cache_catalog *c)
+{
+	return c->caches[0].len + c->caches[1].len;
+}
+
+const struct catalog_cache *cache_catalog_get(const struct cache_catalog *c, const char *ns,
+                                              const char *name)
+{
+	char key[600];
+	bool cluster = !ns || !ns[0];
+	snprintf(key, sizeof(key), cluster ? "%s%s" : "%s/%s", cluster ? "" : ns, name);
+	return strmap_get(&c->caches[cluster], key);
+}
+
+/* Does the reference name the exact image the cache records? */
+static bool exact(const struct catalog_cache *e, const struct oci_ref *ref)
+{
+	if (ref->digest)
+		return strcmp(ref->digest, e->digest) == 0 ||
+		       (e->ref.digest && strcmp(ref->digest, e->ref.digest) == 0);
+	return ref->tag && e->ref.tag && strcmp(ref->tag, e->ref.tag) == 0;
+}
+
+const struct catalog_cache *cache_catalog_find_image(const struct cache_catalog *c, const char *ns,
+                                                     const struct oci_ref *ref)
+{
+	const struct catalog_cache *best = NULL;
+	int best_score = -1;
+	char *repo = ref->kind == OCI_REF_REGISTRY ? oci_ref_name(ref) : NULL;
+	if (!repo)
+		return NULL;
+	for (int k = 0; k < 2; k++) {
+		size_t pos = 0;
+		const char *key;
+		void *val;
+		while (strmap_next(&c->caches[k], &pos, &key, &val)) {
+			const struct catalog_cache *e = val;
+			if (!e->repo || strcmp(e->repo, repo) != 0 ||
+			    (!e->cluster && strcmp(e->ns, ns) != 0))
+				continue;
+			int score = (e->cluster ? 0 : 2) + (exact(e, ref) ? 1 : 0);
+			if (score > best_score ||
+			    (score == best_score && strcmp(e->key, best->key) < 0)) {
+				best = e;
+				best_score = score;
+			}
+		}
+	}
+	free(repo);
+	return best;
+}
