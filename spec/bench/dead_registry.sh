@@ -7,7 +7,8 @@
 #   silent   a proxy that accepts connections, reads requests and never
 #            answers (the agent's default timeouts: connect 10 s, stall 30 s)
 # The dead caches are created first, each with its own digest, and the agent
-# is given time to start on them (until it reports every one, at most 10 s);
+# is given time to start (its ClusterGKMCacheNode is written) and to start on
+# them (until it reports every one; at most 10 s in all);
 # then the healthy cache is created by tag (the operator resolves it) and
 # timed until Ready, polling its node status file every 10 ms. Runs are
 # stopped after GKM_BENCH_LIMIT seconds (default 120; printed as "> limit").
@@ -61,8 +62,9 @@ def caches():
             pass
     return {}
 
-deadline = time.monotonic() + 10  # the agent has started on the dead caches
-while dead and len(caches()) < dead and time.monotonic() < deadline:
+deadline = time.monotonic() + 10  # the agent runs and has started on the dead caches
+while (not glob.glob(state + "/objects/*/_cluster/node-1.status.json") or
+       len(caches()) < dead) and time.monotonic() < deadline:
     time.sleep(0.05)
 doc = ("apiVersion: gkm.io/v1alpha1\nkind: GKMCache\nmetadata: {name: healthy, namespace: default}\n"
        "spec: {image: \"%s/caches/healthy:v1\"}\n" % reg)
