@@ -281,6 +281,28 @@ static void pin_ref(const char *image, const char *digest, char *out, size_t len
 	snprintf(out, len, "%s@%s", base, digest);
 }
 
+static bool user_edited(const cJSON *before, const cJSON *after)
+{
+	static const char *const paths[][2] = {{"metadata", "generation"},
+	                                       {"metadata", "annotations"}};
+	for (size_t i = 0; i < sizeof(paths) / sizeof(paths[0]); i++) {
+		const cJSON *x = cJSON_GetObjectItemCaseSensitive(
+		    cJSON_GetObjectItemCaseSensitive(before, paths[i][0]), paths[i][1]);
+		const cJSON *y = cJSON_GetObjectItemCaseSensitive(
+		    cJSON_GetObjectItemCaseSensitive(after, paths[i][0]), paths[i][1]);
+		if (!(x ? y && cJSON_Compare(x, y, 1) : !y))
+			return true;
+	}
+	return false;
+}
+
+/* One more try for a failure that only a change can fix. */
+static void recheck_permanent(struct cache *c)
+{
+	c->fetch.recheck = c->fetch.failures && c->fetch.permanent;
+	c->pull.recheck = c->pull.failures && c->pull.permanent;
+}
+
 static void on_cache_event(void *ud, enum objstore_event_type t, const cJSON *obj)
 {
 	struct agent *a = ud;
@@ -312,6 +334,11 @@ static void on_cache_event(void *ud, enum objstore_event_type t, const cJSON *ob
 		c->next = a->caches;
 		a->caches = c;
 	}
+	/* a user's edit (spec or annotations: `kubectl annotate gkmc NAME
+	 * gkm.io/recheck=...`) is a change a permanent failure waits for, e.g.
+	 * after the image was signed; the status the operator writes is not */
+	if (c->obj && t != OBJSTORE_DELETED && user_edited(c->obj, obj))
+		recheck_permanent(c);
 	cJSON_Delete(c->obj);
 	c->obj = t == OBJSTORE_DELETED ? NULL : cJSON_Duplicate(obj, 1);
 	if (!c->obj) {
@@ -1824,10 +1851,8 @@ static void usage_tick(struct loop *l, void *ud)
  * key, an allowed unsigned image): each gets one more try. */
 void agent_policies_changed(struct agent *a)
 {
-	for (struct cache *c = a->caches; c; c = c->next) {
-		c->fetch.recheck = c->fetch.failures && c->fetch.permanent;
-		c->pull.recheck = c->pull.failures && c->pull.permanent;
-	}
+	for (struct cache *c = a->caches; c; c = c->next)
+		recheck_permanent(c);
 	enqueue_all(a);
 }
 

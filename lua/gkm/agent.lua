@@ -46,8 +46,8 @@
 --             | { type = "unlink" } },
 --             fetch_image and pull are wishes: the C side starts them when a
 --             slot is free, after the backoff of a failure, and for a
---             permanent failure only once something changed (image,
---             reference, policies)
+--             permanent failure only once something changed (the cache's spec
+--             or annotations, the policies)
 --   requeue_after = seconds (optional),
 -- }
 local M = {}
@@ -144,7 +144,8 @@ local function failed(entry, f)
   entry.state, entry.reason = "Failed", f.reason or "PullFailed"
   entry.message = f.message or "failed"
   if f.permanent then
-    entry.message = entry.message .. "; not tried again until the image, its reference or the policies change"
+    entry.message = entry.message
+      .. "; not tried again until the cache (its image, an annotation) or the policies change"
   elseif type(f.nextAttemptTime) == "string" then
     entry.nextAttemptTime = f.nextAttemptTime
   end
