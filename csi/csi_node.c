@@ -731,7 +731,9 @@ static int choose_source(struct csi_node *n, struct csi_volume *v, int *fd, cons
 		fail(r, CSI_RESOURCE_EXHAUSTED, "out of memory");
 		return -ENOMEM;
 	}
+	pthread_mutex_lock(&n->lock);
 	v->fallback = fallback;
+	pthread_mutex_unlock(&n->lock);
 	*label = fallback ? m.label : NULL;
 	clear_reply(r);
 	return 0;
