@@ -244,9 +244,14 @@ int admission_response_build(const struct admission_response *r, char **out, siz
 		    !cJSON_AddStringToObject(st, "message", msg))
 			goto out;
 	}
-	if (r->warning && r->warning[0]) {
-		cJSON *w = cJSON_AddArrayToObject(resp, "warnings");
-		cJSON *s = cJSON_CreateString(r->warning);
+	cJSON *w = NULL;
+	for (size_t i = 0; i <= r->nwarnings; i++) {
+		const char *wt = i == 0 ? r->warning : r->warnings[i - 1];
+		if (!wt || !wt[0])
+			continue;
+		cJSON *s = cJSON_CreateString(wt);
+		if (!w)
+			w = cJSON_AddArrayToObject(resp, "warnings");
 		if (!w || !s || !cJSON_AddItemToArray(w, s)) {
 			cJSON_Delete(s);
 			goto out;

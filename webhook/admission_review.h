@@ -74,9 +74,11 @@ struct admission_response {
 	 * message) and the message for the user */
 	const char *reason;
 	const char *message;
-	int code;            /* denials: status code, 403 when 0 */
-	const char *patch;   /* allowed: JSONPatch text (base64-encoded here), or NULL */
-	const char *warning; /* optional; kubectl shows it to the user */
+	int code;                    /* denials: status code, 403 when 0 */
+	const char *patch;           /* allowed: JSONPatch text (base64-encoded here), or NULL */
+	const char *warning;         /* optional; kubectl shows it to the user */
+	const char *const *warnings; /* more of them (nwarnings), after warning */
+	size_t nwarnings;
 };
 
 /* The AdmissionReview v1 response document. *out is NUL-terminated, caller

@@ -1,14 +1,16 @@
 /* gkm webhook: the admission webhook daemon. HTTPS (certificate and key
  * from files, swapped when they change), AdmissionReview v1 on /mutate and
- * /validate (webhook/reviewer.h), health and metrics on a separate plain
- * port, policies, trusted keys and settings reloaded when their files
- * change (a refused reload keeps the last good state). */
+ * /validate (webhook/reviewer.h) and, with --pod-placement, /mutate-pods
+ * (webhook/pod_review.c, fed by watches of the caches), health and metrics
+ * on a separate plain port, policies, trusted keys and settings reloaded
+ * when their files change (a refused reload keeps the last good state). */
 #include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "admission_review.h"
+#include "cache_catalog.h"
 #include "cli.h"
 #include "cli_registry.h"
 #include "cmd.h"
@@ -19,6 +21,8 @@
 #include "log.h"
 #include "loop.h"
 #include "metrics.h"
+#include "objstore_kube.h"
+#include "placement_events.h"
 #include "policy_watch.h"
 #include "reviewer.h"
 #include "trust.h"
@@ -65,6 +69,18 @@ static const char usage[] =
     "  --https-threads N          HTTPS threads (default 2)\n"
     "  --max-checks N             registry checks in flight (default 64)\n"
     "  --reload-interval-ms MS    how often files are checked for changes (default 2000)\n"
+    "\n"
+    "Pod placement (POST /mutate-pods, AdmissionReview v1 for Pods):\n"
+    "  --pod-placement BOOL       serve /mutate-pods: node affinity for the caches a pod\n"
+    "                             mounts (policies/placement.lua), image volumes that name\n"
+    "                             a cache image verified and pinned (default false)\n"
+    "  --kubeconfig FILE          where the caches are watched (default: in-cluster,\n"
+    "                             else $KUBECONFIG); Events are recorded there too\n"
+    "  --context NAME             kubeconfig context (default: the current one)\n"
+    "  --exclude-namespaces LIST  pods of these namespaces are never changed (default\n"
+    "                             kube-system,kube-public,kube-node-lease)\n"
+    "  --event-interval-ms MS     Events about placements are written at most this\n"
+    "                             often per cache and reason (default 2000)\n"
     "\n" CLI_REGISTRY_HELP
     "  In the webhook --timeout defaults to 3, --retries to 1, and no registry call\n"
     "  outlasts --deadline-ms. --key files are trusted besides --trust-dir's keys and\n"
@@ -89,7 +105,14 @@ enum {
 	OPT_HTTPS_THREADS,
 	OPT_MAX_CHECKS,
 	OPT_RELOAD,
+	OPT_PLACEMENT,
+	OPT_KUBECONFIG,
+	OPT_CONTEXT,
+	OPT_EXCLUDE,
+	OPT_EVENT_INTERVAL,
 };
+
+#define EXCLUDE_MAX 64
 
 struct webhook {
 	const char *listen, *health_listen, *cert_file, *key_file, *policy_dir;
@@ -106,6 +129,16 @@ struct webhook {
 	/* what was last tried, so a refused change is reported once */
 	char cert_digest[132], trust_digest[65];
 	struct metric *m_reloads, *m_cert_expiry, *m_refused;
+	/* pod placement */
+	bool placement;
+	const char *kubeconfig, *context;
+	const char *exclude[EXCLUDE_MAX + 1];
+	char *exclude_buf;
+	uint64_t event_interval_ms;
+	struct objstore *store;
+	struct cache_catalog catalog;
+	struct placement_events *events;
+	unsigned synced; /* cache lists complete (of 2) */
 };
 
 static void reload_metric(struct webhook *w, const char *what, const char *result)
@@ -277,6 +310,91 @@ static int parse_num(const char *flag, const char *arg, unsigned long long min,
 	return 0;
 }
 
+/* ---- the caches, for pod placement ---- */
+
+static void on_cache(struct webhook *w, bool cluster, enum objstore_event_type t, const cJSON *obj)
+{
+	if (t == OBJSTORE_DELETED)
+		cache_catalog_remove(&w->catalog, cluster, obj);
+	else if (cache_catalog_put(&w->catalog, cluster, obj) == -ENOMEM)
+		log_error("cannot record a cache for placement", "error", "out of memory", "name",
+		          obj_str(obj, "metadata.name"));
+}
+
+static void on_gkmcache(void *ud, enum objstore_event_type t, const cJSON *obj)
+{
+	on_cache(ud, false, t, obj);
+}
+
+static void on_clustergkmcache(void *ud, enum objstore_event_type t, const cJSON *obj)
+{
+	on_cache(ud, true, t, obj);
+}
+
+static void on_caches_synced(void *ud)
+{
+	struct webhook *w = ud;
+	if (++w->synced < 2)
+		return;
+	char n[24];
+	snprintf(n, sizeof(n), "%zu", cache_catalog_len(&w->catalog));
+	log_info("cache lists loaded; pod placement ready", "caches", n);
+	if (w->reviewer)
+		reviewer_set_catalog_synced(w->reviewer, true);
+	if (w->health)
+		health_set_ready(w->health, true, NULL);
+}
+
+static int start_placement(struct webhook *w, char *err, size_t errlen)
+{
+	static const char *const kinds[] = {"GKMCache", "ClusterGKMCache"};
+	objstore_event_fn fns[] = {on_gkmcache, on_clustergkmcache};
+	int rc = objstore_kube_new(w->kubeconfig, w->context, w->loop, "gkm-webhook", NULL,
+	                           &w->store, err, errlen);
+	if (rc != 0)
+		return rc;
+	for (int i = 0; i < 2; i++) {
+		struct objstore_watch ow = {.api_version = GKM_API_VERSION,
+		                            .kind = kinds[i],
+		                            .on_event = fns[i],
+		                            .on_synced = on_caches_synced,
+		                            .ud = w,
+		                            .no_cache = true};
+		if ((rc = w->store->ops->watch(w->store, &ow)) != 0) {
+			snprintf(err, errlen, "cannot watch %ss: %s", kinds[i], strerror(-rc));
+			return rc;
+		}
+	}
+	if ((rc = placement_events_new(w->loop, w->store, w->event_interval_ms, &w->events)) != 0)
+		snprintf(err, errlen, "cannot start the Event writer: %s", strerror(-rc));
+	return rc;
+}
+
+/* "a,b,c" into w->exclude (NULL-terminated). */
+static int parse_exclude(struct webhook *w, const char *list)
+{
+	free(w->exclude_buf);
+	if (!(w->exclude_buf = strdup(list)))
+		return -ENOMEM;
+	size_t n = 0;
+	char *save = NULL;
+	for (char *t = strtok_r(w->exclude_buf, ",", &save); t; t = strtok_r(NULL, ",", &save)) {
+		while (*t == ' ')
+			t++;
+		if (!*t)
+			continue;
+		if (n == EXCLUDE_MAX)
+			return cli_usage_error(CMD, "--exclude-namespaces names more than %d",
+			                       EXCLUDE_MAX);
+		if (!obj_valid_label(t))
+			return cli_usage_error(CMD, "--exclude-namespaces: '%s' is not a namespace",
+			                       t);
+		w->exclude[n++] = t;
+	}
+	w->exclude[n] = NULL;
+	return 0;
+}
+
 int cmd_webhook(int argc, char **argv)
 {
 	static const struct option opts[] = {
@@ -302,11 +420,19 @@ int cmd_webhook(int argc, char **argv)
 	    {"https-threads", required_argument, 0, OPT_HTTPS_THREADS},
 	    {"max-checks", required_argument, 0, OPT_MAX_CHECKS},
 	    {"reload-interval-ms", required_argument, 0, OPT_RELOAD},
+	    {"pod-placement", required_argument, 0, OPT_PLACEMENT},
+	    {"kubeconfig", required_argument, 0, OPT_KUBECONFIG},
+	    {"context", required_argument, 0, OPT_CONTEXT},
+	    {"exclude-namespaces", required_argument, 0, OPT_EXCLUDE},
+	    {"event-interval-ms", required_argument, 0, OPT_EVENT_INTERVAL},
 	    CLI_REGISTRY_OPTIONS,
 	    CLI_KEY_OPTION,
 	    {0, 0, 0, 0},
 	};
-	struct webhook w = {.listen = ":8443", .health_listen = ":8081", .reload_ms = 2000};
+	struct webhook w = {.listen = ":8443",
+	                    .health_listen = ":8081",
+	                    .reload_ms = 2000,
+	                    .event_interval_ms = 2000};
 	struct reviewer_opts ro = {
 	    .deadline_ms = 8000,
 	    .resolve_ttl_ms = 30000,
@@ -317,11 +443,14 @@ int cmd_webhook(int argc, char **argv)
 	};
 	struct https_opts ho = {.threads = 2, .max_body = ADMISSION_MAX_BYTES};
 	unsigned long long v, nworkers = 4;
-	int c, rc, exit_code = EXIT_FAIL;
+	int c, rc, exit_code = EXIT_FAIL, quit = -1;
 	char err[1200];
 	char *cert = NULL, *key = NULL, trust_dir[4096];
 	size_t cl = 0, kl = 0;
 	w.trust_src.defaults.verify_enabled = true;
+	cache_catalog_init(&w.catalog);
+	if (parse_exclude(&w, "kube-system,kube-public,kube-node-lease") != 0)
+		return EXIT_FAIL;
 	struct cli_registry creg;
 	cli_registry_init(&creg, false);
 	creg.reg.connect_timeout_s = 3;
@@ -395,6 +524,22 @@ int cmd_webhook(int argc, char **argv)
 			if (!(rc = parse_num("--reload-interval-ms", optarg, 50, 3600000, &v)))
 				w.reload_ms = v;
 			break;
+		case OPT_PLACEMENT:
+			rc = parse_bool_flag("--pod-placement", optarg, &w.placement);
+			break;
+		case OPT_KUBECONFIG:
+			w.kubeconfig = optarg;
+			break;
+		case OPT_CONTEXT:
+			w.context = optarg;
+			break;
+		case OPT_EXCLUDE:
+			rc = parse_exclude(&w, optarg);
+			break;
+		case OPT_EVENT_INTERVAL:
+			if (!(rc = parse_num("--event-interval-ms", optarg, 10, 600000, &v)))
+				w.event_interval_ms = v;
+			break;
 		default:
 			if ((rc = cli_registry_flag(&creg, c, optarg, CMD)) != 0) {
 				rc = rc < 0 ? EXIT_USAGE : 0;
@@ -402,20 +547,24 @@ int cmd_webhook(int argc, char **argv)
 			}
 			switch (cli_common(c, optarg, CMD, usage)) {
 			case CLI_EXIT_OK:
-				return EXIT_OK;
+				quit = EXIT_OK;
+				break;
 			case CLI_EXIT_USAGE:
-				return EXIT_USAGE;
+				quit = EXIT_USAGE;
+				break;
 			case CLI_CONTINUE:
 				break;
 			}
 		}
-		if (rc) {
+		if (rc || quit >= 0) {
 			cli_registry_clear(&creg);
-			return rc;
+			free(w.exclude_buf);
+			return quit >= 0 ? quit : rc;
 		}
 	}
 	if (optind < argc || !w.cert_file || !w.key_file) {
 		cli_registry_clear(&creg);
+		free(w.exclude_buf);
 		if (optind < argc)
 			return cli_usage_error(CMD, "unexpected argument '%s'", argv[optind]);
 		return cli_usage_error(CMD, "--tls-cert and --tls-key are required");
@@ -445,6 +594,7 @@ int cmd_webhook(int argc, char **argv)
 	                            "1 while the newest version of a watched source is refused "
 	                            "and the previous one is in use",
 	                            "what");
+	placement_events_metric();
 	w.m_cert_expiry = metrics_gauge("gkm_webhook_certificate_expiry_timestamp_seconds",
 	                                "notAfter of the serving certificate (Unix time)", NULL);
 	if ((rc = loop_new(&w.loop)) != 0) {
@@ -471,6 +621,10 @@ int cmd_webhook(int argc, char **argv)
 		fprintf(stderr, CMD ": TLS: %s\n", err);
 		goto out;
 	}
+	if (w.placement && start_placement(&w, err, sizeof(err)) != 0) {
+		fprintf(stderr, CMD ": pod placement: %s\n", err);
+		goto out;
+	}
 	if ((rc = workers_new(w.loop, (unsigned)nworkers, &w.workers)) != 0) {
 		fprintf(stderr, CMD ": cannot start workers: %s\n", strerror(-rc));
 		goto out;
@@ -478,6 +632,11 @@ int cmd_webhook(int argc, char **argv)
 	ro.loop = w.loop;
 	ro.workers = w.workers;
 	ro.policy = &w.policy;
+	if (w.placement) {
+		ro.catalog = &w.catalog;
+		ro.exclude_namespaces = w.exclude;
+		ro.events = w.events;
+	}
 	if ((rc = reviewer_new(&ro, w.trust, &w.reviewer)) != 0) {
 		fprintf(stderr, CMD ": %s\n", strerror(-rc));
 		goto out;
@@ -501,7 +660,11 @@ int cmd_webhook(int argc, char **argv)
 		goto out;
 	}
 	health_beat(w.health, w.reload_ms * 5 > 10000 ? w.reload_ms * 5 : 10000);
-	health_set_ready(w.health, true, NULL);
+	/* with placement, ready once the cache lists are loaded (on_caches_synced) */
+	if (w.placement)
+		health_set_ready(w.health, false, "loading the cache lists for pod placement");
+	else
+		health_set_ready(w.health, true, NULL);
 	char port[8], hport[8], nkeys[24];
 	snprintf(port, sizeof(port), "%u", https_port(w.https));
 	snprintf(hport, sizeof(hport), "%u", health_port(w.health));
@@ -509,7 +672,8 @@ int cmd_webhook(int argc, char **argv)
 	log_info("webhook serving", "https_port", port, "health_port", hport, "policy",
 	         engine_digest(w.policy.current), "keys", nkeys, "verify_enabled",
 	         w.trust->s.verify_enabled ? "true" : "false", "allow_unsigned",
-	         w.trust->s.allow_unsigned ? "true" : "false");
+	         w.trust->s.allow_unsigned ? "true" : "false", "pod_placement",
+	         w.placement ? "true" : "false");
 	rc = loop_run(w.loop);
 	health_set_ready(w.health, false, "shutting down");
 	exit_code = rc == 0 ? EXIT_OK : EXIT_FAIL;
@@ -519,6 +683,7 @@ out:
 	if (w.reviewer)
 		reviewer_refuse_new(w.reviewer);
 	workers_free(w.workers);
+	placement_events_free(w.events);
 	if (w.loop)
 		loop_drain(w.loop);
 	if (w.reviewer)
@@ -529,6 +694,10 @@ out:
 	trust_unref(w.trust);
 	policy_watch_stop(w.policies);
 	engine_slot_clear(&w.policy);
+	if (w.store)
+		w.store->ops->free(w.store);
+	cache_catalog_clear(&w.catalog);
+	free(w.exclude_buf);
 	loop_free(w.loop);
 	free(cert);
 	free(key);

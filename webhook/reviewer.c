@@ -1,5 +1,7 @@
 #include "reviewer.h"
 
+#include "review.h"
+
 #include <errno.h>
 #include <pthread.h>
 #include <stdarg.h>
@@ -18,28 +20,9 @@
 
 #define KYVERNO_ANNOTATION "kyverno.io/verify-images"
 
-enum endpoint { EP_MUTATE = 0, EP_VALIDATE };
-static const char *const ep_names[] = {"mutate", "validate"};
+static const char *const ep_names[] = {"mutate", "validate", "pods"};
 
-struct job;
-
-/* One review between the HTTPS thread that parsed it and its answer. */
-struct review {
-	struct reviewer *r;
-	struct https_request *rq;
-	enum endpoint ep;
-	struct admission_request req;
-	struct oci_ref ref;
-	char *ref_text;                       /* canonical reference (cache key) */
-	char pinned[OCI_DIGEST_MAX];          /* digest recorded before, kept on UPDATE */
-	struct trust *trust;                  /* snapshot the review started with */
-	struct job *job;                      /* waiting for it, or NULL */
-	uint64_t timer;                       /* deadline timer while waiting */
-	struct review *next_waiter;           /* in job->waiters */
-	struct review *live_prev, *live_next; /* reviewer's list of unanswered reviews */
-};
-
-/* One registry check (resolve and/or verify), shared by the reviews that
+/* One registry check (resolve and/or verify), shared by the checks that
  * wait for the same image, digest and key set. */
 struct job {
 	struct reviewer *r;
@@ -52,22 +35,7 @@ struct job {
 	bool verify;
 	int rc;
 	struct image_check_result res;
-	struct review *waiters;
-};
-
-struct reviewer {
-	struct reviewer_opts o;
-	/* loop thread only */
-	struct trust *trust;
-	struct ttl_cache *resolved, *verdicts;
-	struct job *jobs;
-	unsigned njobs;
-	/* shared with the HTTPS threads */
-	pthread_mutex_t lock;
-	struct review *live;
-	unsigned nlive;
-	bool closing;
-	struct metric *m_latency, *m_decisions, *m_cache, *m_checks, *m_jobs;
+	struct check *waiters;
 };
 
 static uint64_t mono_ns(void)
@@ -118,34 +86,40 @@ static void live_remove(struct review *rv)
 	pthread_mutex_unlock(&r->lock);
 }
 
+static void check_clear(struct check *c)
+{
+	oci_ref_clear(&c->ref);
+	free(c->ref_text);
+}
+
 static void review_free(struct review *rv)
 {
+	for (unsigned i = 0; i < rv->nchecks; i++)
+		check_clear(&rv->checks[i]);
+	free(rv->checks);
+	pod_review_free(rv->pod);
 	admission_request_clear(&rv->req);
-	oci_ref_clear(&rv->ref);
-	free(rv->ref_text);
-	trust_unref(rv->trust);
+	if (rv->trust)
+		trust_unref(rv->trust);
 	free(rv);
 }
 
-/* Loop thread: the final answer of a review that went through the loop. */
-static void finish(struct review *rv, const struct admission_response *resp)
+void review_finish(struct review *rv, const struct admission_response *resp)
 {
 	live_remove(rv);
 	send_review(rv->r, rv->rq, rv->ep, resp);
+	const char *image = rv->nchecks ? rv->checks[0].image : "";
 	if (!resp->allowed)
 		log_info("review denied", "endpoint", ep_names[rv->ep], "kind", rv->req.kind,
-		         "namespace", rv->req.namespace_, "name", rv->req.name, "image",
-		         rv->req.image, "reason", resp->reason, "message", resp->message);
+		         "namespace", rv->req.namespace_, "name", rv->req.name, "image", image,
+		         "reason", resp->reason, "message", resp->message);
 	else if (log_enabled(LOG_DEBUG))
 		log_debug("review allowed", "endpoint", ep_names[rv->ep], "kind", rv->req.kind,
-		          "namespace", rv->req.namespace_, "name", rv->req.name, "image",
-		          rv->req.image);
+		          "namespace", rv->req.namespace_, "name", rv->req.name, "image", image);
 	review_free(rv);
 }
 
-static void deny(struct review *rv, const char *reason, const char *fmt, ...)
-    __attribute__((format(printf, 3, 4)));
-static void deny(struct review *rv, const char *reason, const char *fmt, ...)
+void review_deny(struct review *rv, const char *reason, const char *fmt, ...)
 {
 	char msg[1024];
 	va_list ap;
@@ -154,34 +128,34 @@ static void deny(struct review *rv, const char *reason, const char *fmt, ...)
 	va_end(ap);
 	struct admission_response resp = {
 	    .uid = rv->req.uid, .allowed = false, .reason = reason, .message = msg};
-	finish(rv, &resp);
+	review_finish(rv, &resp);
 }
 
-/* ---- the policy ---- */
+/* ---- the admission policy ---- */
 
-static cJSON *policy_input(const struct review *rv, const char *digest,
-                           const struct image_verdict *v, bool verify)
+static cJSON *policy_input(const struct review *rv, const struct check *c, const char *name,
+                           const cJSON *annotations)
 {
 	cJSON *in = cJSON_CreateObject(), *img, *sigs, *cfg, *obj, *an;
 	if (!in || !(img = cJSON_AddObjectToObject(in, "image")) ||
-	    !cJSON_AddStringToObject(img, "ref", rv->req.image) ||
-	    !cJSON_AddStringToObject(img, "registry", rv->ref.registry) ||
-	    !cJSON_AddStringToObject(img, "repository", rv->ref.repository) ||
-	    (rv->ref.tag && !cJSON_AddStringToObject(img, "tag", rv->ref.tag)) ||
-	    !cJSON_AddStringToObject(img, "digest", digest) ||
+	    !cJSON_AddStringToObject(img, "ref", c->image) ||
+	    !cJSON_AddStringToObject(img, "registry", c->ref.registry) ||
+	    !cJSON_AddStringToObject(img, "repository", c->ref.repository) ||
+	    (c->ref.tag && !cJSON_AddStringToObject(img, "tag", c->ref.tag)) ||
+	    !cJSON_AddStringToObject(img, "digest", c->digest) ||
 	    !(sigs = cJSON_AddArrayToObject(in, "signatures")) ||
 	    !(cfg = cJSON_AddObjectToObject(in, "config")) ||
-	    !cJSON_AddBoolToObject(cfg, "verifyEnabled", verify) ||
+	    !cJSON_AddBoolToObject(cfg, "verifyEnabled", c->verify) ||
 	    !cJSON_AddBoolToObject(cfg, "allowUnsigned", rv->trust->s.allow_unsigned) ||
 	    !(obj = cJSON_AddObjectToObject(in, "object")) ||
 	    !cJSON_AddStringToObject(obj, "kind", rv->req.kind) ||
 	    !cJSON_AddStringToObject(obj, "namespace", rv->req.namespace_) ||
-	    !cJSON_AddStringToObject(obj, "name", rv->req.name) ||
+	    !cJSON_AddStringToObject(obj, "name", name) ||
 	    !cJSON_AddStringToObject(obj, "operation", admission_op_name(rv->req.op)) ||
 	    !(an = cJSON_AddObjectToObject(obj, "annotations")))
 		goto fail;
-	for (size_t i = 0; verify && i < v->n; i++) {
-		const struct image_sig *s = &v->sig[i];
+	for (size_t i = 0; c->verify && i < c->verdict.n; i++) {
+		const struct image_sig *s = &c->verdict.sig[i];
 		cJSON *e = cJSON_CreateObject();
 		if (!e || !cJSON_AddItemToArray(sigs, e) ||
 		    !cJSON_AddStringToObject(e, "kind", image_sig_kind_name(s->kind)) ||
@@ -191,7 +165,7 @@ static cJSON *policy_input(const struct review *rv, const char *digest,
 			goto fail;
 	}
 	const cJSON *a;
-	cJSON_ArrayForEach(a, rv->req.annotations)
+	cJSON_ArrayForEach(a, annotations)
 	{
 		/* a hint anyone can write, never proof of anything */
 		if (!cJSON_IsString(a) || strcmp(a->string, KYVERNO_ANNOTATION) == 0)
@@ -211,75 +185,98 @@ static const char *json_str(const cJSON *o, const char *k)
 	return cJSON_IsString(v) ? v->valuestring : "";
 }
 
-/* Loop thread: digest and verdict are known; ask the policy and answer. */
-static void decide(struct review *rv, const char *digest, const struct image_verdict *v,
-                   bool verify)
+bool review_admission_policy(struct review *rv, const struct check *c, const char *object_name,
+                             const cJSON *annotations, char *reason, size_t reason_len,
+                             char *message, size_t message_len)
 {
 	struct reviewer *r = rv->r;
 	struct engine_error eerr;
-	cJSON *out = NULL, *in = policy_input(rv, digest, v, verify);
+	cJSON *out = NULL, *in = policy_input(rv, c, object_name, annotations);
 	if (!in) {
-		deny(rv, "WebhookError", "out of memory building the policy input");
-		return;
+		snprintf(reason, reason_len, "WebhookError");
+		snprintf(message, message_len, "out of memory building the policy input");
+		return false;
 	}
 	enum engine_status st =
 	    r->o.policy->current ? engine_call(r->o.policy->current, "admission", in, &out, &eerr)
 	                         : ENGINE_NO_HOOK;
 	cJSON_Delete(in);
 	if (st != ENGINE_OK) {
-		deny(rv, "PolicyError", "the admission policy failed (%s): %.800s",
-		     engine_status_name(st),
-		     r->o.policy->current ? eerr.message : "no policy loaded");
-		return;
+		snprintf(reason, reason_len, "PolicyError");
+		snprintf(message, message_len, "the admission policy failed (%s): %.800s",
+		         engine_status_name(st),
+		         r->o.policy->current ? eerr.message : "no policy loaded");
+		return false;
 	}
-	if (!cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(out, "allowed"))) {
-		deny(rv, json_str(out, "reason"), "%s", json_str(out, "message"));
-		cJSON_Delete(out);
-		return;
+	bool allowed = cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(out, "allowed"));
+	if (!allowed) {
+		snprintf(reason, reason_len, "%s", json_str(out, "reason"));
+		snprintf(message, message_len, "%s", json_str(out, "message"));
 	}
 	cJSON_Delete(out);
+	return allowed;
+}
+
+/* Loop thread: the image of a GKMCache review is checked; ask the policy
+ * and answer. */
+static void decide(struct review *rv)
+{
+	const struct check *c = &rv->checks[0];
+	const char *digest = c->digest;
+	char reason[80], message[1024];
+	if (c->fail_reason) {
+		review_deny(rv, c->fail_reason, "%s", c->message);
+		return;
+	}
+	if (!review_admission_policy(rv, c, rv->req.name, rv->req.annotations, reason,
+	                             sizeof(reason), message, sizeof(message))) {
+		review_deny(rv, reason, "%s", message);
+		return;
+	}
 	const char *have = rv->req.digest_annotation;
 	/* /validate: the annotation must be what the webhook resolved. /mutate
 	 * on UPDATE: a recorded digest changed by hand is refused at once (it
 	 * would otherwise be put back silently); on CREATE a hand-set value is
 	 * replaced, with a warning. */
 	if (rv->ep == EP_VALIDATE && !have) {
-		deny(rv, "ResolvedDigestMissing",
-		     "annotation " ADMISSION_ANNOTATION_DIGEST " is missing; the mutating "
-		     "webhook sets it (to %s for image %s)",
-		     digest, rv->req.image);
+		review_deny(rv, "ResolvedDigestMissing",
+		            "annotation " ADMISSION_ANNOTATION_DIGEST " is missing; the mutating "
+		            "webhook sets it (to %s for image %s)",
+		            digest, rv->req.image);
 		return;
 	}
-	if (have && strcmp(have, digest) != 0 && (rv->ep == EP_VALIDATE || rv->pinned[0])) {
-		deny(rv, "ResolvedDigestMismatch",
-		     "annotation " ADMISSION_ANNOTATION_DIGEST " is written by the admission "
-		     "webhook and may not be set by hand: for image %s it must be %s, not %.100s%s",
-		     rv->req.image, digest, have,
-		     rv->pinned[0] ? " (the digest stays as recorded while spec.image is "
-		                     "unchanged; change spec.image to move it)"
-		                   : "");
+	if (have && strcmp(have, digest) != 0 && (rv->ep == EP_VALIDATE || c->pinned[0])) {
+		review_deny(rv, "ResolvedDigestMismatch",
+		            "annotation " ADMISSION_ANNOTATION_DIGEST " is written by the "
+		            "admission webhook and may not be set by hand: for image %s it must be "
+		            "%s, not %.100s%s",
+		            rv->req.image, digest, have,
+		            c->pinned[0] ? " (the digest stays as recorded while spec.image is "
+		                           "unchanged; change spec.image to move it)"
+		                         : "");
 		return;
 	}
 	if (rv->ep == EP_VALIDATE) {
 		struct admission_response ok = {.uid = rv->req.uid, .allowed = true};
-		finish(rv, &ok);
+		review_finish(rv, &ok);
 		return;
 	}
 	char *patch = NULL;
 	char warning[600] = "";
 	if (admission_patch_digest(&rv->req, digest, &patch) != 0) {
-		deny(rv, "WebhookError", "out of memory building the patch");
+		review_deny(rv, "WebhookError", "out of memory building the patch");
 		return;
 	}
-	if (!verify)
+	if (!c->verify)
 		snprintf(warning, sizeof(warning),
 		         "signature verification is off (verify-enabled: false); image %s was "
 		         "admitted unchecked",
 		         rv->req.image);
-	else if (!image_verdict_accepted(v))
+	else if (!image_verdict_accepted(&c->verdict))
 		snprintf(warning, sizeof(warning),
 		         "image %s has %s; admitted because unsigned images are allowed",
-		         rv->req.image, v->found ? "no signature that verifies" : "no signature");
+		         rv->req.image,
+		         c->verdict.found ? "no signature that verifies" : "no signature");
 	else if (have && strcmp(have, digest) != 0)
 		snprintf(warning, sizeof(warning),
 		         "annotation " ADMISSION_ANNOTATION_DIGEST " is written by the admission "
@@ -287,8 +284,17 @@ static void decide(struct review *rv, const char *digest, const struct image_ver
 		         have, digest);
 	struct admission_response ok = {
 	    .uid = rv->req.uid, .allowed = true, .patch = patch, .warning = warning};
-	finish(rv, &ok);
+	review_finish(rv, &ok);
 	free(patch);
+}
+
+/* Every check is back: decide the review. */
+static void review_ready(struct review *rv)
+{
+	if (rv->ep == EP_PODS)
+		pod_review_decide(rv);
+	else
+		decide(rv);
 }
 
 /* ---- caches and registry jobs (loop thread) ---- */
@@ -306,28 +312,55 @@ static bool cache_lookup(struct reviewer *r, struct ttl_cache *c, const char *na
 	return hit;
 }
 
-static void job_unlink_waiter(struct job *j, struct review *rv)
+static void job_unlink_waiter(struct job *j, struct check *c)
 {
-	for (struct review **p = &j->waiters; *p; p = &(*p)->next_waiter) {
-		if (*p == rv) {
-			*p = rv->next_waiter;
+	for (struct check **p = &j->waiters; *p; p = &(*p)->next_waiter) {
+		if (*p == c) {
+			*p = c->next_waiter;
 			break;
 		}
 	}
-	rv->next_waiter = NULL;
-	rv->job = NULL;
+	c->next_waiter = NULL;
+	c->job = NULL;
+}
+
+static void check_fail(struct check *c, const char *reason, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+static void check_fail(struct check *c, const char *reason, const char *fmt, ...)
+{
+	va_list ap;
+	va_start(ap, fmt);
+	vsnprintf(c->message, sizeof(c->message), fmt, ap);
+	va_end(ap);
+	c->fail_reason = reason;
+	c->done = true;
+}
+
+static void check_succeed(struct check *c, const char *digest, const struct image_verdict *v,
+                          bool verify)
+{
+	snprintf(c->digest, sizeof(c->digest), "%s", digest);
+	c->verdict = *v;
+	c->verify = verify;
+	c->done = true;
 }
 
 static void review_timeout(struct loop *l, void *ud)
 {
 	struct review *rv = ud;
+	const char *slow = "";
 	rv->timer = 0;
-	if (rv->job)
-		job_unlink_waiter(rv->job, rv);
-	deny(rv, "RegistryTimeout",
-	     "could not resolve and verify image %s within %llu ms (the registry is slow or "
-	     "unreachable); try again",
-	     rv->req.image, (unsigned long long)rv->r->o.deadline_ms);
+	for (unsigned i = 0; i < rv->nchecks; i++) {
+		struct check *c = &rv->checks[i];
+		if (c->job) {
+			job_unlink_waiter(c->job, c);
+			slow = c->image;
+		}
+	}
+	review_deny(rv, "RegistryTimeout",
+	            "could not resolve and verify image %s within %llu ms (the registry is slow "
+	            "or unreachable); try again",
+	            slow, (unsigned long long)rv->r->o.deadline_ms);
 }
 
 static void job_free(struct job *j)
@@ -380,52 +413,59 @@ static void job_done(struct loop *l, void *ud)
 		log_warn("registry check failed", "image", j->ref_text, "error", j->res.message);
 	}
 	while (j->waiters) {
-		struct review *rv = j->waiters;
-		j->waiters = rv->next_waiter;
-		rv->next_waiter = NULL;
-		rv->job = NULL;
-		loop_cancel_timer(l, rv->timer);
-		rv->timer = 0;
+		struct check *c = j->waiters;
+		struct review *rv = c->rv;
+		j->waiters = c->next_waiter;
+		c->next_waiter = NULL;
+		c->job = NULL;
 		if (j->rc == 0)
-			decide(rv, j->res.digest, &j->res.verdict, j->verify);
+			check_succeed(c, j->res.digest, &j->res.verdict, j->verify);
 		else if (j->res.error == IMAGE_CHECK_NOT_FOUND)
-			deny(rv, "ImageNotFound", "image %s: %s", rv->req.image, j->res.message);
+			check_fail(c, "ImageNotFound", "image %s: %s", c->image, j->res.message);
 		else
-			deny(rv, "RegistryUnavailable", "image %s could not be checked: %s",
-			     rv->req.image, j->res.message);
+			check_fail(c, "RegistryUnavailable", "image %s could not be checked: %s",
+			           c->image, j->res.message);
+		if (--rv->waiting == 0) {
+			loop_cancel_timer(l, rv->timer);
+			rv->timer = 0;
+			review_ready(rv);
+		}
 	}
 	job_free(j);
 }
 
-/* Wait for the job that checks rv's image (digest may be NULL: resolve). */
-static void wait_for_job(struct review *rv, const char *digest)
+/* Wait for the job that checks c's image (digest may be NULL: resolve).
+ * true when c waits; false when it failed at once. */
+static bool wait_for_job(struct check *c, const char *digest)
 {
+	struct review *rv = c->rv;
 	struct reviewer *r = rv->r;
 	bool verify = rv->trust->s.verify_enabled;
 	char *key = NULL;
 	struct job *j;
-	if (asprintf(&key, "%s|%s|%s", rv->ref_text, digest ? digest : "",
+	if (asprintf(&key, "%s|%s|%s", c->ref_text, digest ? digest : "",
 	             verify ? rv->trust->keys_fp : "-") < 0) {
-		deny(rv, "WebhookError", "out of memory");
-		return;
+		check_fail(c, "WebhookError", "out of memory");
+		return false;
 	}
 	for (j = r->jobs; j && strcmp(j->key, key) != 0; j = j->next)
 		;
 	if (!j) {
 		if (r->njobs >= r->o.max_jobs) {
 			free(key);
-			deny(rv, "WebhookBusy",
-			     "%u registry checks are already running; try again shortly", r->njobs);
-			return;
+			check_fail(c, "WebhookBusy",
+			           "%u registry checks are already running; try again shortly",
+			           r->njobs);
+			return false;
 		}
-		if (!(j = calloc(1, sizeof(*j))) || !(j->ref_text = strdup(rv->ref_text)) ||
-		    oci_ref_copy(&rv->ref, &j->ref) != 0) {
+		if (!(j = calloc(1, sizeof(*j))) || !(j->ref_text = strdup(c->ref_text)) ||
+		    oci_ref_copy(&c->ref, &j->ref) != 0) {
 			if (j)
 				free(j->ref_text);
 			free(j);
 			free(key);
-			deny(rv, "WebhookError", "out of memory");
-			return;
+			check_fail(c, "WebhookError", "out of memory");
+			return false;
 		}
 		j->r = r;
 		j->key = key;
@@ -436,9 +476,9 @@ static void wait_for_job(struct review *rv, const char *digest)
 		if (workers_submit(r->o.workers, job_work, job_done, j) != 0) {
 			job_free(j);
 			/* the pool refuses work only while shutting down (or out of memory) */
-			deny(rv, "ShuttingDown",
-			     "the admission webhook is shutting down; try again");
-			return;
+			check_fail(c, "ShuttingDown",
+			           "the admission webhook is shutting down; try again");
+			return false;
 		}
 		j->next = r->jobs;
 		r->jobs = j;
@@ -446,15 +486,54 @@ static void wait_for_job(struct review *rv, const char *digest)
 		metrics_set(r->m_jobs, NULL, r->njobs);
 	}
 	free(key);
+	c->job = j;
+	c->next_waiter = j->waiters;
+	j->waiters = c;
+	return true;
+}
+
+/* Answer c from the caches, or start waiting for its job. true when it waits. */
+static bool check_start(struct check *c)
+{
+	struct reviewer *r = c->rv->r;
+	char resolved[OCI_DIGEST_MAX];
+	struct image_verdict v;
+	char key[256];
+	const struct trust *t = c->rv->trust;
+	const char *digest = c->ref.digest ? c->ref.digest : c->pinned[0] ? c->pinned : NULL;
+	if (!digest &&
+	    cache_lookup(r, r->resolved, "resolve", c->ref_text, resolved, sizeof(resolved))) {
+		resolved[sizeof(resolved) - 1] = '\0';
+		digest = resolved;
+	}
+	if (digest) {
+		verdict_key(key, sizeof(key), digest, t);
+		if (cache_lookup(r, r->verdicts, "verdict", key, &v, sizeof(v))) {
+			check_succeed(c, digest, &v, t->s.verify_enabled);
+			return false;
+		}
+	}
+	return wait_for_job(c, digest);
+}
+
+void review_run_checks(struct review *rv)
+{
+	struct reviewer *r = rv->r;
+	rv->waiting = 0;
+	for (unsigned i = 0; i < rv->nchecks; i++)
+		rv->waiting += check_start(&rv->checks[i]);
+	if (!rv->waiting) {
+		review_ready(rv);
+		return;
+	}
 	uint64_t elapsed = (mono_ns() - https_request_started_ns(rv->rq)) / 1000000u;
 	uint64_t left = elapsed < r->o.deadline_ms ? r->o.deadline_ms - elapsed : 0;
-	rv->job = j;
-	rv->next_waiter = j->waiters;
-	j->waiters = rv;
 	rv->timer = loop_add_timer(r->o.loop, left, review_timeout, rv);
 	if (!rv->timer) {
-		job_unlink_waiter(j, rv);
-		deny(rv, "WebhookError", "out of memory");
+		for (unsigned i = 0; i < rv->nchecks; i++)
+			if (rv->checks[i].job)
+				job_unlink_waiter(rv->checks[i].job, &rv->checks[i]);
+		review_deny(rv, "WebhookError", "out of memory");
 	}
 }
 
@@ -462,25 +541,11 @@ static void wait_for_job(struct review *rv, const char *digest)
 static void review_start(struct loop *l, void *ud)
 {
 	struct review *rv = ud;
-	struct reviewer *r = rv->r;
-	char resolved[OCI_DIGEST_MAX];
-	struct image_verdict v;
-	char key[256];
-	rv->trust = trust_ref(r->trust);
-	const char *digest = rv->ref.digest ? rv->ref.digest : rv->pinned[0] ? rv->pinned : NULL;
-	if (!digest &&
-	    cache_lookup(r, r->resolved, "resolve", rv->ref_text, resolved, sizeof(resolved))) {
-		resolved[sizeof(resolved) - 1] = '\0';
-		digest = resolved;
-	}
-	if (digest) {
-		verdict_key(key, sizeof(key), digest, rv->trust);
-		if (cache_lookup(r, r->verdicts, "verdict", key, &v, sizeof(v))) {
-			decide(rv, digest, &v, rv->trust->s.verify_enabled);
-			return;
-		}
-	}
-	wait_for_job(rv, digest);
+	rv->trust = trust_ref(rv->r->trust);
+	if (rv->ep == EP_PODS)
+		pod_review_start(rv);
+	else
+		review_run_checks(rv);
 }
 
 /* ---- the HTTPS side ---- */
@@ -496,20 +561,71 @@ static void answer_now(struct reviewer *r, struct https_request *rq, enum endpoi
 		         "message", message);
 }
 
+/* A GKMCache review's one check: its spec.image. 0, or a denial to answer. */
+static int prepare_cache_review(struct review *rv, const char **reason, char *err, size_t errlen)
+{
+	struct oci_err oerr = {{0}};
+	struct check *c;
+	if (admission_request_check(&rv->req, err, errlen) != 0) {
+		*reason = "InvalidObject";
+		return -EINVAL;
+	}
+	if (!(rv->checks = calloc(1, sizeof(*rv->checks)))) {
+		*reason = "WebhookError";
+		snprintf(err, errlen, "out of memory");
+		return -ENOMEM;
+	}
+	rv->nchecks = 1;
+	c = &rv->checks[0];
+	c->rv = rv;
+	c->image = rv->req.image;
+	if (oci_ref_parse(rv->req.image, &c->ref, &oerr) != 0) {
+		*reason = "InvalidImageReference";
+		snprintf(err, errlen, "spec.image: %s", oci_err_str(&oerr, -EINVAL));
+		return -EINVAL;
+	}
+	if (c->ref.kind != OCI_REF_REGISTRY) {
+		*reason = "InvalidImageReference";
+		snprintf(err, errlen,
+		         "spec.image '%.200s' names a layout directory on one machine; a cluster "
+		         "pulls from a registry (host/repository:tag or @sha256:...)",
+		         rv->req.image);
+		return -EINVAL;
+	}
+	if (!(c->ref_text = oci_ref_format(&c->ref))) {
+		*reason = "WebhookError";
+		snprintf(err, errlen, "out of memory");
+		return -ENOMEM;
+	}
+	/* On UPDATE with the same image, the digest recorded at creation stays. */
+	const char *old = rv->req.old_digest_annotation;
+	if (rv->req.op == ADMISSION_UPDATE && rv->req.old_image && !c->ref.digest &&
+	    strcmp(rv->req.old_image, rv->req.image) == 0 && old && oci_digest_valid(old))
+		snprintf(c->pinned, sizeof(c->pinned), "%s", old);
+	return 0;
+}
+
 void reviewer_handle(struct https_request *rq, const char *path, const char *body, size_t len,
                      void *ud)
 {
 	struct reviewer *r = ud;
 	struct review *rv = NULL;
 	char err[600];
-	struct oci_err oerr = {{0}};
+	const char *reason = NULL;
 	enum endpoint ep;
 	if (strcmp(path, "/mutate") == 0)
 		ep = EP_MUTATE;
 	else if (strcmp(path, "/validate") == 0)
 		ep = EP_VALIDATE;
+	else if (strcmp(path, "/mutate-pods") == 0 && r->o.catalog)
+		ep = EP_PODS;
 	else {
-		send_text(rq, 404, "not found: POST AdmissionReviews to /mutate or /validate\n");
+		send_text(rq, 404,
+		          r->o.catalog
+		              ? "not found: POST AdmissionReviews to /mutate, /validate or "
+		                "/mutate-pods\n"
+		              : "not found: POST AdmissionReviews to /mutate or /validate "
+		                "(/mutate-pods needs --pod-placement)\n");
 		return;
 	}
 	if (!(rv = calloc(1, sizeof(*rv)))) {
@@ -528,36 +644,21 @@ void reviewer_handle(struct https_request *rq, const char *path, const char *bod
 		free(rv);
 		return;
 	}
-	if (!rv->req.ours) {
+	int rc;
+	if (ep == EP_PODS ? !rv->req.pod : !rv->req.ours) {
 		answer_now(r, rq, ep, rv->req.uid, NULL, NULL);
 		goto done;
 	}
-	if (admission_request_check(&rv->req, err, sizeof(err)) != 0) {
-		answer_now(r, rq, ep, rv->req.uid, "InvalidObject", err);
+	if (ep == EP_PODS) {
+		rc = pod_review_prepare(rv, err, sizeof(err));
+		reason = rc == -ENOMEM ? "WebhookError" : "InvalidPod";
+	} else {
+		rc = prepare_cache_review(rv, &reason, err, sizeof(err));
+	}
+	if (rc != 0) {
+		answer_now(r, rq, ep, rv->req.uid, rc > 0 ? NULL : reason, rc > 0 ? NULL : err);
 		goto done;
 	}
-	if (oci_ref_parse(rv->req.image, &rv->ref, &oerr) != 0) {
-		snprintf(err, sizeof(err), "spec.image: %s", oci_err_str(&oerr, -EINVAL));
-		answer_now(r, rq, ep, rv->req.uid, "InvalidImageReference", err);
-		goto done;
-	}
-	if (rv->ref.kind != OCI_REF_REGISTRY) {
-		snprintf(err, sizeof(err),
-		         "spec.image '%.200s' names a layout directory on one machine; a cluster "
-		         "pulls from a registry (host/repository:tag or @sha256:...)",
-		         rv->req.image);
-		answer_now(r, rq, ep, rv->req.uid, "InvalidImageReference", err);
-		goto done;
-	}
-	if (!(rv->ref_text = oci_ref_format(&rv->ref))) {
-		answer_now(r, rq, ep, rv->req.uid, "WebhookError", "out of memory");
-		goto done;
-	}
-	/* On UPDATE with the same image, the digest recorded at creation stays. */
-	const char *old = rv->req.old_digest_annotation;
-	if (rv->req.op == ADMISSION_UPDATE && rv->req.old_image && !rv->ref.digest &&
-	    strcmp(rv->req.old_image, rv->req.image) == 0 && old && oci_digest_valid(old))
-		snprintf(rv->pinned, sizeof(rv->pinned), "%s", old);
 	pthread_mutex_lock(&r->lock);
 	bool closing = r->closing;
 	if (!closing) {
@@ -580,10 +681,7 @@ void reviewer_handle(struct https_request *rq, const char *path, const char *bod
 	}
 	return;
 done:
-	admission_request_clear(&rv->req);
-	oci_ref_clear(&rv->ref);
-	free(rv->ref_text);
-	free(rv);
+	review_free(rv);
 }
 
 /* ---- life cycle ---- */
@@ -621,6 +719,11 @@ int reviewer_new(const struct reviewer_opts *o, struct trust *trust, struct revi
 	                              "result");
 	r->m_jobs =
 	    metrics_gauge("gkm_webhook_registry_checks_running", "Registry checks in flight", NULL);
+	r->m_placements =
+	    metrics_counter("gkm_webhook_pod_placements_total",
+	                    "Cache volumes of admitted pods, by the node affinity "
+	                    "added (required, preferred, none) and mount (csi, image)",
+	                    "mode,mount");
 	*out = r;
 	return 0;
 }
@@ -630,6 +733,11 @@ void reviewer_set_trust(struct reviewer *r, struct trust *t)
 	struct trust *old = r->trust;
 	r->trust = trust_ref(t);
 	trust_unref(old);
+}
+
+void reviewer_set_catalog_synced(struct reviewer *r, bool synced)
+{
+	r->catalog_synced = synced;
 }
 
 unsigned reviewer_waiting(struct reviewer *r)
@@ -654,6 +762,8 @@ void reviewer_close(struct reviewer *r)
 	while (r->jobs) {
 		struct job *j = r->jobs;
 		r->jobs = j->next;
+		for (struct check *c = j->waiters; c; c = c->next_waiter)
+			c->job = NULL;
 		job_free(j);
 	}
 	r->njobs = 0;
@@ -663,7 +773,8 @@ void reviewer_close(struct reviewer *r)
 		pthread_mutex_unlock(&r->lock);
 		if (!rv)
 			break;
-		deny(rv, "ShuttingDown", "the admission webhook is shutting down; try again");
+		review_deny(rv, "ShuttingDown",
+		            "the admission webhook is shutting down; try again");
 	}
 }
 

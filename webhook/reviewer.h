@@ -1,5 +1,6 @@
 /* The admission decisions: AdmissionReview v1 requests for GKMCache and
- * ClusterGKMCache on /mutate and /validate, answered within a deadline.
+ * ClusterGKMCache on /mutate and /validate, and for Pods on /mutate-pods
+ * (placement, image volumes; see pod_review.c), answered within a deadline.
  *
  * Threads: reviewer_handle() runs on the HTTPS server's threads and does
  * only parsing (envelope, object, image reference); what can be answered
@@ -20,13 +21,17 @@
 #ifndef GKM_REVIEWER_H
 #define GKM_REVIEWER_H
 
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
+
+#include "cache_catalog.h"
 
 #include "engine.h"
 #include "https_server.h"
 #include "loop.h"
 #include "oci_registry.h"
+#include "placement_events.h"
 #include "trust.h"
 #include "workers.h"
 
@@ -41,6 +46,10 @@ struct reviewer_opts {
 	size_t cache_entries;              /* per cache */
 	unsigned max_jobs;                 /* registry checks in flight */
 	struct oci_registry_opts registry; /* its strings must outlive the reviewer */
+	/* Pods. catalog NULL: /mutate-pods is not served (404). */
+	struct cache_catalog *catalog;         /* loop-owned, fed by the watches */
+	const char *const *exclude_namespaces; /* NULL-terminated; pods there are never touched */
+	struct placement_events *events;       /* Events about placements, or NULL */
 };
 
 struct reviewer;
@@ -53,6 +62,11 @@ __attribute__((warn_unused_result)) int reviewer_new(const struct reviewer_opts 
 /* Loop thread: later reviews use t (a reference is taken). Cached verdicts
  * are keyed by the key set, so a new key set means new verifications. */
 void reviewer_set_trust(struct reviewer *r, struct trust *t);
+
+/* Loop thread: whether the catalog holds complete lists. Until it does, a
+ * pod whose image volume may name a cache is refused (WebhookNotReady):
+ * its verification cannot be skipped. */
+void reviewer_set_catalog_synced(struct reviewer *r, bool synced);
 
 /* The https_handler (ud is the reviewer). */
 void reviewer_handle(struct https_request *rq, const char *path, const char *body, size_t len,
