@@ -385,6 +385,8 @@ def load_calls(r):
     with open(RBAC_CALLS) as fh:
         calls = yaml.safe_load(fh)
     subst = {"fullname": r.fullname}
+    if not r.opts.get("placement", True):
+        calls["webhook"] = []  # without pod placement the webhook never calls the API
     for comp, lst in calls.items():
         for c in lst or []:
             if c.get("resourceName"):
@@ -678,33 +680,15 @@ def check_webhook(r):
             probs.append("%s: inject-ca-from %r" % (where, ann))
         if not cert_mgr and ann:
             probs.append("%s: inject-ca-from without cert-manager" % where)
+        pods = [wh for wh in cfg["webhooks"] if wh["name"].startswith("pods")]
+        probs += check_pod_webhooks(r, cfg, pods)
         for wh in cfg["webhooks"]:
-            if wh.get("failurePolicy") != "Fail":
-                probs.append("%s: failurePolicy %r" % (where, wh.get("failurePolicy")))
-            if wh.get("sideEffects") != "None":
-                probs.append("%s: sideEffects %r" % (where, wh.get("sideEffects")))
             if not 1 <= int(wh.get("timeoutSeconds", 0)) <= 30:
                 probs.append("%s: timeoutSeconds %r" % (where, wh.get("timeoutSeconds")))
             if wh.get("admissionReviewVersions") != ["v1"]:
                 probs.append("%s: admissionReviewVersions" % where)
-            exprs = (wh.get("namespaceSelector") or {}).get("matchExpressions") or []
-            excluded = set()
-            for e in exprs:
-                if e.get("key") == "kubernetes.io/metadata.name" and e.get("operator") == "NotIn":
-                    excluded |= set(e.get("values", []))
-            for ns in (r.ns, "kube-system"):
-                if ns not in excluded:
-                    probs.append("%s: namespaceSelector does not exclude %s" % (where, ns))
-            rules = wh.get("rules", [])
-            covered = {(g, res, op) for rl in rules for g in rl["apiGroups"]
-                       for res in rl["resources"] for op in rl["operations"]}
-            for res in ("gkmcaches", "clustergkmcaches"):
-                for op in ("CREATE", "UPDATE"):
-                    if ("gkm.io", res, op) not in covered:
-                        probs.append("%s: does not review %s %s" % (where, op, res))
-            for rl in rules:
-                if rl["apiGroups"] != ["gkm.io"] or any("/" in x or "*" in x for x in rl["resources"]):
-                    probs.append("%s: a rule beyond gkm.io caches: %s" % (where, rl))
+            if wh not in pods:
+                probs += check_cache_webhook(r, where, wh)
             s = wh["clientConfig"].get("service") or {}
             if (s.get("name"), s.get("namespace"), s.get("port")) != (name, r.ns, 443):
                 probs.append("%s: clientConfig.service %r" % (where, s))
@@ -716,6 +700,91 @@ def check_webhook(r):
                 probs.append("%s: caBundle set although cert-manager injects it" % where)
             if not cert_mgr and (not ca or base64.b64decode(ca) != ca_pem):
                 probs.append("%s: caBundle is not the CA of the serving certificate" % where)
+    return probs
+
+
+def check_cache_webhook(r, where, wh):
+    """A webhook of the caches: fails closed, no side effects, system and
+    release namespaces excluded, gkm.io caches only."""
+    probs = []
+    if wh.get("failurePolicy") != "Fail":
+        probs.append("%s: failurePolicy %r" % (where, wh.get("failurePolicy")))
+    if wh.get("sideEffects") != "None":
+        probs.append("%s: sideEffects %r" % (where, wh.get("sideEffects")))
+    exprs = (wh.get("namespaceSelector") or {}).get("matchExpressions") or []
+    excluded = set()
+    for e in exprs:
+        if e.get("key") == "kubernetes.io/metadata.name" and e.get("operator") == "NotIn":
+            excluded |= set(e.get("values", []))
+    for ns in (r.ns, "kube-system"):
+        if ns not in excluded:
+            probs.append("%s: namespaceSelector does not exclude %s" % (where, ns))
+    rules = wh.get("rules", [])
+    covered = {(g, res, op) for rl in rules for g in rl["apiGroups"]
+               for res in rl["resources"] for op in rl["operations"]}
+    for res in ("gkmcaches", "clustergkmcaches"):
+        for op in ("CREATE", "UPDATE"):
+            if ("gkm.io", res, op) not in covered:
+                probs.append("%s: does not review %s %s" % (where, op, res))
+    for rl in rules:
+        if rl["apiGroups"] != ["gkm.io"] or any("/" in x or "*" in x for x in rl["resources"]):
+            probs.append("%s: a rule beyond gkm.io caches: %s" % (where, rl))
+    return probs
+
+
+def check_pod_webhooks(r, cfg, pods):
+    """Pod placement: in the mutating configuration only, opt-in (namespace
+    label, or pod label elsewhere, never both), system and release namespaces
+    excluded, failing open; with matchConditions (Kubernetes 1.30+) only pods
+    that mount a cache, and those with image volumes failing closed."""
+    probs = []
+    where = ident(cfg)
+    mutating = cfg["kind"] == "MutatingWebhookConfiguration"
+    cel = r.opts.get("kube_version", "1.28") >= "1.30"
+    want = set()
+    if mutating and r.opts.get("placement", True):
+        want = {"pods.placement.gkm.io", "pods-optin.placement.gkm.io"}
+        if cel:
+            want |= {"pods.imagevolumes.gkm.io", "pods-optin.imagevolumes.gkm.io"}
+    got = {wh["name"] for wh in pods}
+    if got != want:
+        probs.append("%s: pod webhooks %s, want %s" % (where, sorted(got), sorted(want)))
+    scopes = set()
+    for wh in pods:
+        w = "%s %s" % (where, wh["name"])
+        image = ".imagevolumes." in wh["name"]
+        if wh.get("failurePolicy") != ("Fail" if image else "Ignore"):
+            probs.append("%s: failurePolicy %r" % (w, wh.get("failurePolicy")))
+        if wh.get("sideEffects") != "NoneOnDryRun":
+            probs.append("%s: sideEffects %r (it records Events)" % (w, wh.get("sideEffects")))
+        if wh.get("reinvocationPolicy") != "IfNeeded":
+            probs.append("%s: not reinvoked after later webhooks" % w)
+        if (wh["clientConfig"].get("service") or {}).get("path") != "/mutate-pods":
+            probs.append("%s: path %r" % (w, wh["clientConfig"].get("service")))
+        rules = [(tuple(rl["apiGroups"]), tuple(rl["resources"]), tuple(rl["operations"]))
+                 for rl in wh.get("rules", [])]
+        if rules != [(("",), ("pods",), ("CREATE",))]:
+            probs.append("%s: rules %r, want pods CREATE only" % (w, rules))
+        exprs = (wh.get("namespaceSelector") or {}).get("matchExpressions") or []
+        excluded = {v for e in exprs if e.get("key") == "kubernetes.io/metadata.name"
+                    and e.get("operator") == "NotIn" for v in e.get("values", [])}
+        if not {r.ns, "kube-system"} <= excluded:
+            probs.append("%s: does not exclude %s and kube-system" % (w, r.ns))
+        opt = [(e["operator"], tuple(e["values"])) for e in exprs if e.get("key") == "gkm.io/placement"]
+        scopes.add((wh["name"].split(".")[0], tuple(opt),
+                    json.dumps(wh.get("objectSelector"), sort_keys=True)))
+        conds = [c["expression"] for c in wh.get("matchConditions") or []]
+        if cel and not any("has(v.image)" in c for c in conds):
+            probs.append("%s: no matchConditions on image volumes" % w)
+        if not cel and conds:
+            probs.append("%s: matchConditions before Kubernetes 1.30" % w)
+    if pods and scopes != {
+            ("pods", (("In", ("enabled",)),),
+             json.dumps({"matchExpressions": [{"key": "gkm.io/placement", "operator": "NotIn",
+                                               "values": ["disabled"]}]}, sort_keys=True)),
+            ("pods-optin", (("NotIn", ("enabled",)),),
+             json.dumps({"matchLabels": {"gkm.io/placement": "enabled"}}, sort_keys=True))}:
+        probs.append("%s: pod opt-in selectors %r" % (where, sorted(scopes)))
     return probs
 
 
@@ -874,6 +943,9 @@ def variants():
           "--set", "metrics.serviceMonitor.labels.release=prom,webhook.enabled=false"],
          {"servicemonitor": True, "webhook": False}),
         ("webhook off", ["--set", "webhook.enabled=false"], {"webhook": False}),
+        ("pod placement off", ["--set", "webhook.placement.enabled=false"], {"placement": False}),
+        ("Kubernetes 1.33 (matchConditions, image volumes)", ["--kube-version", "v1.33.0"],
+         {"kube_version": "1.33"}),
         ("trusted keys", ["-f", write("keys.yaml", yaml.safe_dump(
             {"verification": {"trustedKeys": {"release": pem}}}))],
          {"trust_keys_data": {"release.pem": pem.strip() + "\n"}}),

@@ -52,6 +52,7 @@ func main() {
 	createNS := flag.Bool("create-namespace", false, "print a Namespace object for --namespace first (for plain-YAML installs)")
 	strict := flag.Bool("strict", false, "fail on a reference to a missing value (missingkey=error)")
 	notes := flag.Bool("notes", false, "print the rendered NOTES.txt on stderr")
+	kubeVersion := flag.String("kube-version", "v1.28.0", "Kubernetes version for .Capabilities.KubeVersion, as helm template --kube-version")
 	flag.Var(&valueFiles, "f", "values file (repeatable; later wins)")
 	flag.Var(&sets, "set", "set a value: a.b=c,x[0]=y,list={a,b} (repeatable)")
 	flag.Var(&setStrings, "set-string", "set a value as a string (repeatable)")
@@ -80,6 +81,7 @@ func main() {
 		release: *release, namespace: *namespace, valueFiles: valueFiles,
 		sets: sets, setStrings: setStrings, apiVersions: apiVersions,
 		includeCRDs: *includeCRDs, strict: *strict, createNamespace: *createNS,
+		kubeVersion: *kubeVersion,
 	})
 	if err != nil {
 		die("%v", err)
@@ -93,7 +95,7 @@ func main() {
 }
 
 type options struct {
-	release, namespace                        string
+	release, namespace, kubeVersion           string
 	valueFiles, sets, setStrings, apiVersions []string
 	includeCRDs, strict, createNamespace      bool
 }
@@ -128,7 +130,7 @@ func render(chartDir string, o options) (string, string, error) {
 			"Name": o.release, "Namespace": o.namespace, "Service": "Helm",
 			"Revision": 1, "IsInstall": true, "IsUpgrade": false,
 		},
-		"Capabilities": capabilities(o.apiVersions),
+		"Capabilities": capabilities(o.apiVersions, o.kubeVersion),
 		"Template":     map[string]interface{}{"Name": "", "BasePath": name + "/templates"},
 	}
 
@@ -625,7 +627,9 @@ func (a apiVersions) Has(v string) bool {
 	return false
 }
 
-func capabilities(extra []string) map[string]interface{} {
+var kubeVersionRE = regexp.MustCompile(`^v?(\d+)\.(\d+)\.(\d+)$`)
+
+func capabilities(extra []string, kubeVersion string) map[string]interface{} {
 	builtin := []string{"v1", "apps/v1", "batch/v1", "policy/v1", "rbac.authorization.k8s.io/v1",
 		"admissionregistration.k8s.io/v1", "apiextensions.k8s.io/v1", "storage.k8s.io/v1",
 		"coordination.k8s.io/v1", "events.k8s.io/v1", "networking.k8s.io/v1",
@@ -633,10 +637,20 @@ func capabilities(extra []string) map[string]interface{} {
 	// "group/version/Kind" forms are accepted too, as Helm does
 	return map[string]interface{}{
 		"APIVersions": apiVersions(append(builtin, extra...)),
-		"KubeVersion": map[string]interface{}{"Version": "v1.28.0", "Major": "1", "Minor": "28",
-			"GitVersion": "v1.28.0"},
+		"KubeVersion": kubeVersionOf(kubeVersion),
 		"HelmVersion": map[string]interface{}{"Version": "v3.14.0"},
 	}
+}
+
+// kubeVersionOf is .Capabilities.KubeVersion for "v1.33.0" (or "1.33.0");
+// the default for anything else.
+func kubeVersionOf(v string) map[string]interface{} {
+	m := kubeVersionRE.FindStringSubmatch(v)
+	if m == nil {
+		m = []string{"v1.28.0", "1", "28", "0"}
+	}
+	full := fmt.Sprintf("v%s.%s.%s", m[1], m[2], m[3])
+	return map[string]interface{}{"Version": full, "Major": m[1], "Minor": m[2], "GitVersion": full}
 }
 
 // ---- templates ----
