@@ -22,7 +22,7 @@ static const char usage[] =
     "built-in files of the same name. Everything runs in the daemons' sandbox.\n"
     "\n"
     "  check    load the bundle as a daemon would; report file, line and reason\n"
-    "  eval     run one hook (compat, aggregate, admission) on a JSON input\n"
+    "  eval     run one hook (compat, aggregate, admission, placement) on a JSON input\n"
     "  test     run cases [{\"name\",\"hook\",\"input\",\"expect\"}]: expect must match\n"
     "           the result (every key it names, recursively)\n"
     "  reload   load DIR, then try NEWDIR as a live daemon would on a ConfigMap\n"
