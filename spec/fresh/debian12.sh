@@ -2,7 +2,7 @@
 # A first run on a fresh Debian 12, proven in a clean root. Not part of
 # `make test`: it downloads and installs the whole dependency closure.
 #
-#   bash spec/fresh/debian12.sh        (as root, in a clone; needs mmdebstrap)
+#   bash spec/fresh/debian12.sh        (as root, in a clone; installs mmdebstrap if missing)
 #
 # It makes a minimal Debian 12 root with mmdebstrap (essential packages, apt
 # and make: what a user has after `apt-get install make`) from this machine's
@@ -20,7 +20,7 @@ set -euo pipefail
 cd "$(dirname "$0")/../.."
 filter=${GKM_TEST_FILTER-unit}
 [ "$(id -u)" = 0 ] || { echo "fresh: run as root (mmdebstrap, chroot and mounts)" >&2; exit 1; }
-command -v mmdebstrap >/dev/null || { echo "fresh: mmdebstrap is missing: apt-get install mmdebstrap" >&2; exit 1; }
+command -v mmdebstrap >/dev/null || sh core/deps.sh mmdebstrap || exit 1
 
 work=$(mktemp -d "${TMPDIR:-/var/tmp}/gkm-fresh.XXXXXX")
 root=$work/root
