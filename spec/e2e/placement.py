@@ -431,7 +431,12 @@ def run(pl):
     t.ok(resp["allowed"] and "patch" not in resp, "a pod of kube-system is never changed")
     t.ok(pl.ready(), "the webhook is alive and ready after all of that")
 
-    # ---- the placement policy, reloaded live ----
+    # ---- the placement policy: checked as the daemons run it, then reloaded live ----
+    r = env.run(GKM, "policy", "test", os.path.join(ROOT, "policies"),
+                os.path.join(ROOT, "spec", "fixtures", "policy", "placement-cases.json"),
+                check=False)
+    t.ok(r.returncode == 0 and "2 passed, 0 failed" in r.stdout,
+         "gkm policy test runs placement cases against the shipped policy", diag=r.stdout + r.stderr)
     env.write(env.path("policies", "placement.lua"), open(os.path.join(
         ROOT, "policies", "placement.lua")).read().replace(
         'placements[c.volume] = c.mount == "image" and image(c) or csi(c)',

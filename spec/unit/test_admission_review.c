@@ -137,8 +137,23 @@ static void test_create_parsed(void **state)
 	free(body);
 }
 
+static void expect_kind(const char *kind, const char *op, const char *group, const char *sub,
+                        bool want_ours, bool want_pod);
+
+/* ours: a cache review /mutate and /validate decide; pod: one /mutate-pods decides. */
 static void expect_ours(const char *kind, const char *op, const char *group, const char *sub,
                         bool want)
+{
+	expect_kind(kind, op, group, sub, want, false);
+}
+
+static void expect_pod(const char *op, const char *group, const char *sub, bool want)
+{
+	expect_kind("Pod", op, group, sub, false, want);
+}
+
+static void expect_kind(const char *kind, const char *op, const char *group, const char *sub,
+                        bool want_ours, bool want_pod)
 {
 	char *body = NULL;
 	assert_true(asprintf(&body,
@@ -149,8 +164,8 @@ static void expect_ours(const char *kind, const char *op, const char *group, con
 	struct admission_request r;
 	char err[256];
 	assert_int_equal(admission_review_parse(body, strlen(body), &r, err, sizeof(err)), 0);
-	if (r.ours != want)
-		fail_msg("%s %s %s/%s: ours=%d", op, group, kind, sub, r.ours);
+	if (r.ours != want_ours || r.pod != want_pod)
+		fail_msg("%s %s %s/%s: ours=%d pod=%d", op, group, kind, sub, r.ours, r.pod);
 	admission_request_clear(&r);
 	free(body);
 }
@@ -164,7 +179,10 @@ static void test_which_reviews_are_ours(void **state)
 	expect_ours("GKMCache", "UPDATE", "gkm.io", "status", false);
 	expect_ours("GKMCacheNode", "CREATE", "gkm.io", "", false);
 	expect_ours("GKMCache", "CREATE", "evil.io", "", false);
-	expect_ours("Pod", "CREATE", "", "", false);
+	expect_pod("CREATE", "", "", true);
+	expect_pod("UPDATE", "", "", false); /* volumes and affinity are fixed at creation */
+	expect_pod("CREATE", "", "binding", false);
+	expect_pod("CREATE", "evil.io", "", false);
 }
 
 /* admission_request_check must fail with -EINVAL and a message containing want. */
@@ -342,6 +360,24 @@ static void test_responses(void **state)
 	assert_string_equal(
 	    cJSON_GetArrayItem(cJSON_GetObjectItem(resp, "warnings"), 0)->valuestring, "w");
 	cJSON_Delete(doc);
+	free(out);
+
+	/* several warnings, empty ones left out; none at all: no warnings member */
+	const char *const more[] = {"", "second", "third"};
+	struct admission_response many = {
+	    .uid = "u-4", .allowed = true, .warning = "first", .warnings = more, .nwarnings = 3};
+	assert_int_equal(admission_response_build(&many, &out, &len), 0);
+	doc = cJSON_Parse(out);
+	cJSON *ws = cJSON_GetObjectItem(cJSON_GetObjectItem(doc, "response"), "warnings");
+	assert_int_equal(cJSON_GetArraySize(ws), 3);
+	assert_string_equal(cJSON_GetArrayItem(ws, 0)->valuestring, "first");
+	assert_string_equal(cJSON_GetArrayItem(ws, 2)->valuestring, "third");
+	cJSON_Delete(doc);
+	free(out);
+	struct admission_response quiet = {
+	    .uid = "u-5", .allowed = true, .warning = "", .warnings = more, .nwarnings = 1};
+	assert_int_equal(admission_response_build(&quiet, &out, &len), 0);
+	assert_null(strstr(out, "warnings"));
 	free(out);
 
 	struct admission_response bare = {.uid = "u-3", .code = 500};

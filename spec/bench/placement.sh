@@ -1,0 +1,148 @@
+#!/usr/bin/env bash
+# Pod admission with placement on: the gkm webhook with --pod-placement,
+# watching 200 GKMCaches on a real kube-apiserver (GKM_KUBE_ASSETS), answers
+# AdmissionReviews for Pods over HTTPS on loopback at a fixed 200 pods/s
+# (spec/bench/review_load.c: open loop, latency from the moment each request
+# was due, 16 kept-alive verified TLS connections), for
+#  - a pod mounting a cache through a csi.gkm.io volume (placement.lua, the
+#    annotation, the patch, an Event noted), and
+#  - a pod whose image volume names a cache's image (the same, plus the image
+#    verified: tag resolution and signature verdict cached after the first).
+# Also the webhook's own view (its latency histogram for endpoint "pods"), its
+# CPU time per review and peak RSS. Figures are printed, never asserted. Runs
+# are bounded: GKM_BENCH_RUNS (default 3) of GKM_BENCH_SECONDS (default 10).
+set -eu
+cd "$GKM_ROOT"
+. spec/lib/registry.sh
+. spec/lib/kubeenv.sh
+RUNS=${GKM_BENCH_RUNS:-3}
+SECS=${GKM_BENCH_SECONDS:-10}
+RATE=200
+CACHES=200
+G=$GKM_BIN
+if why=$(kubeenv_unavailable); then
+	echo "placement: skipped: $why"
+	exit 0
+fi
+tmp=$(mktemp -d)
+wh_pid=""
+cleanup() {
+	set +e # stopping what ran is not a failure of the benchmark
+	[ -n "$wh_pid" ] && kill "$wh_pid" 2>/dev/null && wait "$wh_pid" 2>/dev/null
+	registry_stop_all
+	kubeenv_stop
+	rm -rf "$tmp"
+}
+trap cleanup EXIT
+
+mkdir -p "$GKM_BUILD/bench"
+cc -O2 -o "$GKM_BUILD/bench/review_load" spec/bench/review_load.c -lcurl
+load=$GKM_BUILD/bench/review_load
+
+kubeenv_start >/dev/null
+trap cleanup EXIT # kubeenv_start installed its own; ours also stops it
+kubectl apply --server-side -f charts/gkm/crds >/dev/null
+kubectl wait --for=condition=Established --timeout=60s -f charts/gkm/crds >/dev/null
+kubectl create namespace bench >/dev/null
+kubeenv_ctl cert webhook 127.0.0.1 >/dev/null
+
+# a signed cache image in a real registry
+registry_start bench
+R=$REG_bench_ADDR
+$G cache build spec/fixtures/caches/triton/cuda-sm75-vector-add -t "$R/bench/cache:v1" >/dev/null
+$G cache keygen --output-key-prefix "$tmp/key" >/dev/null
+$G cache sign "$R/bench/cache:v1" --key "$tmp/key.key" >/dev/null
+mkdir "$tmp/trust"
+cp "$tmp/key.pub" "$tmp/trust/"
+
+# 200 caches, each Ready on 2 of 3 nodes (the status the operator writes)
+/usr/bin/python3 - "$R" "$CACHES" >"$tmp/caches.json" <<'EOF'
+import json, sys
+reg, n = sys.argv[1], int(sys.argv[2])
+items = [{"apiVersion": "gkm.io/v1alpha1", "kind": "GKMCache",
+          "metadata": {"name": "cache-%d" % i, "namespace": "bench"},
+          "spec": {"image": "%s/bench/%s:v1" % (reg, "cache" if i == 0 else "c%d" % i)}}
+         for i in range(n)]
+print(json.dumps({"apiVersion": "v1", "kind": "List", "items": items}))
+EOF
+kubectl create -f "$tmp/caches.json" >/dev/null
+for i in $(seq 0 $((CACHES - 1))); do
+	echo "cache-$i"
+done | xargs -P 4 -I{} kubectl patch gkmc {} -n bench --subresource=status --type=merge \
+	-p '{"status":{"readyNodes":2,"totalNodes":3}}' >/dev/null
+
+$G webhook --tls-cert "$KUBEENV_DIR/pki/webhook.crt" --tls-key "$KUBEENV_DIR/pki/webhook.key" \
+	--trust-dir "$tmp/trust" --listen 127.0.0.1:0 --health-listen 127.0.0.1:0 --log-format json \
+	--resolve-ttl 3600 --plain-http --pod-placement true --kubeconfig "$KUBECONFIG" 2>"$tmp/log" &
+wh_pid=$!
+port="" hport=""
+for _ in $(seq 1 200); do
+	port=$(grep -o '"https_port":"[0-9]*"' "$tmp/log" | grep -o '[0-9]*' || true)
+	hport=$(grep -o '"health_port":"[0-9]*"' "$tmp/log" | grep -o '[0-9]*' || true)
+	[ -n "$hport" ] && curl -sf "http://127.0.0.1:$hport/readyz" >/dev/null && break
+	sleep 0.05
+done
+curl -sf "http://127.0.0.1:$hport/readyz" >/dev/null || { echo "webhook not ready:"; cat "$tmp/log"; exit 1; }
+url=https://127.0.0.1:$port/mutate-pods
+
+review() { # name volume-json
+	cat <<EOF
+{"apiVersion":"admission.k8s.io/v1","kind":"AdmissionReview","request":{"uid":"0b9e7d4c-bench",
+"kind":{"group":"","version":"v1","kind":"Pod"},"resource":{"group":"","version":"v1","resource":"pods"},
+"namespace":"bench","operation":"CREATE","object":{"apiVersion":"v1","kind":"Pod",
+"metadata":{"generateName":"vllm-","namespace":"bench","labels":{"app":"vllm"}},
+"spec":{"containers":[{"name":"vllm","image":"registry.example.com/vllm:latest",
+"volumeMounts":[{"name":"kernels","mountPath":"/cache"}]}],
+"affinity":{"nodeAffinity":{"requiredDuringSchedulingIgnoredDuringExecution":{"nodeSelectorTerms":[
+{"matchExpressions":[{"key":"gpu","operator":"In","values":["h100"]}]}]}}},
+"volumes":[$2]}}}}
+EOF
+}
+review csi '{"name":"kernels","csi":{"driver":"csi.gkm.io","volumeAttributes":{"cacheName":"cache-7"}}}' >"$tmp/csi.json"
+review image "{\"name\":\"kernels\",\"image\":{\"reference\":\"$R/bench/cache:v1\"}}" >"$tmp/image.json"
+for b in csi image; do # warm up: the image's tag and signatures are checked once
+	curl -s --cacert "$KUBEENV_CA" --data @"$tmp/$b.json" "$url" | grep -q '"allowed":true' ||
+		{ echo "the warm-up review ($b) was not allowed"; cat "$tmp/log"; exit 1; }
+done
+
+cpu_ticks() { awk '{print $14 + $15}' "/proc/$wh_pid/stat"; }
+hist() { curl -s "http://127.0.0.1:$hport/metrics" | grep '^gkm_webhook_review_seconds_bucket{endpoint="pods"'; }
+server_view() { # before-file after-file: p50 and p99 interpolated in the histogram's buckets
+	paste "$1" "$2" | awk '{
+		split($1, a, "le=\""); split(a[2], b, "\""); le[NR] = b[1]; n[NR] = $4 - $2
+	} END {
+		total = n[NR]; if (!total) { print "server: no reviews"; exit }
+		for (q = 1; q <= 2; q++) {
+			want = (q == 1 ? 0.50 : 0.99) * total; prev = 0; lo = 0
+			for (i = 1; i <= NR; i++) {
+				if (n[i] >= want) {
+					hi = le[i] == "+Inf" ? lo : le[i]
+					v[q] = lo + (hi - lo) * (want - prev) / (n[i] - prev > 0 ? n[i] - prev : 1); break
+				}
+				prev = n[i]; lo = le[i]
+			}
+		}
+		printf "server p50 %.3f ms  p99 %.3f ms", v[1] * 1000, v[2] * 1000
+	}'
+}
+decisions() {
+	curl -s "http://127.0.0.1:$hport/metrics" | awk '/^gkm_webhook_decisions_total\{endpoint="pods",result="allowed"/ {s += $2} END {print s + 0}'
+}
+hz=$(getconf CLK_TCK)
+
+echo "placement: $(nproc) CPUs here, load average $(cut -d' ' -f1-3 /proc/loadavg); $CACHES GKMCaches watched on kube-apiserver; $RATE pods/s"
+for b in csi image; do
+	for i in $(seq 1 "$RUNS"); do
+		c0=$(cpu_ticks) d0=$(decisions)
+		hist >"$tmp/h0"
+		out=$($load "$url" "$KUBEENV_CA" "$tmp/$b.json" "$RATE" "$SECS" 16 1)
+		hist >"$tmp/h1"
+		c1=$(cpu_ticks) d1=$(decisions)
+		us=$(awk -v c=$((c1 - c0)) -v n=$((d1 - d0)) -v hz="$hz" 'BEGIN { if (n) printf "%.0f", c / hz / n * 1e6; else print "?" }')
+		echo "$b volume, run $i: $out  webhook CPU ${us} us/review"
+		echo "    $(server_view "$tmp/h0" "$tmp/h1")"
+	done
+done
+events=$(curl -s "http://127.0.0.1:$hport/metrics" | awk '/^gkm_webhook_events_total/ {print $1 "=" $2}' | tr '\n' ' ')
+echo "Events about placements: $events"
+echo "webhook peak RSS: $(awk '/VmHWM/ {print $2, $3}' "/proc/$wh_pid/status")"
