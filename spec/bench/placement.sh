@@ -15,6 +15,7 @@ set -eu
 cd "$GKM_ROOT"
 . spec/lib/registry.sh
 . spec/lib/kubeenv.sh
+. spec/lib/webhook_bench.sh
 RUNS=${GKM_BENCH_RUNS:-3}
 SECS=${GKM_BENCH_SECONDS:-10}
 RATE=200
@@ -35,9 +36,7 @@ cleanup() {
 }
 trap cleanup EXIT
 
-mkdir -p "$GKM_BUILD/bench"
-cc -O2 -o "$GKM_BUILD/bench/review_load" spec/bench/review_load.c -lcurl
-load=$GKM_BUILD/bench/review_load
+wb_build_load
 
 kubeenv_start >/dev/null
 trap cleanup EXIT # kubeenv_start installed its own; ours also stops it
@@ -105,42 +104,17 @@ for b in csi image; do # warm up: the image's tag and signatures are checked onc
 		{ echo "the warm-up review ($b) was not allowed"; cat "$tmp/log"; exit 1; }
 done
 
-cpu_ticks() { awk '{print $14 + $15}' "/proc/$wh_pid/stat"; }
-hist() { curl -s "http://127.0.0.1:$hport/metrics" | grep '^gkm_webhook_review_seconds_bucket{endpoint="pods"'; }
-server_view() { # before-file after-file: p50 and p99 interpolated in the histogram's buckets
-	paste "$1" "$2" | awk '{
-		split($1, a, "le=\""); split(a[2], b, "\""); le[NR] = b[1]; n[NR] = $4 - $2
-	} END {
-		total = n[NR]; if (!total) { print "server: no reviews"; exit }
-		for (q = 1; q <= 2; q++) {
-			want = (q == 1 ? 0.50 : 0.99) * total; prev = 0; lo = 0
-			for (i = 1; i <= NR; i++) {
-				if (n[i] >= want) {
-					hi = le[i] == "+Inf" ? lo : le[i]
-					v[q] = lo + (hi - lo) * (want - prev) / (n[i] - prev > 0 ? n[i] - prev : 1); break
-				}
-				prev = n[i]; lo = le[i]
-			}
-		}
-		printf "server p50 %.3f ms  p99 %.3f ms", v[1] * 1000, v[2] * 1000
-	}'
-}
-decisions() {
-	curl -s "http://127.0.0.1:$hport/metrics" | awk '/^gkm_webhook_decisions_total\{endpoint="pods",result="allowed"/ {s += $2} END {print s + 0}'
-}
-hz=$(getconf CLK_TCK)
 
 echo "placement: $(nproc) CPUs here, load average $(cut -d' ' -f1-3 /proc/loadavg); $CACHES GKMCaches watched on kube-apiserver; $RATE pods/s"
 for b in csi image; do
 	for i in $(seq 1 "$RUNS"); do
-		c0=$(cpu_ticks) d0=$(decisions)
-		hist >"$tmp/h0"
-		out=$($load "$url" "$KUBEENV_CA" "$tmp/$b.json" "$RATE" "$SECS" 16 1)
-		hist >"$tmp/h1"
-		c1=$(cpu_ticks) d1=$(decisions)
-		us=$(awk -v c=$((c1 - c0)) -v n=$((d1 - d0)) -v hz="$hz" 'BEGIN { if (n) printf "%.0f", c / hz / n * 1e6; else print "?" }')
-		echo "$b volume, run $i: $out  webhook CPU ${us} us/review"
-		echo "    $(server_view "$tmp/h0" "$tmp/h1")"
+		c0=$(wb_cpu_ticks "$wh_pid") d0=$(wb_allowed "$hport" pods)
+		wb_hist "$hport" pods >"$tmp/h0"
+		out=$($WB_LOAD "$url" "$KUBEENV_CA" "$tmp/$b.json" "$RATE" "$SECS" 16 1)
+		wb_hist "$hport" pods >"$tmp/h1"
+		c1=$(wb_cpu_ticks "$wh_pid") d1=$(wb_allowed "$hport" pods)
+		echo "$b volume, run $i: $out  webhook CPU $(wb_cpu_per_review "$c0" "$c1" "$d0" "$d1") us/review"
+		echo "    $(wb_server_view "$tmp/h0" "$tmp/h1")"
 	done
 done
 events=$(curl -s "http://127.0.0.1:$hport/metrics" | awk '/^gkm_webhook_events_total/ {print $1 "=" $2}' | tr '\n' ' ')

@@ -12,6 +12,7 @@
 set -eu
 cd "$GKM_ROOT"
 . spec/lib/registry.sh
+. spec/lib/webhook_bench.sh
 RUNS=${GKM_BENCH_RUNS:-3}
 # GKM_BENCH_RT=1 runs the webhook and the load generator with real-time
 # priority (chrt -f 10), to see their own latency apart from whatever else
@@ -30,9 +31,8 @@ cleanup() {
 }
 trap cleanup EXIT
 
-mkdir -p "$GKM_BUILD/bench"
-cc -O2 -o "$GKM_BUILD/bench/review_load" spec/bench/review_load.c -lcurl
-load=$GKM_BUILD/bench/review_load
+wb_build_load
+load=$WB_LOAD
 
 # a CA and a server certificate for 127.0.0.1
 openssl req -x509 -newkey ec -pkeyopt ec_paramgen_curve:P-256 -nodes -keyout "$tmp/ca.key" \
@@ -78,45 +78,18 @@ EOF
 curl -s --cacert "$tmp/ca.pem" --data @"$tmp/review.json" "$url" | grep -q '"allowed":true' ||
 	{ echo "the warm-up review was not allowed"; cat "$tmp/log"; exit 1; }
 
-cpu_ticks() { awk '{print $14 + $15}' "/proc/$wh_pid/stat"; }
-# the webhook's own view: its latency histogram (request headers in to answer
-# out), so scheduling stalls of the load generator are told apart
-hist() { curl -s "http://127.0.0.1:$hport/metrics" | grep '^gkm_webhook_review_seconds_bucket{endpoint="mutate"'; }
-server_view() { # before-file after-file
-	paste "$1" "$2" | awk '{
-		split($1, a, "le=\""); split(a[2], b, "\""); le[NR] = b[1]; n[NR] = $4 - $2
-	} END {
-		total = n[NR]; if (!total) { print "server: no reviews"; exit }
-		for (q = 1; q <= 2; q++) {
-			want = (q == 1 ? 0.50 : 0.99) * total; prev = 0; lo = 0
-			for (i = 1; i <= NR; i++) {
-				if (n[i] >= want) {
-					hi = le[i] == "+Inf" ? lo : le[i]
-					v[q] = lo + (hi - lo) * (want - prev) / (n[i] - prev > 0 ? n[i] - prev : 1); break
-				}
-				prev = n[i]; lo = le[i]
-			}
-		}
-		for (i = 1; i <= NR; i++) if (le[i] == "0.005") w5 = n[i]
-		printf "server p50 %.3f ms  p99 %.3f ms  within 5 ms %.2f%%", v[1] * 1000, v[2] * 1000, 100 * w5 / total
-	}'
-}
-decisions() {
-	curl -s "http://127.0.0.1:$hport/metrics" | awk '/^gkm_webhook_decisions_total\{endpoint="mutate",result="allowed"/ {s += $2} END {print s + 0}'
-}
-hz=$(getconf CLK_TCK)
 
 echo "webhook: $(nproc) CPUs here, load average $(cut -d' ' -f1-3 /proc/loadavg)${RT:+, real-time priority}; image $R/bench/cache:v1 resolved and verified once, then cached"
 for rate in 500 1000; do
 	for i in $(seq 1 "$RUNS"); do
-		c0=$(cpu_ticks) d0=$(decisions)
-		hist >"$tmp/h0"
+		c0=$(wb_cpu_ticks "$wh_pid") d0=$(wb_allowed "$hport" mutate)
+		wb_hist "$hport" mutate >"$tmp/h0"
 		out=$($RT $load "$url" "$tmp/ca.pem" "$tmp/review.json" "$rate" "$SECS" 16 1)
-		hist >"$tmp/h1"
-		c1=$(cpu_ticks) d1=$(decisions)
-		us=$(awk -v c=$((c1 - c0)) -v n=$((d1 - d0)) -v hz="$hz" 'BEGIN { if (n) printf "%.0f", c / hz / n * 1e6; else print "?" }')
+		wb_hist "$hport" mutate >"$tmp/h1"
+		c1=$(wb_cpu_ticks "$wh_pid") d1=$(wb_allowed "$hport" mutate)
+		us=$(wb_cpu_per_review "$c0" "$c1" "$d0" "$d1")
 		echo "open loop $rate/s run $i: $out  webhook CPU ${us} us/review"
-		echo "    $(server_view "$tmp/h0" "$tmp/h1")"
+		echo "    $(wb_server_view "$tmp/h0" "$tmp/h1")"
 	done
 done
 cat >"$tmp/post.lua" <<EOF
@@ -127,14 +100,14 @@ wrk.body = f:read("a")
 f:close()
 EOF
 for i in $(seq 1 "$RUNS"); do
-	c0=$(cpu_ticks) d0=$(decisions)
+	c0=$(wb_cpu_ticks "$wh_pid") d0=$(wb_allowed "$hport" mutate)
 	out=$($RT wrk -t2 -c16 -d"${SECS}s" --latency -s "$tmp/post.lua" "$url")
-	c1=$(cpu_ticks) d1=$(decisions)
+	c1=$(wb_cpu_ticks "$wh_pid") d1=$(wb_allowed "$hport" mutate)
 	rps=$(echo "$out" | awk '/^Requests\/sec/ {print $2}')
 	p50=$(echo "$out" | awk '$1 == "50%" {print $2}')
 	p99=$(echo "$out" | awk '$1 == "99%" {print $2}')
 	non2xx=$(echo "$out" | awk '/Non-2xx/ {print $NF}')
-	us=$(awk -v c=$((c1 - c0)) -v n=$((d1 - d0)) -v hz="$hz" 'BEGIN { if (n) printf "%.0f", c / hz / n * 1e6; else print "?" }')
+	us=$(wb_cpu_per_review "$c0" "$c1" "$d0" "$d1")
 	echo "closed loop wrk -t2 -c16 run $i: ${rps} reviews/s  p50 $p50  p99 $p99  non-2xx ${non2xx:-0}  webhook CPU ${us} us/review"
 done
 rss=$(awk '/VmHWM/ {print $2, $3}' "/proc/$wh_pid/status")
