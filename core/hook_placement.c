@@ -19,10 +19,11 @@ static int check_one(const cJSON *p, char *err, size_t errlen)
 		return -1;
 	}
 	if (strcmp(m, "required") && strcmp(m, "preferred") && strcmp(m, "none")) {
-		snprintf(err, errlen,
-		         "placement of volume '%.64s': 'mode' must be \"required\", \"preferred\" or "
-		         "\"none\"",
-		         p->string);
+		snprintf(
+		    err, errlen,
+		    "placement of volume '%.64s': 'mode' must be \"required\", \"preferred\" or "
+		    "\"none\"",
+		    p->string);
 		return -1;
 	}
 	if (strcmp(m, "preferred") == 0 &&
@@ -35,9 +36,10 @@ static int check_one(const cJSON *p, char *err, size_t errlen)
 		return -1;
 	}
 	if (reason && (!cJSON_IsString(reason) || strlen(reason->valuestring) > REASON_MAX)) {
-		snprintf(err, errlen,
-		         "placement of volume '%.64s': 'reason' must be a string of at most %d bytes",
-		         p->string, REASON_MAX);
+		snprintf(
+		    err, errlen,
+		    "placement of volume '%.64s': 'reason' must be a string of at most %d bytes",
+		    p->string, REASON_MAX);
 		return -1;
 	}
 	return 0;
