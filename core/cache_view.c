@@ -52,9 +52,10 @@ static bool is_lower_alnum(char c)
 	return (c >= 'a' && c <= 'z') || (c >= '0' && c <= '9');
 }
 
-static bool valid_label(const char *s, size_t n)
+/* A DNS label of at most max characters. */
+static bool valid_label(const char *s, size_t n, size_t max)
 {
-	if (n == 0 || n > 63 || !is_lower_alnum(s[0]) || !is_lower_alnum(s[n - 1]))
+	if (n == 0 || n > max || !is_lower_alnum(s[0]) || !is_lower_alnum(s[n - 1]))
 		return false;
 	for (size_t i = 0; i < n; i++)
 		if (!is_lower_alnum(s[i]) && s[i] != '-')
@@ -64,7 +65,7 @@ static bool valid_label(const char *s, size_t n)
 
 bool cache_view_valid_namespace(const char *s)
 {
-	return s && valid_label(s, strlen(s));
+	return s && valid_label(s, strlen(s), 63);
 }
 
 bool cache_view_valid_name(const char *s)
@@ -78,7 +79,8 @@ bool cache_view_valid_name(const char *s)
 	for (;;) {
 		const char *dot = memchr(p, '.', (size_t)(s + n - p));
 		size_t len = dot ? (size_t)(dot - p) : (size_t)(s + n - p);
-		if (!valid_label(p, len))
+		/* the API server takes a part of a name over 63 characters */
+		if (!valid_label(p, len, CACHE_VIEW_NAME_MAX))
 			return false;
 		if (!dot)
 			return true;

@@ -15,6 +15,7 @@ int cmd_delete(int argc, char **argv);
 int cmd_cache(int argc, char **argv);
 int cmd_policy(int argc, char **argv);
 int cmd_gpus(int argc, char **argv);
+int cmd_labels(int argc, char **argv);
 
 /* Exit codes shared by all subcommands. */
 enum {

@@ -4,6 +4,7 @@
 #include <string.h>
 
 #include "engine.h"
+#include "kube_client.h"
 #include "policy_check.h"
 
 static int count_field(const cJSON *r, const char *name, char *err, size_t errlen)
@@ -92,6 +93,18 @@ static int validate_aggregate(const cJSON *r, char *err, size_t errlen)
 	if (check_reason_map(r, "failedNodeConditions", err, errlen) != 0 ||
 	    check_reason_map(r, "incompatibleNodeConditions", err, errlen) != 0)
 		return -1;
+	/* optional: the nodes that get the cache's Node label; never in the
+	 * status (a thousand names), the operator takes it out */
+	const cJSON *labeled = cJSON_GetObjectItemCaseSensitive(r, "labeledNodes"), *n;
+	if (labeled && !cJSON_IsArray(labeled) && !(cJSON_IsObject(labeled) && !labeled->child))
+		return policy_check_fail(err, errlen,
+		                         "'labeledNodes' must be a list of node names");
+	cJSON_ArrayForEach(n, labeled)
+	{
+		if (!cJSON_IsString(n) || !kube_valid_subdomain(n->valuestring))
+			return policy_check_fail(err, errlen,
+			                         "'labeledNodes' must be a list of node names");
+	}
 	return 0;
 }
 

@@ -26,6 +26,7 @@ static const struct command commands[] = {
     {"cache", cmd_cache, "build, push, inspect, sign and verify cache images"},
     {"policy", cmd_policy, "check, test and evaluate Lua policy bundles"},
     {"gpus", cmd_gpus, "show the GPUs this node has, as the agent sees them"},
+    {"labels", cmd_labels, "the Node labels of ready caches: keys; remove them (uninstall)"},
     {"version", cmd_version, "print the version"},
     {"help", cmd_help, "show this help"},
 };

@@ -43,6 +43,9 @@ struct objstore_watch {
 	/* Objects per list page (Kubernetes); 0: the default. A page is parsed
 	 * whole, so watches of big objects ask for small pages. */
 	unsigned list_page;
+	/* Deliver metadata.managedFields (Kubernetes; dropped otherwise): for
+	 * a writer that reads which fields its field manager owns. */
+	bool keep_managed_fields;
 };
 
 struct objstore;

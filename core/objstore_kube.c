@@ -81,6 +81,7 @@ static int k_watch(struct objstore *s, const struct objstore_watch *in)
 	              .field_selector = w->w.field_selector,
 	              .list_limit = in->list_page},
 	    .no_cache = in->no_cache,
+	    .keep_managed_fields = in->keep_managed_fields,
 	    .loop = ks->loop,
 	    .on_change = on_change,
 	    .on_synced = on_synced,

@@ -6,9 +6,11 @@
 #include <string.h>
 
 #include "backoff.h"
+#include "cache_label.h"
 #include "cache_view.h"
 #include "log.h"
 #include "metrics.h"
+#include "node_labels.h"
 #include "node_reports.h"
 #include "oci_pull.h"
 #include "oci_repo.h"
@@ -61,6 +63,8 @@ struct operator_ {
 	struct strmap cache_index;    /* key -> struct ocache */
 	struct node_reports *reports; /* what the node objects report */
 	struct strmap nodes;          /* Kubernetes Node names (owned), when watched */
+	struct node_labels *labels;   /* the cache labels of Nodes, when watched */
+	bool labels_started;
 	uint64_t flush_timer, flush_at, resync_timer;
 	uint64_t seed; /* backoff jitter */
 	unsigned synced, want_synced;
@@ -207,6 +211,9 @@ static void on_cache(void *ud, enum objstore_event_type t, const cJSON *obj)
 	if (!c)
 		return;
 	if (t == OBJSTORE_DELETED) {
+		char label[CACHE_LABEL_KEY_MAX];
+		if (op->labels && cache_label_key(c->ns, c->name, label, sizeof(label)) == 0)
+			node_labels_drop(op->labels, label);
 		cJSON_Delete(c->obj);
 		c->obj = NULL;
 		forget_if_gone(op, c);
@@ -308,10 +315,12 @@ static void on_node(void *ud, enum objstore_event_type t, const cJSON *obj)
 	struct operator_ *op = ud;
 	const char *name = obj_str(obj, "metadata.name");
 	if (t == OBJSTORE_DELETED) {
+		node_labels_node_deleted(op->labels, name);
 		free(strmap_del(&op->nodes, name));
 		remove_orphans(op);
 		return;
 	}
+	node_labels_node(op->labels, obj);
 	if (strmap_get(&op->nodes, name))
 		return;
 	char *copy = strdup(name);
@@ -337,6 +346,8 @@ static void on_synced(void *ud)
 	         "distinct_strings", strings, "string_kib", kib);
 	/* stale entries of nodes that vanished while the operator was down */
 	remove_orphans(op);
+	/* a first flush even with no cache: it starts the Node labels */
+	arm_flush(op, 0);
 }
 
 /* ---- digests ---- */
@@ -824,6 +835,24 @@ static cJSON *aggregate_input(struct operator_ *op, struct ocache *c, const char
 	return in;
 }
 
+/* The Nodes that carry c's label: the aggregate policy's labeledNodes
+ * (validated: a list of strings). */
+static void set_node_labels(struct operator_ *op, const struct ocache *c, const char *label,
+                            const cJSON *labeled)
+{
+	if (!op->labels)
+		return;
+	int n = cJSON_GetArraySize(labeled), i = 0;
+	const char **names = calloc((size_t)n + 1, sizeof(*names));
+	const cJSON *it;
+	if (names) {
+		cJSON_ArrayForEach(it, labeled) names[i++] = it->valuestring;
+	}
+	if (!names || node_labels_set(op->labels, label, names, (size_t)n) != 0)
+		log_error("out of memory setting the Node labels of a cache", "cache", c->key);
+	free(names);
+}
+
 static void reconcile(struct operator_ *op, struct ocache *c)
 {
 	if (!c->obj || !op->policies->current)
@@ -840,6 +869,13 @@ static void reconcile(struct operator_ *op, struct ocache *c)
 		return;
 	}
 	metrics_add(m_reconciles, METRICS_L("ok"), 1);
+	cJSON *labeled = cJSON_DetachItemFromObjectCaseSensitive(status, "labeledNodes");
+	char label[CACHE_LABEL_KEY_MAX];
+	if (cache_label_key(c->ns, c->name, label, sizeof(label)) == 0) {
+		obj_set(status, "nodeLabel", cJSON_CreateString(label));
+		set_node_labels(op, c, label, labeled);
+	}
+	cJSON_Delete(labeled);
 	obj_drop_empty_maps(status); /* an applied {} can freeze the status: see objstore.h */
 	/* the image the digest belongs to: a restarted operator keeps the
 	 * digest only while spec.image stays the same (recorded_digest) */
@@ -928,6 +964,11 @@ static void flush(struct loop *l, void *ud)
 		reconcile(op, c);
 		n++;
 	}
+	/* every cache has been aggregated once: where each is Ready is known */
+	if (op->labels && !op->labels_started) {
+		op->labels_started = true;
+		node_labels_start(op->labels);
+	}
 	/* the inputs of a thousand nodes each were garbage once aggregated:
 	 * give the memory back now rather than holding the peak at rest */
 	if (n && op->policies->current)
@@ -941,6 +982,8 @@ static void resync_tick(struct loop *l, void *ud)
 	struct operator_ *op = ud;
 	mark_all(op);
 	remove_orphans(op);
+	if (op->labels_started)
+		node_labels_resync(op->labels);
 	op->resync_timer = loop_add_timer(l, (uint64_t)op->o.resync_s * 1000, resync_tick, op);
 }
 
@@ -978,7 +1021,10 @@ int operator_start(struct loop *l, struct workers *w, struct objstore *os,
 	if (!op->o.resync_s)
 		op->o.resync_s = 60;
 	int rc = node_reports_new(&op->reports);
+	if (!rc && o->watch_nodes)
+		rc = node_labels_new(l, w, os, op->o.debounce_ms, &op->labels);
 	if (rc) {
+		node_reports_free(op->reports);
 		free(op);
 		return rc;
 	}
@@ -986,13 +1032,15 @@ int operator_start(struct loop *l, struct workers *w, struct objstore *os,
 	 * keeps no second copy (no_cache) */
 	struct objstore_watch watches[] = {
 	    {GKM_API_VERSION, "ClusterGKMCacheNode", NULL, NULL, NULL, on_nodeobj, on_synced, op,
-	     true, GKM_NODEOBJ_LIST_PAGE},
+	     true, GKM_NODEOBJ_LIST_PAGE, false},
 	    {GKM_API_VERSION, "GKMCacheNode", NULL, NULL, NULL, on_nodeobj, on_synced, op, true,
-	     GKM_NODEOBJ_LIST_PAGE},
-	    {GKM_API_VERSION, "GKMCache", NULL, NULL, NULL, on_cache, on_synced, op, true, 0},
-	    {GKM_API_VERSION, "ClusterGKMCache", NULL, NULL, NULL, on_cache, on_synced, op, true,
-	     0},
-	    {"v1", "Node", NULL, NULL, NULL, on_node, on_synced, op, true, 0},
+	     GKM_NODEOBJ_LIST_PAGE, false},
+	    {GKM_API_VERSION, "GKMCache", NULL, NULL, NULL, on_cache, on_synced, op, true, 0,
+	     false},
+	    {GKM_API_VERSION, "ClusterGKMCache", NULL, NULL, NULL, on_cache, on_synced, op, true, 0,
+	     false},
+	    /* managedFields: which labels node_labels owns on each Node */
+	    {"v1", "Node", NULL, NULL, NULL, on_node, on_synced, op, true, 0, true},
 	};
 	size_t n = sizeof(watches) / sizeof(watches[0]) - (o->watch_nodes ? 0 : 1);
 	op->want_synced = (unsigned)n;
@@ -1011,6 +1059,7 @@ int operator_start(struct loop *l, struct workers *w, struct objstore *os,
 void operator_quiesce(struct operator_ *op)
 {
 	op->stopping = true;
+	node_labels_quiesce(op->labels);
 }
 
 void operator_stop(struct operator_ *op)
@@ -1026,6 +1075,7 @@ void operator_stop(struct operator_ *op)
 		free_cache(op, op->caches);
 	strmap_clear(&op->cache_index);
 	node_reports_free(op->reports);
+	node_labels_free(op->labels);
 	size_t pos = 0;
 	void *name;
 	while (strmap_next(&op->nodes, &pos, NULL, &name))

@@ -1,7 +1,8 @@
 /* The operator: aggregates the node reports of every cache into its status
  * (policies/aggregate.lua), resolves digests where no webhook does, checks
- * signatures where it has trusted keys, records Events, and removes node
- * objects of nodes that are gone.
+ * signatures where it has trusted keys, records Events, removes node
+ * objects of nodes that are gone, and labels each Node with the caches
+ * Ready on it (node_labels.h; the aggregation says where: labeledNodes).
  *
  * Writes are debounced: a burst of node reports for a cache gives one status
  * write per debounce window, and a write that would not change the status is
@@ -22,7 +23,8 @@ struct operator_opts {
 	 * operator resolves tags to digests itself, and says so in Verified. */
 	bool resolve_digests;
 	bool verification_enabled;
-	bool watch_nodes;     /* Kubernetes: remove node objects of deleted Nodes */
+	bool watch_nodes;     /* Kubernetes: remove node objects of deleted Nodes,
+	                       * and set the cache labels of Nodes */
 	unsigned debounce_ms; /* default 250 */
 	unsigned resync_s;    /* default 60 */
 	const struct oci_registry_opts *registry;

@@ -30,7 +30,12 @@
 --     podsUsing,
 --     counts = { nodeCnt, nodeInUseCnt, nodeNotInUseCnt, nodeErrorCnt, podRunningCnt },
 --     conditions = { {type, status, reason, message, lastTransitionTime, observedGeneration} },
---     lastUpdated }
+--     lastUpdated,
+--     labeledNodes = { "node-1", ... } }
+--   labeledNodes is no part of the status: the nodes whose Node object gets the
+--   cache's label (key in status.nodeLabel, value "ready"), which pods select
+--   with node affinity. The operator sets the labels of every Node to match;
+--   left out, the cache labels no Node.
 -- Node entry states written by the agent: Pending, Pulling, Ready, Incompatible,
 -- Failed, Deleting. Incompatible is not a failure: a node without a GPU the
 -- cache was built for is counted apart (incompatibleNodes), never in
@@ -96,7 +101,7 @@ function M.evaluate(input)
   local digest = type(input.digest) == "string" and input.digest or ""
 
   local total, ready, failed, incompatible, progressing, pods, in_use = 0, 0, 0, 0, 0, 0, 0
-  local by_reason, incompatible_by_reason, failed_names, waiting = {}, {}, {}, {}
+  local by_reason, incompatible_by_reason, failed_names, waiting, labeled = {}, {}, {}, {}, {}
   for _, n in ipairs(nodes) do
     if type(n) == "table" and type(n.name) == "string" then
       total = total + 1
@@ -112,6 +117,10 @@ function M.evaluate(input)
         ready = ready + 1
         if node_pods > 0 then
           in_use = in_use + 1
+        end
+        -- labeled where a GPU can use it: a pod placed there gets the cache
+        if type(e.compatibleGPUs) == "table" and #e.compatibleGPUs > 0 then
+          labeled[#labeled + 1] = n.name
         end
       elseif state == "Incompatible" then
         incompatible = incompatible + 1
@@ -235,6 +244,7 @@ function M.evaluate(input)
                nodeErrorCnt = failed, podRunningCnt = pods },
     conditions = conds,
     lastUpdated = now,
+    labeledNodes = labeled,
   }
 end
 

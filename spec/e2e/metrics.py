@@ -455,6 +455,9 @@ def test_kube(reg):
         t.ok(wait_for(d.ready, 30), "%s becomes ready on the API server" % d.name, diag=d.tail())
     ks.request("POST", "/api/v1/namespaces",
                {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": "team-a"}})
+    # the agent's Node, which the operator labels once the cache is Ready there
+    ks.request("POST", "/api/v1/nodes",
+               {"apiVersion": "v1", "kind": "Node", "metadata": {"name": "node-1"}})
     status, _, body = ks.request("POST", "/apis/gkm.io/v1alpha1/namespaces/team-a/gkmcaches",
                                  {"apiVersion": "gkm.io/v1alpha1", "kind": "GKMCache",
                                   "metadata": {"name": "vector-add"},
@@ -466,6 +469,8 @@ def test_kube(reg):
          "the agent pulls the cache", diag=ag.tail())
     t.ok(wait_for(lambda: op.family("gkm_operator_reconciles_total", result="ok"), 20),
          "the operator aggregates it", diag=op.tail())
+    t.ok(wait_for(lambda: op.family("gkm_operator_node_label_applies_total", result="applied"), 20),
+         "the operator labels node-1 with the cache", diag=op.tail())
     # watch streams are counted when they end: end them (the daemons watch again)
     ks.control("close-watches")
     for d in (op, ag):
@@ -484,7 +489,9 @@ def test_kube(reg):
 
     check_daemon(op, lambda f: kube_expect(f) + [
         ((v(f, "gkm_operator_reconciles_total", result="ok") or 0) > 0, "operator reconciles counted",
-         series(f, "gkm_operator_reconciles_total"))])
+         series(f, "gkm_operator_reconciles_total")),
+        ((v(f, "gkm_operator_node_label_applies_total", result="applied") or 0) > 0,
+         "Node label applies counted", series(f, "gkm_operator_node_label_applies_total"))])
     check_daemon(ag, lambda f: kube_expect(f) + [
         (v(f, "gkm_pulls_total", result="pulled") == 1, "the agent pulled once", series(f, "gkm_pulls_total"))])
 

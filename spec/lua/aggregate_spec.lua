@@ -188,6 +188,46 @@ describe('aggregate policy', function()
     assert.are.equal('DigestNotResolved', cond(r, 'Ready').reason)
   end)
 
+  it('labels the nodes where the cache is Ready for a GPU, and only those', function()
+    local gpu = { { ids = { 0 } } }
+    local function with_gpus(en, gpus)
+      en.compatibleGPUs = gpus
+      return en
+    end
+    local stale = with_gpus(entry('Ready'), gpu)
+    stale.digest = 'sha256:' .. string.rep('b', 64)
+    local r = aggregate({
+      { name = 'n1', entry = with_gpus(entry('Ready'), gpu) },
+      { name = 'n2', entry = with_gpus(entry('Incompatible', 'BackendMismatch', 'cuda cache on hip'), {}) },
+      { name = 'n3', entry = with_gpus(entry('Failed', 'Unsigned', 'not signed'), gpu) },
+      { name = 'n4', entry = with_gpus(entry('Pulling'), gpu) },
+      { name = 'n5', entry = stale },                             -- Ready on another digest
+      { name = 'n6', entry = with_gpus(entry('Ready'), {}) },      -- Ready, but no GPU can use it
+      { name = 'n7', entry = entry('Ready') },                    -- no GPU list at all
+      { name = 'n8' },                                            -- no report yet
+      { name = 'n9', entry = with_gpus(entry('Ready'), { { ids = { 0, 1 } } }) },
+    })
+    assert.are.same({ 'n1', 'n9' }, r.labeledNodes)
+  end)
+
+  it('labels no node when none is Ready', function()
+    local r = aggregate({ { name = 'n1', entry = entry('Pending') } })
+    assert.are.same({}, r.labeledNodes)
+  end)
+
+  it('refuses labeledNodes that are not a list of node names', function()
+    for _, v in ipairs({ '"n1"', '{ 7 }', '{ "Not_A_Node" }', '{ n1 = true }' }) do
+      local bad = assert(gkmspec.engine{ files = { ['aggregate.lua'] =
+        'return { evaluate = function() return { totalNodes = 0, readyNodes = 0, failedNodes = 0, '
+        .. 'podsUsing = 0, resolvedDigest = "", lastUpdated = "", conditions = {}, labeledNodes = '
+        .. v .. ' } end }' } })
+      local r, status, msg = bad:call('aggregate', {})
+      assert.is_nil(r, v)
+      assert.are.equal('bad return value', status)
+      assert.truthy(msg:find('labeledNodes', 1, true), msg)
+    end
+  end)
+
   it('refuses a broken aggregate result', function()
     local bad = assert(gkmspec.engine{ files = { ['aggregate.lua'] =
       'return { evaluate = function() return { totalNodes = -1 } end }' } })

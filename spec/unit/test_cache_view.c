@@ -70,6 +70,9 @@ static void test_names(void **state)
 
 	assert_true(cache_view_valid_name("llama-3.triton"));
 	assert_true(cache_view_valid_name("x"));
+	/* one part over 63 characters: a name the API server stores */
+	assert_true(cache_view_valid_name(
+	    "kernels-for-a-long-model-name-llama-3-70b-instruct-fp8-sm75-vector-add"));
 	assert_false(cache_view_valid_name("."));
 	assert_false(cache_view_valid_name(".."));
 	assert_false(cache_view_valid_name("../etc"));
