@@ -99,6 +99,7 @@ LABEL_VALUES = """## Label values
 | `gkm_agent_errors_total` | `kind` | `policy` (agent or compat policy failed), `gpu_probe`, `image` (image config unreadable), `pull` (pull, verify or extract failed), `view` (cache view not published/withdrawn), `status_write` (node status not written), `node_lookup` (this node's Node not read: missing, or RBAC) |
 | `gkm_operator_errors_total` | `kind` | `policy` (aggregate policy failed), `status_write`, `resolve` (tag not resolved to a digest), `verify` (signatures not read from the registry), `cleanup` (node object of a deleted node not removed) |
 | `gkm_operator_status_writes_total` | `result` | `written`, `unchanged` (nothing to write), `failed` |
+| `gkm_operator_node_label_applies_total` | `result` | `applied` (a Node's cache labels set by server-side apply), `failed` (retried with backoff) |
 | `gkm_pulls_total` | `result` | `pulled` (extracted into the store), `present` (already there), `failed` |
 | `gkm_compat_verdicts_total` | `reason` | `Compatible` or the compat policy's reason (`BackendMismatch`, `ArchitectureMismatch`, `PtxTooNew`, ... see troubleshooting.md) |
 | `gkm_policy_reloads_total` | `result` | `applied`, `unchanged`, `refused` (the previous bundle stays in force) |
