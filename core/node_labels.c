@@ -294,8 +294,9 @@ void node_labels_drop(struct node_labels *nl, const char *key)
 	struct lcache *c = strmap_del(&nl->caches, key);
 	if (!c)
 		return;
+	/* debounced: caches deleted together give one apply per node */
 	for (size_t i = 0; i < c->n; i++)
-		mark(nl, c->nodes[i], 0);
+		mark(nl, c->nodes[i], nl->debounce_ms);
 	free_cache(c);
 }
 

@@ -49,7 +49,8 @@ void node_labels_quiesce(struct node_labels *nl);
  * caller's aggregation is the debounce). 0 or -ENOMEM (nothing changed). */
 __attribute__((warn_unused_result)) int node_labels_set(struct node_labels *nl, const char *key,
                                                         const char *const *nodes, size_t n);
-/* The cache whose label is key is gone: its label goes from every node. */
+/* The cache whose label is key is gone: its label goes from every node
+ * (after the debounce). */
 void node_labels_drop(struct node_labels *nl, const char *key);
 
 /* A Node as the watch delivers it (ADDED or MODIFIED, with managedFields). */
