@@ -9,23 +9,29 @@
 #include "cache_label.h"
 #include "log.h"
 #include "metrics.h"
+#include "oci_digest.h"
 #include "strmap.h"
 
 /* A failed apply is retried with backoff from the first to the second. */
 #define RETRY_MIN_MS 500
 #define RETRY_MAX_MS 30000
+/* Applies in flight at once: a thousand Nodes to label (the first start)
+ * go through a window, not a thousand queued requests at the API server
+ * and in memory. */
+#define MAX_INFLIGHT 16
 
 struct lcache {
 	char *key;
-	char **nodes; /* sorted, unique, owned */
+	char **nodes; /* sorted, unique; one block (pack()) */
 	size_t n;
 };
 
 struct lnode {
 	char *name;
 	char uid[64];
-	char **owned; /* what the manager owns on the Node, sorted */
-	size_t n_owned;
+	/* what the manager owns on the Node: set_digest() of its keys (a
+	 * thousand nodes with a hundred labels each: 136 bytes, not 5 KB) */
+	char owned[OCI_DIGEST_MAX];
 	bool dirty, applying;
 	unsigned failures;   /* applies failed in a row */
 	uint64_t not_before; /* loop_now_ms() before which no apply starts */
@@ -41,6 +47,8 @@ struct node_labels {
 	uint64_t timer, timer_at;
 	uint64_t seed;
 	bool started, stopping;
+	unsigned inflight; /* applies submitted, not done */
+	bool held;         /* a flush stopped at MAX_INFLIGHT: go on when one is done */
 	unsigned long applied, unchanged;
 };
 
@@ -49,6 +57,16 @@ static struct metric *m_applies;
 static int cmp_str(const void *a, const void *b)
 {
 	return strcmp(*(const char *const *)a, *(const char *const *)b);
+}
+
+static bool same_keys(char *const *a, size_t na, const char *const *b, size_t nb)
+{
+	if (na != nb)
+		return false;
+	for (size_t i = 0; i < na; i++)
+		if (strcmp(a[i], b[i]) != 0)
+			return false;
+	return true;
 }
 
 void node_labels_owned_free(char **keys, size_t n)
@@ -144,6 +162,34 @@ cJSON *node_labels_apply_obj(const char *name, const char *uid, const char *cons
 	return obj;
 }
 
+/* out: the SHA-256 of keys[0..n) (sorted), each with its NUL; "" when it
+ * cannot be computed (out of memory): then it matches nothing. */
+static void set_digest(const char *const *keys, size_t n, char out[OCI_DIGEST_MAX])
+{
+	struct oci_hasher h;
+	out[0] = '\0';
+	if (oci_hasher_init(&h, NULL) != 0)
+		return;
+	for (size_t i = 0; i < n; i++)
+		oci_hasher_update(&h, keys[i], strlen(keys[i]) + 1);
+	if (oci_hasher_final(&h, out) != 0)
+		out[0] = '\0';
+	oci_hasher_free(&h);
+}
+
+/* set_digest() of the labels node carries under the manager. */
+static int owned_digest(const cJSON *node, char out[OCI_DIGEST_MAX])
+{
+	char **keys = NULL;
+	size_t n = 0;
+	int rc = node_labels_owned(node, &keys, &n);
+	if (rc)
+		return rc;
+	set_digest((const char *const *)keys, n, out);
+	node_labels_owned_free(keys, n);
+	return 0;
+}
+
 /* ---- state ---- */
 
 static void flush(struct loop *l, void *ud);
@@ -180,14 +226,13 @@ static void mark_all(struct node_labels *nl, uint64_t delay_ms)
 
 static void free_cache(struct lcache *c)
 {
-	node_labels_owned_free(c->nodes, c->n);
+	free(c->nodes);
 	free(c->key);
 	free(c);
 }
 
 static void free_node(struct lnode *n)
 {
-	node_labels_owned_free(n->owned, n->n_owned);
 	free(n->name);
 	free(n);
 }
@@ -237,27 +282,48 @@ void node_labels_free(struct node_labels *nl)
 	free(nl);
 }
 
+/* sorted[0..n) (unique) packed into one block: the pointer array, then the
+ * strings; one free(). NULL when out of memory. */
+static char **pack(const char *const *sorted, size_t n)
+{
+	size_t bytes = n * sizeof(char *);
+	for (size_t i = 0; i < n; i++)
+		bytes += strlen(sorted[i]) + 1;
+	char **v = malloc(bytes);
+	if (!v)
+		return NULL;
+	char *p = (char *)(v + n);
+	for (size_t i = 0; i < n; i++) {
+		size_t len = strlen(sorted[i]) + 1;
+		memcpy(p, sorted[i], len);
+		v[i] = p;
+		p += len;
+	}
+	return v;
+}
+
 int node_labels_set(struct node_labels *nl, const char *key, const char *const *nodes, size_t n)
 {
-	struct lcache *old = strmap_get(&nl->caches, key), *c = NULL;
-	char **v = n ? calloc(n, sizeof(*v)) : NULL;
-	if (n && !v)
+	struct lcache *old = strmap_get(&nl->caches, key), *c = old;
+	const char **sorted = n ? malloc(n * sizeof(*sorted)) : NULL;
+	char **v = NULL;
+	if (n && !sorted)
 		return -ENOMEM;
-	for (size_t i = 0; i < n; i++) {
-		if (!(v[i] = strdup(nodes[i]))) {
-			node_labels_owned_free(v, i);
-			return -ENOMEM;
-		}
-	}
-	n = sort_unique(v, n, true);
-	if (n && !old) {
+	if (n)
+		memcpy(sorted, nodes, n * sizeof(*sorted));
+	n = sort_unique((char **)sorted, n, false);
+	/* a thousand nodes reported again as before: nothing to do */
+	if (old ? same_keys(old->nodes, old->n, sorted, n) : n == 0)
+		goto out;
+	if (n && !(v = pack(sorted, n)))
+		goto oom;
+	if (!old) {
 		c = calloc(1, sizeof(*c));
 		if (!c || !(c->key = strdup(key)) || strmap_put(&nl->caches, c->key, c) != 0) {
 			if (c)
 				free(c->key);
 			free(c);
-			node_labels_owned_free(v, n);
-			return -ENOMEM;
+			goto oom;
 		}
 	}
 	/* the nodes in one set and not the other gain or lose the label */
@@ -270,23 +336,20 @@ int node_labels_set(struct node_labels *nl, const char *key, const char *const *
 		i += d <= 0;
 		j += d >= 0;
 	}
-	if (old) {
-		node_labels_owned_free(old->nodes, old->n);
-		old->nodes = NULL;
-		old->n = 0;
-		c = old;
-	}
-	if (n == 0) {
-		if (old) {
-			strmap_del(&nl->caches, key);
-			free_cache(old);
-		}
-		free(v);
-		return 0;
-	}
+	free(c->nodes);
 	c->nodes = v;
 	c->n = n;
+	if (n == 0) {
+		strmap_del(&nl->caches, key);
+		free_cache(c);
+	}
+out:
+	free(sorted);
 	return 0;
+oom:
+	free(v);
+	free(sorted);
+	return -ENOMEM;
 }
 
 void node_labels_drop(struct node_labels *nl, const char *key)
@@ -300,36 +363,25 @@ void node_labels_drop(struct node_labels *nl, const char *key)
 	free_cache(c);
 }
 
-static bool same_keys(char *const *a, size_t na, const char *const *b, size_t nb)
-{
-	if (na != nb)
-		return false;
-	for (size_t i = 0; i < na; i++)
-		if (strcmp(a[i], b[i]) != 0)
-			return false;
-	return true;
-}
-
 void node_labels_node(struct node_labels *nl, const cJSON *node)
 {
 	const char *name = obj_str(node, "metadata.name"), *uid = obj_str(node, "metadata.uid");
-	char **owned = NULL;
-	size_t n_owned = 0;
-	if (!*name || node_labels_owned(node, &owned, &n_owned) != 0) {
+	char owned[OCI_DIGEST_MAX];
+	if (!nl)
+		return;
+	if (!*name || owned_digest(node, owned) != 0) {
 		log_error("cannot read the labels of a Node", "node", name, "error",
 		          *name ? "out of memory" : "no name");
 		return;
 	}
 	struct lnode *n = strmap_get(&nl->nodes, name);
-	bool changed = !n || strcmp(n->uid, uid) != 0 ||
-	               !same_keys(n->owned, n->n_owned, (const char *const *)owned, n_owned);
+	bool changed = !n || strcmp(n->uid, uid) != 0 || strcmp(n->owned, owned) != 0;
 	if (!n) {
 		n = calloc(1, sizeof(*n));
 		if (!n || !(n->name = strdup(name)) || strmap_put(&nl->nodes, n->name, n) != 0) {
 			if (n)
 				free(n->name);
 			free(n);
-			node_labels_owned_free(owned, n_owned);
 			log_error("out of memory keeping a Node", "node", name);
 			return;
 		}
@@ -339,16 +391,14 @@ void node_labels_node(struct node_labels *nl, const cJSON *node)
 		n->failures = 0;
 		n->not_before = 0;
 	}
-	node_labels_owned_free(n->owned, n->n_owned);
-	n->owned = owned;
-	n->n_owned = n_owned;
+	memcpy(n->owned, owned, sizeof(owned));
 	if (changed)
 		mark(nl, name, nl->debounce_ms);
 }
 
 void node_labels_node_deleted(struct node_labels *nl, const char *name)
 {
-	struct lnode *n = strmap_del(&nl->nodes, name);
+	struct lnode *n = nl ? strmap_del(&nl->nodes, name) : NULL;
 	if (n)
 		free_node(n);
 }
@@ -398,7 +448,8 @@ struct apply_job {
 	struct node_labels *nl;
 	char name[256];
 	size_t nkeys;
-	cJSON *obj, *result;
+	cJSON *obj;
+	char owned[OCI_DIGEST_MAX]; /* what the manager owns after the apply */
 	int rc;
 	char err[512];
 };
@@ -407,8 +458,17 @@ static void apply_work(void *ud)
 {
 	struct apply_job *j = ud;
 	struct objstore *os = j->nl->os;
-	j->rc = os->ops->apply(os, j->obj, NODE_LABELS_MANAGER, false, &j->result, j->err,
-	                       sizeof(j->err));
+	cJSON *result = NULL;
+	j->rc =
+	    os->ops->apply(os, j->obj, NODE_LABELS_MANAGER, false, &result, j->err, sizeof(j->err));
+	/* read here: a thousand Nodes waiting for the loop would hold the peak */
+	if (!j->rc && owned_digest(result, j->owned) != 0) {
+		j->rc = -ENOMEM;
+		snprintf(j->err, sizeof(j->err), "out of memory reading the applied Node");
+	}
+	cJSON_Delete(result);
+	cJSON_Delete(j->obj);
+	j->obj = NULL;
 }
 
 static void apply_done(struct loop *l, void *ud)
@@ -417,6 +477,11 @@ static void apply_done(struct loop *l, void *ud)
 	struct node_labels *nl = j->nl;
 	(void)l;
 	struct lnode *n = strmap_get(&nl->nodes, j->name);
+	nl->inflight--;
+	if (nl->held) {
+		nl->held = false;
+		arm(nl, 0);
+	}
 	metrics_add(m_applies, METRICS_L(j->rc ? "failed" : "applied"), 1);
 	char count[24];
 	snprintf(count, sizeof(count), "%zu", j->nkeys);
@@ -426,15 +491,11 @@ static void apply_done(struct loop *l, void *ud)
 	}
 	if (n) {
 		n->applying = false;
-		char **owned = NULL;
-		size_t n_owned = 0;
-		if (!j->rc && node_labels_owned(j->result, &owned, &n_owned) == 0) {
-			node_labels_owned_free(n->owned, n->n_owned);
-			n->owned = owned;
-			n->n_owned = n_owned;
+		if (!j->rc) {
+			memcpy(n->owned, j->owned, sizeof(n->owned));
 			n->failures = 0;
 			n->not_before = 0;
-		} else if (j->rc) {
+		} else {
 			unsigned delay =
 			    backoff_ms(n->failures++, RETRY_MIN_MS, RETRY_MAX_MS, &nl->seed);
 			char in[24];
@@ -448,8 +509,6 @@ static void apply_done(struct loop *l, void *ud)
 			arm(nl, n->not_before > loop_now_ms() ? n->not_before - loop_now_ms()
 			                                      : nl->debounce_ms);
 	}
-	cJSON_Delete(j->obj);
-	cJSON_Delete(j->result);
 	free(j);
 }
 
@@ -463,7 +522,9 @@ static void check_node(struct node_labels *nl, struct lnode *n)
 		arm(nl, nl->debounce_ms);
 		return;
 	}
-	if (same_keys(n->owned, n->n_owned, want, nw) || !*n->uid) {
+	char digest[OCI_DIGEST_MAX];
+	set_digest(want, nw, digest);
+	if ((*digest && !strcmp(digest, n->owned)) || !*n->uid) {
 		nl->unchanged++;
 		node_labels_keys_free(want);
 		return;
@@ -485,6 +546,7 @@ static void check_node(struct node_labels *nl, struct lnode *n)
 		return;
 	}
 	n->applying = true;
+	nl->inflight++;
 }
 
 static void flush(struct loop *l, void *ud)
@@ -506,6 +568,10 @@ static void flush(struct loop *l, void *ud)
 		if (n->not_before > now) {
 			arm(nl, n->not_before - now);
 			continue;
+		}
+		if (nl->inflight >= MAX_INFLIGHT) {
+			nl->held = true;
+			break;
 		}
 		n->dirty = false;
 		check_node(nl, n);

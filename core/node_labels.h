@@ -53,7 +53,8 @@ __attribute__((warn_unused_result)) int node_labels_set(struct node_labels *nl, 
  * (after the debounce). */
 void node_labels_drop(struct node_labels *nl, const char *key);
 
-/* A Node as the watch delivers it (ADDED or MODIFIED, with managedFields). */
+/* A Node as the watch delivers it (ADDED or MODIFIED, with managedFields).
+ * nl NULL: no-op, as for node_labels_node_deleted(). */
 void node_labels_node(struct node_labels *nl, const cJSON *node);
 void node_labels_node_deleted(struct node_labels *nl, const char *name);
 
