@@ -215,6 +215,10 @@ cond() { # type kubectl-get-args... : "status reason" of a condition
 }
 wait_for 40 is 2 field "o['status']['readyNodes']" gkmc vector-add
 ok $? "vector-add becomes ready on the two nodes with a T4"
+# the nodes may report Ready (VerifiedOnNodes) before the operator's own
+# signature check has answered; the condition then moves on to that verdict
+wait_for 30 is "True SignatureVerified" cond Verified gkmc vector-add
+ok $? "the operator's own check of the signature: Verified True, SignatureVerified"
 
 S=$(json gkmc vector-add)
 pyo() { printf '%s' "$S" | py "import json,sys; o=json.load(sys.stdin); $1"; }
