@@ -312,6 +312,18 @@ def run(pl):
          and ann[0]["reason"] == "ready on 1 of 3 nodes",
          "annotation gkm.io/placement says what was added for which cache, and why", diag=ann)
 
+    # onMiss: "empty" makes a miss a slow start: preferred, never required, so
+    # the pod is bound even where its cache is Ready nowhere
+    fallback = csi("kernels", "pending", "team-a")
+    fallback["csi"]["volumeAttributes"]["onMiss"] = "empty"
+    pl.pod("team-a", "fallback", [fallback])
+    pod = pl.get("/api/v1/namespaces/team-a/pods/fallback")
+    ann = placement_of(pod) or [{}]
+    t.ok(pl.node_of("team-a", "fallback") in ("node-1", "node-2", "node-3")
+         and required_keys(pod) == [] and ann[0].get("mode") == "preferred",
+         "a pod whose volume says onMiss: \"empty\" is bound although no node has its cache "
+         "(preferred affinity only)", diag=pod and (pod["spec"].get("affinity"), ann))
+
     pl.pod("team-a", "plain", [{"name": "scratch", "emptyDir": {}}])
     pod = pl.get("/api/v1/namespaces/team-a/pods/plain")
     t.ok(pod and placement_of(pod) is None and "affinity" not in pod["spec"],
