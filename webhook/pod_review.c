@@ -414,21 +414,12 @@ static void readiness_warning(const struct pod_cache *pc, char *buf, size_t len)
 
 static void image_warning(const struct pod_cache *pc, char *buf, size_t len)
 {
-	const struct check *c = pc->check;
+	char subject[600]; /* at least the warning's size: nothing is cut twice */
 	buf[0] = '\0';
-	if (!c)
+	if (!pc->check)
 		return;
-	if (!c->verify)
-		snprintf(buf, len,
-		         "signature verification is off (verify-enabled: false); image volume %s "
-		         "was admitted unchecked",
-		         pc->v->name);
-	else if (!image_verdict_accepted(&c->verdict))
-		snprintf(buf, len,
-		         "image volume %s has %s; admitted because unsigned images are "
-		         "allowed",
-		         pc->v->name,
-		         c->verdict.found ? "no signature that verifies" : "no signature");
+	snprintf(subject, sizeof(subject), "image volume %s", pc->v->name);
+	review_image_warning(pc->check, subject, buf, len);
 }
 
 static void record(struct review *rv)

@@ -93,6 +93,11 @@ bool review_admission_policy(struct review *rv, const struct check *c, const cha
                              const cJSON *annotations, char *reason, size_t reason_len,
                              char *message, size_t message_len);
 
+/* Loop thread: the warning for an image admitted without a signature that
+ * verifies (verification off, or unsigned images allowed), naming it as
+ * subject ("image R", "image volume V"); "" when its signature verified. */
+void review_image_warning(const struct check *c, const char *subject, char *buf, size_t len);
+
 /* ---- pods (webhook/pod_review.c) ---- */
 
 /* HTTPS thread, after the envelope parsed: read the pod. 1 when the review

@@ -217,6 +217,19 @@ bool review_admission_policy(struct review *rv, const struct check *c, const cha
 	return allowed;
 }
 
+void review_image_warning(const struct check *c, const char *subject, char *buf, size_t len)
+{
+	buf[0] = '\0';
+	if (!c->verify)
+		snprintf(buf, len,
+		         "signature verification is off (verify-enabled: false); %s was admitted "
+		         "unchecked",
+		         subject);
+	else if (!image_verdict_accepted(&c->verdict))
+		snprintf(buf, len, "%s has %s; admitted because unsigned images are allowed",
+		         subject, c->verdict.found ? "no signature that verifies" : "no signature");
+}
+
 /* Loop thread: the image of a GKMCache review is checked; ask the policy
  * and answer. */
 static void decide(struct review *rv)
@@ -267,17 +280,10 @@ static void decide(struct review *rv)
 		review_deny(rv, "WebhookError", "out of memory building the patch");
 		return;
 	}
-	if (!c->verify)
-		snprintf(warning, sizeof(warning),
-		         "signature verification is off (verify-enabled: false); image %s was "
-		         "admitted unchecked",
-		         rv->req.image);
-	else if (!image_verdict_accepted(&c->verdict))
-		snprintf(warning, sizeof(warning),
-		         "image %s has %s; admitted because unsigned images are allowed",
-		         rv->req.image,
-		         c->verdict.found ? "no signature that verifies" : "no signature");
-	else if (have && strcmp(have, digest) != 0)
+	char subject[OCI_REF_MAX + 16];
+	snprintf(subject, sizeof(subject), "image %s", rv->req.image);
+	review_image_warning(c, subject, warning, sizeof(warning));
+	if (!warning[0] && have && strcmp(have, digest) != 0)
 		snprintf(warning, sizeof(warning),
 		         "annotation " ADMISSION_ANNOTATION_DIGEST " is written by the admission "
 		         "webhook: %.100s was replaced by %s",
