@@ -351,11 +351,11 @@ static void check_succeed(struct check *c, const char *digest, const struct imag
 	c->done = true;
 }
 
-static void review_timeout(struct loop *l, void *ud)
+/* Take rv's checks off the jobs they wait for; the image of the last one
+ * that waited, or "". */
+static const char *stop_waiting(struct review *rv)
 {
-	struct review *rv = ud;
 	const char *slow = "";
-	rv->timer = 0;
 	for (unsigned i = 0; i < rv->nchecks; i++) {
 		struct check *c = &rv->checks[i];
 		if (c->job) {
@@ -363,6 +363,14 @@ static void review_timeout(struct loop *l, void *ud)
 			slow = c->image;
 		}
 	}
+	return slow;
+}
+
+static void review_timeout(struct loop *l, void *ud)
+{
+	struct review *rv = ud;
+	rv->timer = 0;
+	const char *slow = stop_waiting(rv);
 	review_deny(rv, "RegistryTimeout",
 	            "could not resolve and verify image %s within %llu ms (the registry is slow "
 	            "or unreachable); try again",
@@ -536,9 +544,7 @@ void review_run_checks(struct review *rv)
 	uint64_t left = elapsed < r->o.deadline_ms ? r->o.deadline_ms - elapsed : 0;
 	rv->timer = loop_add_timer(r->o.loop, left, review_timeout, rv);
 	if (!rv->timer) {
-		for (unsigned i = 0; i < rv->nchecks; i++)
-			if (rv->checks[i].job)
-				job_unlink_waiter(rv->checks[i].job, &rv->checks[i]);
+		stop_waiting(rv);
 		review_deny(rv, "WebhookError", "out of memory");
 	}
 }
