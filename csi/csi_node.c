@@ -692,19 +692,33 @@ static void clear_reply(struct csi_reply *r)
 	r->message[0] = '\0';
 }
 
-/* Replace *slot by a copy of val under the lock (stats may copy a published
- * entry meanwhile); false when out of memory. */
-static bool swap_str(struct csi_node *n, char **slot, const char *val)
+/* Record what a publish mounts: the digest (or "" for a fallback) and the
+ * why of a fallback (all "" otherwise). Stats may copy the entry meanwhile:
+ * the fields change together under the lock, and not at all when out of
+ * memory (-ENOMEM). */
+static int set_source(struct csi_node *n, struct csi_volume *v, const char *digest,
+                      const struct miss *m, const char *message)
 {
-	char *copy = strdup(val);
-	if (!copy)
-		return false;
+	char *d = strdup(digest), *st = strdup(m ? m->state : "");
+	char *re = strdup(m ? m->reason : ""), *msg = strdup(m ? message : "");
+	if (!d || !st || !re || !msg) {
+		free(d);
+		free(st);
+		free(re);
+		free(msg);
+		return -ENOMEM;
+	}
 	pthread_mutex_lock(&n->lock);
-	char *old = *slot;
-	*slot = copy;
+	char *old[] = {v->digest, v->fallback_state, v->fallback_reason, v->fallback_message};
+	v->digest = d;
+	v->fallback_state = st;
+	v->fallback_reason = re;
+	v->fallback_message = msg;
+	v->fallback = m != NULL;
 	pthread_mutex_unlock(&n->lock);
-	free(old);
-	return true;
+	for (size_t i = 0; i < sizeof(old) / sizeof(old[0]); i++)
+		free(old[i]);
+	return 0;
 }
 
 /* What a publish mounts: the cache's store entry (*fd, v->digest), or, for
@@ -721,19 +735,13 @@ static int choose_source(struct csi_node *n, struct csi_volume *v, int *fd, cons
 	if (rc && !v->empty_on_miss)
 		return rc;
 	bool fallback = rc != 0;
-	if (!swap_str(n, &v->digest, digest) ||
-	    !swap_str(n, &v->fallback_state, fallback ? m.state : "") ||
-	    !swap_str(n, &v->fallback_reason, fallback ? m.reason : "") ||
-	    !swap_str(n, &v->fallback_message, fallback ? r->message : "")) {
+	if (set_source(n, v, digest, fallback ? &m : NULL, r->message) != 0) {
 		if (*fd >= 0)
 			close(*fd);
 		*fd = -1;
 		fail(r, CSI_RESOURCE_EXHAUSTED, "out of memory");
 		return -ENOMEM;
 	}
-	pthread_mutex_lock(&n->lock);
-	v->fallback = fallback;
-	pthread_mutex_unlock(&n->lock);
 	*label = fallback ? m.label : NULL;
 	clear_reply(r);
 	return 0;
