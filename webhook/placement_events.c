@@ -67,6 +67,16 @@ static void note_free(struct note *n)
 	free(n);
 }
 
+static void notes_clear(struct placement_events *pe)
+{
+	size_t pos = 0;
+	const char *key;
+	void *val;
+	while (strmap_next(&pe->notes, &pos, &key, &val))
+		note_free(val);
+	strmap_clear(&pe->notes);
+}
+
 static void write_free(struct write *w)
 {
 	cJSON_Delete(w->regarding);
@@ -150,10 +160,7 @@ static void flush(struct loop *l, void *ud)
 				write_free(w);
 		}
 	}
-	pos = 0;
-	while (strmap_next(&pe->notes, &pos, &key, &val))
-		note_free(val);
-	strmap_clear(&pe->notes);
+	notes_clear(pe);
 }
 
 int placement_events_new(struct loop *l, struct objstore *store, uint64_t interval_ms,
@@ -184,12 +191,7 @@ void placement_events_free(struct placement_events *pe)
 		snprintf(n, sizeof(n), "%zu", pe->notes.len);
 		log_info("placement Events not written at shutdown", "count", n);
 	}
-	size_t pos = 0;
-	const char *key;
-	void *val;
-	while (strmap_next(&pe->notes, &pos, &key, &val))
-		note_free(val);
-	strmap_clear(&pe->notes);
+	notes_clear(pe);
 	workers_free(pe->writer);
 	free(pe);
 }
