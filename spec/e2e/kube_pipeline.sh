@@ -382,35 +382,12 @@ rm -f "$U/usage.json" && kubectl delete gkmc after-restart >/dev/null &&
 ok $? "the pod's usage released and the extra cache deleted"
 
 # ---- policies from the gkm-policies ConfigMap ----
-deny_policy() { # CUDA GPUs refused by site policy; others match on backend
-	cat <<'EOF'
-local M = {}
-function M.evaluate(input)
-  local backends, out = {}, {}
-  for _, t in ipairs(input.cache.targets or {}) do
-    backends[t.backend] = true
-  end
-  for _, g in ipairs(input.gpus) do
-    local v = { index = g.index, compatible = false, reason = "BackendMismatch",
-                message = "no target for " .. tostring(g.backend) }
-    if g.backend == "cuda" then
-      v.reason, v.message = "DeniedByPolicy", "this site runs no prebuilt CUDA kernels"
-    elseif backends[g.backend] then
-      v.compatible, v.reason, v.message = true, "Compatible", "allowed by the site policy"
-    end
-    out[#out + 1] = v
-  end
-  return { gpus = out }
-end
-return M
-EOF
-}
 policy_cm() { # compat.lua source file
 	kubectl create configmap gkm-policies -n gkm --from-file=compat.lua="$1" \
 		--dry-run=client -o yaml | kubectl apply -f - >/dev/null
 }
-deny_policy >"$W/deny.lua"
-policy_cm "$W/deny.lua"
+# CUDA GPUs refused by site policy; others match on backend
+policy_cm spec/fixtures/policy/deny-cuda/compat.lua
 ok $? "kubectl apply of the gkm-policies ConfigMap"
 wait_for 20 is 0 field "o['status']['readyNodes']" gkmc vector-add
 ok $? "a policy change flips the verdict: vector-add is ready nowhere"
