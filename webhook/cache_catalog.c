@@ -25,6 +25,15 @@ static long count(const cJSON *v)
 	           : 0;
 }
 
+/* The map key: "ns/name" for a GKMCache, "name" for a ClusterGKMCache. */
+static void key_of(bool cluster, const char *ns, const char *name, char *key, size_t cap)
+{
+	if (cluster)
+		snprintf(key, cap, "%s", name);
+	else
+		snprintf(key, cap, "%s/%s", ns, name);
+}
+
 static void entry_free(struct catalog_cache *e)
 {
 	if (!e)
@@ -93,11 +102,9 @@ int cache_catalog_put(struct cache_catalog *c, bool cluster, const cJSON *obj)
 	if (!e)
 		return -ENOMEM;
 	e->cluster = cluster;
-	if (asprintf(&e->key, cluster ? "%s%s" : "%s/%s", ns, name) < 0) {
-		e->key = NULL;
-		goto nomem;
-	}
-	if (!(e->ns = strdup(ns)) || !(e->name = strdup(name)) ||
+	char key[600];
+	key_of(cluster, ns, name, key, sizeof(key));
+	if (!(e->key = strdup(key)) || !(e->ns = strdup(ns)) || !(e->name = strdup(name)) ||
 	    !(e->uid = strdup(str(at(obj, "metadata", "uid")))) ||
 	    !(e->image = strdup(str(at(obj, "spec", "image")))))
 		goto nomem;
@@ -124,9 +131,8 @@ nomem:
 void cache_catalog_remove(struct cache_catalog *c, bool cluster, const cJSON *obj)
 {
 	char key[600];
-	const char *name = str(at(obj, "metadata", "name"));
-	const char *ns = cluster ? "" : str(at(obj, "metadata", "namespace"));
-	snprintf(key, sizeof(key), cluster ? "%s%s" : "%s/%s", ns, name);
+	key_of(cluster, str(at(obj, "metadata", "namespace")), str(at(obj, "metadata", "name")),
+	       key, sizeof(key));
 	entry_free(strmap_del(&c->caches[cluster], key));
 }
 
@@ -140,7 +146,7 @@ const struct catalog_cache *cache_catalog_get(const struct cache_catalog *c, con
 {
 	char key[600];
 	bool cluster = !ns || !ns[0];
-	snprintf(key, sizeof(key), cluster ? "%s%s" : "%s/%s", cluster ? "" : ns, name);
+	key_of(cluster, ns, name, key, sizeof(key));
 	return strmap_get(&c->caches[cluster], key);
 }
 
