@@ -22,6 +22,7 @@ import urllib.request
 ROOT = os.environ.get("GKM_ROOT") or os.path.abspath(os.path.join(os.path.dirname(__file__), "..", ".."))
 sys.path.insert(0, os.path.join(ROOT, "spec", "lib"))
 import csi_client as cc  # noqa: E402
+import promtext  # noqa: E402
 from proc import Child, free_port, registry, sh, wait_for  # noqa: E402
 from tap import Tap  # noqa: E402
 
@@ -163,10 +164,8 @@ def main():
     def metric(name, label):
         url = "http://127.0.0.1:%d/metrics" % plugin.health_port
         with urllib.request.urlopen(url, timeout=10) as r:
-            for line in r.read().decode().splitlines():
-                if line.startswith('%s{reason="%s"} ' % (name, label)):
-                    return float(line.split()[-1])
-        return 0.0
+            fams = promtext.parse(r.read().decode())
+        return promtext.value(fams, name, reason=label) or 0.0
 
     def events_about(pod):
         p = os.path.join(state, "events.jsonl")
