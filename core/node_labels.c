@@ -49,7 +49,6 @@ struct node_labels {
 	bool started, stopping;
 	unsigned inflight; /* applies submitted, not done */
 	bool held;         /* a flush stopped at MAX_INFLIGHT: go on when one is done */
-	unsigned long applied, unchanged;
 };
 
 static struct metric *m_applies;
@@ -435,13 +434,6 @@ int node_labels_wanted(const struct node_labels *nl, const char *node, const cha
 	return 0;
 }
 
-void node_labels_counts(const struct node_labels *nl, unsigned long *applied,
-                        unsigned long *unchanged)
-{
-	*applied = nl->applied;
-	*unchanged = nl->unchanged;
-}
-
 /* ---- applies ---- */
 
 struct apply_job {
@@ -485,10 +477,8 @@ static void apply_done(struct loop *l, void *ud)
 	metrics_add(m_applies, METRICS_L(j->rc ? "failed" : "applied"), 1);
 	char count[24];
 	snprintf(count, sizeof(count), "%zu", j->nkeys);
-	if (!j->rc) {
-		nl->applied++;
+	if (!j->rc)
 		log_info("node labels applied", "node", j->name, "labels", count);
-	}
 	if (n) {
 		n->applying = false;
 		if (!j->rc) {
@@ -525,7 +515,6 @@ static void check_node(struct node_labels *nl, struct lnode *n)
 	char digest[OCI_DIGEST_MAX];
 	set_digest(want, nw, digest);
 	if ((*digest && !strcmp(digest, n->owned)) || !*n->uid) {
-		nl->unchanged++;
 		node_labels_keys_free(want);
 		return;
 	}

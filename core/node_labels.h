@@ -69,9 +69,6 @@ void node_labels_resync(struct node_labels *nl);
  * next change). 0 or -ENOMEM. */
 __attribute__((warn_unused_result)) int
 node_labels_wanted(const struct node_labels *nl, const char *node, const char ***keys, size_t *n);
-/* Applies made and skipped (the node already carried its set). */
-void node_labels_counts(const struct node_labels *nl, unsigned long *applied,
-                        unsigned long *unchanged);
 
 /* The labels node carries under NODE_LABELS_MANAGER: the keys its Apply
  * entry of the main resource owns in managedFields whose value is still
