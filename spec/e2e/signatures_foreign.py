@@ -12,13 +12,13 @@ import hashlib
 import http.client
 import json
 import os
-import socket
 import subprocess
 import sys
 import time
 
 ROOT = os.environ.get("GKM_ROOT", os.path.join(os.path.dirname(__file__), "..", ".."))
 sys.path.insert(0, os.path.join(ROOT, "spec", "lib"))
+from proc import free_port  # noqa: E402
 from tap import Tap  # noqa: E402
 from webhook_env import (FIXTURE, GKM, Registry, Webhook, available, cleanup, init,  # noqa: E402
                          make_ca, make_cert, path, review, run, tls_context, write)
@@ -83,14 +83,6 @@ def post_review(wh, image):
     doc = json.loads(r.read())
     c.close()
     return doc["response"]
-
-
-def free_port():
-    s = socket.socket()
-    s.bind(("127.0.0.1", 0))
-    port = s.getsockname()[1]
-    s.close()
-    return port
 
 
 def main():
