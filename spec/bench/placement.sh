@@ -46,13 +46,7 @@ kubectl create namespace bench >/dev/null
 kubeenv_ctl cert webhook 127.0.0.1 >/dev/null
 
 # a signed cache image in a real registry
-registry_start bench
-R=$REG_bench_ADDR
-$G cache build spec/fixtures/caches/triton/cuda-sm75-vector-add -t "$R/bench/cache:v1" >/dev/null
-$G cache keygen --output-key-prefix "$tmp/key" >/dev/null
-$G cache sign "$R/bench/cache:v1" --key "$tmp/key.key" >/dev/null
-mkdir "$tmp/trust"
-cp "$tmp/key.pub" "$tmp/trust/"
+wb_signed_image "$tmp"
 
 # 200 caches, each Ready on 2 of 3 nodes (the status the operator writes)
 /usr/bin/python3 - "$R" "$CACHES" >"$tmp/caches.json" <<'EOF'
@@ -108,13 +102,8 @@ done
 echo "placement: $(nproc) CPUs here, load average $(cut -d' ' -f1-3 /proc/loadavg); $CACHES GKMCaches watched on kube-apiserver; $RATE pods/s"
 for b in csi image; do
 	for i in $(seq 1 "$RUNS"); do
-		c0=$(wb_cpu_ticks "$wh_pid") d0=$(wb_allowed "$hport" pods)
-		wb_hist "$hport" pods >"$tmp/h0"
-		out=$($WB_LOAD "$url" "$KUBEENV_CA" "$tmp/$b.json" "$RATE" "$SECS" 16 1)
-		wb_hist "$hport" pods >"$tmp/h1"
-		c1=$(wb_cpu_ticks "$wh_pid") d1=$(wb_allowed "$hport" pods)
-		echo "$b volume, run $i: $out  webhook CPU $(wb_cpu_per_review "$c0" "$c1" "$d0" "$d1") us/review"
-		echo "    $(wb_server_view "$tmp/h0" "$tmp/h1")"
+		wb_open_run "$wh_pid" "$hport" pods "$tmp" "$b volume, run $i" \
+			"$WB_LOAD" "$url" "$KUBEENV_CA" "$tmp/$b.json" "$RATE" "$SECS" 16 1
 	done
 done
 events=$(curl -s "http://127.0.0.1:$hport/metrics" | awk '/^gkm_webhook_events_total/ {print $1 "=" $2}' | tr '\n' ' ')

@@ -44,13 +44,7 @@ openssl x509 -req -in "$tmp/tls.csr" -CA "$tmp/ca.pem" -CAkey "$tmp/ca.key" -CAc
 	-out "$tmp/tls.crt" -days 1 -extfile "$tmp/san.ext" 2>/dev/null
 
 # a signed image in a real registry
-registry_start bench
-R=$REG_bench_ADDR
-$G cache build spec/fixtures/caches/triton/cuda-sm75-vector-add -t "$R/bench/cache:v1" >/dev/null
-$G cache keygen --output-key-prefix "$tmp/key" >/dev/null
-$G cache sign "$R/bench/cache:v1" --key "$tmp/key.key" >/dev/null
-mkdir "$tmp/trust"
-cp "$tmp/key.pub" "$tmp/trust/"
+wb_signed_image "$tmp"
 
 $RT $G webhook --tls-cert "$tmp/tls.crt" --tls-key "$tmp/tls.key" --trust-dir "$tmp/trust" \
 	--listen 127.0.0.1:0 --health-listen 127.0.0.1:0 --log-format json \
@@ -82,14 +76,8 @@ curl -s --cacert "$tmp/ca.pem" --data @"$tmp/review.json" "$url" | grep -q '"all
 echo "webhook: $(nproc) CPUs here, load average $(cut -d' ' -f1-3 /proc/loadavg)${RT:+, real-time priority}; image $R/bench/cache:v1 resolved and verified once, then cached"
 for rate in 500 1000; do
 	for i in $(seq 1 "$RUNS"); do
-		c0=$(wb_cpu_ticks "$wh_pid") d0=$(wb_allowed "$hport" mutate)
-		wb_hist "$hport" mutate >"$tmp/h0"
-		out=$($RT $load "$url" "$tmp/ca.pem" "$tmp/review.json" "$rate" "$SECS" 16 1)
-		wb_hist "$hport" mutate >"$tmp/h1"
-		c1=$(wb_cpu_ticks "$wh_pid") d1=$(wb_allowed "$hport" mutate)
-		us=$(wb_cpu_per_review "$c0" "$c1" "$d0" "$d1")
-		echo "open loop $rate/s run $i: $out  webhook CPU ${us} us/review"
-		echo "    $(wb_server_view "$tmp/h0" "$tmp/h1")"
+		wb_open_run "$wh_pid" "$hport" mutate "$tmp" "open loop $rate/s run $i" \
+			$RT "$load" "$url" "$tmp/ca.pem" "$tmp/review.json" "$rate" "$SECS" 16 1
 	done
 done
 cat >"$tmp/post.lua" <<EOF

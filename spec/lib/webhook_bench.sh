@@ -1,6 +1,20 @@
 # Helpers of the webhook benchmarks (spec/bench/webhook.sh, placement.sh):
-# source this. The load generator, and the webhook's own view of a run from
-# its /metrics: the latency histogram, the answers counted, its CPU time.
+# source this (after spec/lib/registry.sh). The signed image reviewed, the
+# load generator, and the webhook's own view of a run from its /metrics: the
+# latency histogram, the answers counted, its CPU time.
+
+# wb_signed_image DIR: a real registry holding the image R/bench/cache:v1,
+# built from a fixture cache and signed; sets R to the registry and leaves
+# the public key in DIR/trust (for --trust-dir).
+wb_signed_image() {
+	registry_start bench
+	R=$REG_bench_ADDR
+	$GKM_BIN cache build spec/fixtures/caches/triton/cuda-sm75-vector-add -t "$R/bench/cache:v1" >/dev/null
+	$GKM_BIN cache keygen --output-key-prefix "$1/key" >/dev/null
+	$GKM_BIN cache sign "$R/bench/cache:v1" --key "$1/key.key" >/dev/null
+	mkdir "$1/trust"
+	cp "$1/key.pub" "$1/trust/"
+}
 
 # Build spec/bench/review_load.c; sets WB_LOAD to it.
 wb_build_load() {
@@ -48,4 +62,20 @@ wb_server_view() {
 		for (i = 1; i <= NR; i++) if (le[i] == "0.005") w5 = n[i]
 		printf "server p50 %.3f ms  p99 %.3f ms  within 5 ms %.2f%%", v[1] * 1000, v[2] * 1000, 100 * w5 / total
 	}'
+}
+
+# wb_open_run PID HEALTH_PORT ENDPOINT DIR LABEL COMMAND...: one run of the
+# load generator COMMAND against the webhook PID; prints LABEL, what the
+# load generator measured, the webhook's CPU per review and its own view
+# (DIR holds the histogram snapshots).
+wb_open_run() {
+	local pid=$1 hport=$2 ep=$3 dir=$4 label=$5 c0 c1 d0 d1 out
+	shift 5
+	c0=$(wb_cpu_ticks "$pid") d0=$(wb_allowed "$hport" "$ep")
+	wb_hist "$hport" "$ep" >"$dir/h0"
+	out=$("$@")
+	wb_hist "$hport" "$ep" >"$dir/h1"
+	c1=$(wb_cpu_ticks "$pid") d1=$(wb_allowed "$hport" "$ep")
+	echo "$label: $out  webhook CPU $(wb_cpu_per_review "$c0" "$c1" "$d0" "$d1") us/review"
+	echo "    $(wb_server_view "$dir/h0" "$dir/h1")"
 }
