@@ -10,6 +10,7 @@
 #include "log.h"
 #include "metrics.h"
 #include "oci_digest.h"
+#include "soon_timer.h"
 #include "strmap.h"
 
 /* A failed apply is retried with backoff from the first to the second. */
@@ -38,13 +39,12 @@ struct lnode {
 };
 
 struct node_labels {
-	struct loop *loop;
 	struct workers *workers;
 	struct objstore *os;
 	unsigned debounce_ms;
 	struct strmap caches; /* label key -> struct lcache */
 	struct strmap nodes;  /* Node name -> struct lnode */
-	uint64_t timer, timer_at;
+	struct soon_timer flush_timer;
 	uint64_t seed;
 	bool started, stopping;
 	unsigned inflight; /* applies submitted, not done */
@@ -196,13 +196,8 @@ static void flush(struct loop *l, void *ud);
 /* Flush in delay_ms, or sooner if one is already due sooner. */
 static void arm(struct node_labels *nl, uint64_t delay_ms)
 {
-	uint64_t at = loop_now_ms() + delay_ms;
-	if (!nl->started || nl->stopping || (nl->timer && nl->timer_at <= at))
-		return;
-	if (nl->timer)
-		loop_cancel_timer(nl->loop, nl->timer);
-	nl->timer = loop_add_timer(nl->loop, delay_ms, flush, nl);
-	nl->timer_at = at;
+	if (nl->started && !nl->stopping)
+		soon_timer_arm(&nl->flush_timer, delay_ms);
 }
 
 static void mark(struct node_labels *nl, const char *node, uint64_t delay_ms)
@@ -246,10 +241,10 @@ int node_labels_new(struct loop *l, struct workers *w, struct objstore *os, unsi
 	                            "Server-side applies of the cache labels of a Node, by result "
 	                            "(applied, failed)",
 	                            "result");
-	nl->loop = l;
 	nl->workers = w;
 	nl->os = os;
 	nl->debounce_ms = debounce_ms;
+	soon_timer_init(&nl->flush_timer, l, flush, nl);
 	*out = nl;
 	return 0;
 }
@@ -259,9 +254,7 @@ void node_labels_quiesce(struct node_labels *nl)
 	if (!nl)
 		return;
 	nl->stopping = true;
-	if (nl->timer)
-		loop_cancel_timer(nl->loop, nl->timer);
-	nl->timer = 0;
+	soon_timer_cancel(&nl->flush_timer);
 }
 
 void node_labels_free(struct node_labels *nl)
@@ -542,7 +535,6 @@ static void flush(struct loop *l, void *ud)
 {
 	struct node_labels *nl = ud;
 	(void)l;
-	nl->timer = 0;
 	if (!nl->started || nl->stopping)
 		return;
 	uint64_t now = loop_now_ms();

@@ -14,6 +14,7 @@
 #include "node_reports.h"
 #include "oci_pull.h"
 #include "oci_repo.h"
+#include "soon_timer.h"
 #include "strmap.h"
 
 #define MANAGER "gkm-operator"
@@ -65,7 +66,8 @@ struct operator_ {
 	struct strmap nodes;          /* Kubernetes Node names (owned), when watched */
 	struct node_labels *labels;   /* the cache labels of Nodes, when watched */
 	bool labels_started;
-	uint64_t flush_timer, flush_at, resync_timer;
+	struct soon_timer flush_timer;
+	uint64_t resync_timer;
 	uint64_t seed; /* backoff jitter */
 	unsigned synced, want_synced;
 	bool stopping;
@@ -144,13 +146,8 @@ static void forget_if_gone(struct operator_ *op, struct ocache *c)
 /* Flush in delay_ms, or sooner if a flush is already due sooner. */
 static void arm_flush(struct operator_ *op, uint64_t delay_ms)
 {
-	uint64_t at = loop_now_ms() + delay_ms;
-	if (op->stopping || (op->flush_timer && op->flush_at <= at))
-		return;
-	if (op->flush_timer)
-		loop_cancel_timer(op->loop, op->flush_timer);
-	op->flush_timer = loop_add_timer(op->loop, delay_ms, flush, op);
-	op->flush_at = at;
+	if (!op->stopping)
+		soon_timer_arm(&op->flush_timer, delay_ms);
 }
 
 static void mark(struct operator_ *op, const char *key)
@@ -942,7 +939,6 @@ static void flush(struct loop *l, void *ud)
 {
 	struct operator_ *op = ud;
 	(void)l;
-	op->flush_timer = 0;
 	if (op->synced < op->want_synced) { /* aggregate complete pictures only */
 		arm_flush(op, op->o.debounce_ms);
 		return;
@@ -1016,6 +1012,7 @@ int operator_start(struct loop *l, struct workers *w, struct objstore *os,
 	op->os = os;
 	op->policies = policies;
 	op->o = *o;
+	soon_timer_init(&op->flush_timer, l, flush, op);
 	if (!op->o.debounce_ms)
 		op->o.debounce_ms = 250;
 	if (!op->o.resync_s)
@@ -1067,8 +1064,7 @@ void operator_stop(struct operator_ *op)
 	if (!op)
 		return;
 	op->stopping = true;
-	if (op->flush_timer)
-		loop_cancel_timer(op->loop, op->flush_timer);
+	soon_timer_cancel(&op->flush_timer);
 	if (op->resync_timer)
 		loop_cancel_timer(op->loop, op->resync_timer);
 	while (op->caches)
