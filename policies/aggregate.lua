@@ -78,6 +78,12 @@ local function list_nodes(names)
   return table.concat(shown, ", ") .. string.format(" and %d more", #names - M.max_nodes_in_message)
 end
 
+-- Add name to the list of reason in a reason -> node names map.
+local function add_node(map, reason, name)
+  map[reason] = map[reason] or {}
+  table.insert(map[reason], name)
+end
+
 -- Keep lastTransitionTime when a condition's status did not change.
 local function condition(previous, now, generation, ctype, status, reason, message)
   local since = now
@@ -124,14 +130,11 @@ function M.evaluate(input)
         end
       elseif state == "Incompatible" then
         incompatible = incompatible + 1
-        local reason = e.reason or "NoCompatibleGPU"
-        incompatible_by_reason[reason] = incompatible_by_reason[reason] or {}
-        table.insert(incompatible_by_reason[reason], n.name)
+        add_node(incompatible_by_reason, e.reason or "NoCompatibleGPU", n.name)
       elseif state == "Failed" then
         failed = failed + 1
         local reason = e.reason or "Failed"
-        by_reason[reason] = by_reason[reason] or {}
-        table.insert(by_reason[reason], n.name)
+        add_node(by_reason, reason, n.name)
         failed_names[#failed_names + 1] = n.name .. ": " .. tostring(e.message or reason)
       else
         progressing = progressing + 1
@@ -139,11 +142,10 @@ function M.evaluate(input)
       end
     end
   end
-  for _, names in pairs(by_reason) do
-    table.sort(names)
-  end
-  for _, names in pairs(incompatible_by_reason) do
-    table.sort(names)
+  for _, map in ipairs({ by_reason, incompatible_by_reason }) do
+    for _, names in pairs(map) do
+      table.sort(names)
+    end
   end
 
   local conds = {}
