@@ -138,21 +138,6 @@ static void test_create_parsed(void **state)
 }
 
 static void expect_kind(const char *kind, const char *op, const char *group, const char *sub,
-                        bool want_ours, bool want_pod);
-
-/* ours: a cache review /mutate and /validate decide; pod: one /mutate-pods decides. */
-static void expect_ours(const char *kind, const char *op, const char *group, const char *sub,
-                        bool want)
-{
-	expect_kind(kind, op, group, sub, want, false);
-}
-
-static void expect_pod(const char *op, const char *group, const char *sub, bool want)
-{
-	expect_kind("Pod", op, group, sub, false, want);
-}
-
-static void expect_kind(const char *kind, const char *op, const char *group, const char *sub,
                         bool want_ours, bool want_pod)
 {
 	char *body = NULL;
@@ -168,6 +153,18 @@ static void expect_kind(const char *kind, const char *op, const char *group, con
 		fail_msg("%s %s %s/%s: ours=%d pod=%d", op, group, kind, sub, r.ours, r.pod);
 	admission_request_clear(&r);
 	free(body);
+}
+
+/* ours: a cache review /mutate and /validate decide; pod: one /mutate-pods decides. */
+static void expect_ours(const char *kind, const char *op, const char *group, const char *sub,
+                        bool want)
+{
+	expect_kind(kind, op, group, sub, want, false);
+}
+
+static void expect_pod(const char *op, const char *group, const char *sub, bool want)
+{
+	expect_kind("Pod", op, group, sub, false, want);
 }
 
 static void test_which_reviews_are_ours(void **state)
