@@ -200,13 +200,18 @@ static void arm(struct node_labels *nl, uint64_t delay_ms)
 		soon_timer_arm(&nl->flush_timer, delay_ms);
 }
 
+/* Check n in delay_ms (or sooner, with other nodes). */
+static void mark_node(struct node_labels *nl, struct lnode *n, uint64_t delay_ms)
+{
+	n->dirty = true;
+	arm(nl, delay_ms);
+}
+
 static void mark(struct node_labels *nl, const char *node, uint64_t delay_ms)
 {
 	struct lnode *n = strmap_get(&nl->nodes, node);
-	if (!n)
-		return; /* no Node (yet): its ADDED marks it */
-	n->dirty = true;
-	arm(nl, delay_ms);
+	if (n) /* no Node (yet): its ADDED marks it */
+		mark_node(nl, n, delay_ms);
 }
 
 static void mark_all(struct node_labels *nl, uint64_t delay_ms)
@@ -501,8 +506,7 @@ static void check_node(struct node_labels *nl, struct lnode *n)
 	const char **want = NULL;
 	size_t nw = 0;
 	if (node_labels_wanted(nl, n->name, &want, &nw) != 0) {
-		n->dirty = true;
-		arm(nl, nl->debounce_ms);
+		mark_node(nl, n, nl->debounce_ms);
 		return;
 	}
 	char digest[OCI_DIGEST_MAX];
@@ -523,8 +527,7 @@ static void check_node(struct node_labels *nl, struct lnode *n)
 		if (j)
 			cJSON_Delete(j->obj);
 		free(j);
-		n->dirty = true;
-		arm(nl, nl->debounce_ms);
+		mark_node(nl, n, nl->debounce_ms);
 		return;
 	}
 	n->applying = true;
