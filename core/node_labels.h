@@ -72,8 +72,8 @@ node_labels_wanted(const struct node_labels *nl, const char *node, const char **
 
 /* The labels node carries under NODE_LABELS_MANAGER: the keys its Apply
  * entry of the main resource owns in managedFields whose value is still
- * "ready", sorted. Caller frees with node_labels_keys_free() and free() of
- * each key (node_labels_owned_free()). 0 or -ENOMEM; none: *n = 0. */
+ * "ready", sorted. Caller frees with node_labels_owned_free() (the keys and
+ * the array). 0 or -ENOMEM; none: *n = 0. */
 __attribute__((warn_unused_result)) int node_labels_owned(const cJSON *node, char ***keys,
                                                           size_t *n);
 void node_labels_owned_free(char **keys, size_t n);
