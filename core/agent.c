@@ -539,12 +539,8 @@ static int job_repo(struct job *j, const struct oci_ref *ref, struct client **cl
                     struct oci_repo **out, struct oci_err *e)
 {
 	*client = ref->kind == OCI_REF_REGISTRY ? client_take(j->a, oci_ref_api_host(ref)) : NULL;
-	if (!*client)
-		return oci_repo_open(ref, &j->a->reg, false, out, e);
-	int rc = oci_repo_open_on(ref, (*client)->reg, out);
-	if (rc)
-		oci_errf(e, "%s: %s", j->ref, strerror(-rc));
-	return rc;
+	return *client ? oci_repo_open_on(ref, (*client)->reg, out, e)
+	               : oci_repo_open(ref, &j->a->reg, false, out, e);
 }
 
 /* Read the image config: targets from its labels when it has them. */

@@ -107,12 +107,9 @@ int oci_pull_to_store(struct store *st, const char *refstr, const struct oci_pul
 	memset(&ref, 0, sizeof(ref));
 	if ((rc = oci_ref_parse(refstr, &ref, err)))
 		return rc;
-	if ((rc = o->client ? oci_repo_open_on(&ref, o->client, &repo)
-	                    : oci_repo_open(&ref, o->registry, false, &repo, err))) {
-		if (o->client)
-			oci_errf(err, "%s: %s", refstr, strerror(-rc));
+	if ((rc = o->client ? oci_repo_open_on(&ref, o->client, &repo, err)
+	                    : oci_repo_open(&ref, o->registry, false, &repo, err)))
 		goto out;
-	}
 	if ((rc = oci_repo_fetch_image(repo, oci_ref_reference(&ref), o->platform, &img, err)))
 		goto out;
 	if (o->keys && sig_keyset_count(o->keys) > 0) {

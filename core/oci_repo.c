@@ -40,18 +40,21 @@ fail:
 	return rc;
 }
 
-int oci_repo_open_on(const struct oci_ref *ref, struct oci_registry *client, struct oci_repo **out)
+int oci_repo_open_on(const struct oci_ref *ref, struct oci_registry *client, struct oci_repo **out,
+                     struct oci_err *err)
 {
+	if (ref->kind != OCI_REF_REGISTRY) {
+		oci_errf(err, "%s: not a registry reference", ref->dir);
+		return -EINVAL;
+	}
 	struct oci_repo *r = calloc(1, sizeof(*r));
 	if (!r)
 		return -ENOMEM;
 	r->reg = client;
 	r->borrowed = true;
-	if (ref->kind != OCI_REF_REGISTRY || oci_ref_copy(ref, &r->ref) ||
-	    !(r->name = oci_ref_name(ref))) {
-		int rc = ref->kind != OCI_REF_REGISTRY ? -EINVAL : -ENOMEM;
+	if (oci_ref_copy(ref, &r->ref) || !(r->name = oci_ref_name(ref))) {
 		oci_repo_free(r);
-		return rc;
+		return -ENOMEM;
 	}
 	*out = r;
 	return 0;

@@ -32,8 +32,10 @@ __attribute__((warn_unused_result)) int oci_repo_open(const struct oci_ref *ref,
  * scheme and tokens serve many repositories of its host): client must be for
  * ref's API host and outlive the repo; oci_repo_free() leaves it alone.
  * -EINVAL for a layout reference. */
-__attribute__((warn_unused_result)) int
-oci_repo_open_on(const struct oci_ref *ref, struct oci_registry *client, struct oci_repo **out);
+__attribute__((warn_unused_result)) int oci_repo_open_on(const struct oci_ref *ref,
+                                                         struct oci_registry *client,
+                                                         struct oci_repo **out,
+                                                         struct oci_err *err);
 void oci_repo_free(struct oci_repo *r);
 /* The reference the repo was opened with (borrowed). */
 const struct oci_ref *oci_repo_ref(const struct oci_repo *r);
