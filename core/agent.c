@@ -448,8 +448,8 @@ static bool permanent_reason(const char *reason)
 /* The registry host could not be reached (or turned us away for now). */
 static bool unreachable(int rc)
 {
-	return rc == -ECONNREFUSED || rc == -EHOSTUNREACH || rc == -ECONNRESET ||
-	       rc == -ETIMEDOUT || rc == -EAGAIN;
+	const char *reason = pull_reason(rc);
+	return !strcmp(reason, "RegistryUnavailable") || !strcmp(reason, "RegistryTimeout");
 }
 
 /* Registry clients kept between jobs, shared by the pool's threads (one
@@ -691,7 +691,7 @@ static struct cache *job_end(struct job *j, struct attempt **att_out)
 	if (!c)
 		return NULL;
 	struct attempt *att = j->lane == PULL_SCHED_FETCH ? &c->fetch : &c->pull;
-	bool down = j->rc && unreachable(j->rc);
+	bool down = unreachable(j->rc);
 	pull_sched_done(a->sched, &att->job, down ? PULL_SCHED_UNREACHABLE : PULL_SCHED_OK,
 	                loop_now_ms());
 	if (down)
