@@ -1503,10 +1503,9 @@ static cJSON *decide_input(struct agent *a, struct cache *c, const struct cache_
 	}
 	/* present for this cache: in the store, and verified through this
 	 * cache's own reference (another cache's check vouches for nothing) */
-	struct store_entry_info info;
 	const char *sd = c->store_digest[0] ? c->store_digest : c->digest;
-	bool present = *c->digest && !strcmp(c->verified_ref, c->ref) &&
-	               store_lookup(a->store, sd, &info) == 0;
+	bool present =
+	    *c->digest && !strcmp(c->verified_ref, c->ref) && store_lookup(a->store, sd, NULL) == 0;
 	cJSON_AddBoolToObject(cJSON_AddObjectToObject(in, "store"), "present", present);
 	cJSON *pull = cJSON_AddObjectToObject(in, "pull");
 	cJSON_AddStringToObject(pull, "state",
