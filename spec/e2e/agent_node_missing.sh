@@ -12,19 +12,13 @@ set -u
 . "$(dirname "$0")/../lib/tap.sh"
 . "$(dirname "$0")/../lib/poll.sh"
 . "$(dirname "$0")/../lib/loopback.sh"
+. "$(dirname "$0")/../lib/daemon.sh"
 cd "$GKM_ROOT"
 . spec/lib/kubeserver.sh
 G=$GKM_BIN
 W=$(mktemp -d)
-AGENT="" OPERATOR=""
-stop() { # pid variable name
-	local pid=${!1}
-	[ -n "$pid" ] && kill "$pid" 2>/dev/null && wait "$pid" 2>/dev/null
-	eval "$1="
-}
 cleanup() {
-	stop AGENT
-	stop OPERATOR
+	daemon_stop_all
 	kubeserver_cleanup
 	rm -rf "$W"
 }
@@ -45,7 +39,7 @@ PORT=$(free_port)
 start_agent() {
 	$G agent --node n1 --kubeconfig "$KUBECONFIG" --gpu-file spec/fixtures/gpu/inventory/t4.json \
 		--root "$W/root" --run-dir "$W/run" --health-listen "127.0.0.1:$PORT" >>"$W/agent.log" 2>&1 &
-	AGENT=$!
+	PID[agent]=$!
 }
 start_agent
 cond() { # kind [ns]: "status/reason" of the NodeFound condition of node object n1
@@ -71,7 +65,7 @@ ok $? "a Warning Event NodeNotFound on each node object ($(events))"
 ok $? "metrics: gkm_agent_node_found 0, node lookups counted as errors"
 
 $G operator --kubeconfig "$KUBECONFIG" --leader-elect false --health-listen "" >"$W/operator.log" 2>&1 &
-OPERATOR=$!
+PID[operator]=$!
 rewritten() { [ "$(metric "$PORT" gkm_agent_node_objects_rewritten_total)" -ge 1 ]; }
 wait_for 30 rewritten
 ok $? "the operator deletes the objects of a node it cannot find; the agent writes them back, counted" ||
@@ -82,7 +76,7 @@ wait_for 30 is False/NodeNotFound cond cgkmcn
 ok $? "the written-back object says NodeFound=False again"
 wait_for 20 at_least_events 3
 ok $? "... with an Event of its own ($(events) in all)"
-stop OPERATOR
+daemon_stop operator
 
 printf 'apiVersion: v1\nkind: Node\nmetadata: {name: n1}\n' | kubectl apply -f - >/dev/null
 ok $? "the Node n1 is created"
@@ -96,7 +90,7 @@ ok $? "its node objects are owned by the Node now"
 ok $? "metrics: gkm_agent_node_found 1"
 
 # RBAC: the API server refuses the agent's reads of its Node
-stop AGENT
+daemon_stop agent
 kubeserver_control fault '{"stage": "request", "action": "status:403", "method": "GET", "path": "/api/v1/nodes/n1", "count": 1000}' >/dev/null
 start_agent
 wait_for 30 is Unknown/NodeForbidden cond cgkmcn
@@ -107,5 +101,5 @@ kubeserver_control clear-faults >/dev/null
 wait_for 90 is True/Found cond cgkmcn
 ok $? "permission given: found again without a restart"
 
-stop AGENT
+daemon_stop agent
 finish

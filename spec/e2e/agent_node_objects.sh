@@ -8,14 +8,14 @@ set -u
 . "$(dirname "$0")/../lib/tap.sh"
 . "$(dirname "$0")/../lib/poll.sh"
 . "$(dirname "$0")/../lib/loopback.sh"
+. "$(dirname "$0")/../lib/daemon.sh"
 cd "$GKM_ROOT"
 . spec/lib/kubeserver.sh
 G=${GKM_BIN_SAN:-$GKM_BIN}
 export ASAN_OPTIONS=detect_leaks=1:exitcode=99
 W=$(mktemp -d)
-AGENT=""
 cleanup() {
-	[ -n "$AGENT" ] && kill "$AGENT" 2>/dev/null && wait "$AGENT" 2>/dev/null
+	daemon_stop_all
 	kubeserver_cleanup
 	rm -rf "$W"
 }
@@ -37,7 +37,7 @@ ok $? "a GKMCache, and the API server set to fail the next $FAILS writes of the 
 PORT=$(free_port)
 $G agent --node n1 --kubeconfig "$KUBECONFIG" --gpu-file spec/fixtures/gpu/inventory/t4.json \
 	--root "$W/root" --run-dir "$W/run" --health-listen "127.0.0.1:$PORT" >"$W/agent.log" 2>&1 &
-AGENT=$!
+PID[agent]=$!
 
 has_entry() { kubectl get gkmcn n1 -n team -o jsonpath='{.status.caches.c1.state}' 2>/dev/null | grep -q .; }
 wait_for 60 has_entry
@@ -79,9 +79,6 @@ kubectl delete gkmcn n1 -n team >/dev/null && sleep 2 &&
 	! kubectl get gkmcn n1 -n team >/dev/null 2>&1
 ok $? "a node object of a namespace without caches stays deleted"
 
-kill "$AGENT" && wait "$AGENT"
-rc=$?
-AGENT=""
-[ $rc -eq 0 ]
+daemon_stop agent
 ok $? "the agent stops cleanly (no sanitizer report)" || tail -20 "$W/agent.log"
 finish

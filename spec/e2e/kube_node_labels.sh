@@ -17,19 +17,15 @@ set -u
 . "$(dirname "$0")/../lib/registry.sh"
 . "$(dirname "$0")/../lib/kubeenv.sh"
 . "$(dirname "$0")/../lib/poll.sh"
+. "$(dirname "$0")/../lib/daemon.sh"
 cd "$GKM_ROOT"
 G=$GKM_BIN
 FX=spec/fixtures/caches/triton
 INV=spec/fixtures/gpu/inventory
 W=$(mktemp -d "${TMPDIR:-/tmp}/gkm-labels-e2e.XXXXXX")
-declare -A PID PORT
-stop() { # name...: SIGTERM the daemons started here, then reap them
-	local n
-	for n in "$@"; do [ -n "${PID[$n]:-}" ] && kill "${PID[$n]}" 2>/dev/null; done
-	for n in "$@"; do [ -n "${PID[$n]:-}" ] && wait "${PID[$n]}" 2>/dev/null; PID[$n]=""; done
-}
+declare -A PORT
 cleanup() {
-	stop "${!PID[@]}"
+	daemon_stop_all
 	kubeenv_stop
 	registry_stop_all
 	[ -n "${KEEP:-}" ] || rm -rf "$W"
@@ -182,7 +178,7 @@ wait_for 20 unschedulable rogue-user
 ok $? "a pod that requires the failed cache is not scheduled (Unschedulable)"
 
 # ---- nothing to do, nothing written; a label removed by hand comes back ----
-stop op
+daemon_stop op
 start_operator && sleep 2 &&
 	[ -z "$(metric "${PORT[op]}" 'gkm_operator_node_label_applies_total{result="applied"}')" ] &&
 	[ "$(all_labels)" = "$(want "$W1" "$W2" "$W3")" ]
@@ -208,13 +204,13 @@ ok $? "... and the waiting pod is bound to a node where vector-add is Ready"
 kubectl delete gkmc vector-add >/dev/null
 wait_for 30 is "$(want "$LONG_KEY" "$W2" "$(sorted $RO "$LONG_KEY")")" all_labels
 ok $? "a deleted cache's label goes from every node" || echo "# $(all_labels)"
-stop agent3
+daemon_stop agent3
 kubectl delete cgkmcn node-3 >/dev/null && kubectl delete gkmcn node-3 -n default --ignore-not-found >/dev/null
 wait_for 30 is "$(want "$LONG_KEY" "$W2" "")" all_labels
 ok $? "a node whose agent and reports are gone loses its labels (the Node stays)" || echo "# $(all_labels)"
 
 # ---- a cache deleted while the operator was down ----
-stop op
+daemon_stop op
 kubectl delete cgkmc rocm >/dev/null
 sleep 1
 [ "$(labels node-2)" = "$W2" ]
@@ -223,7 +219,7 @@ start_operator && wait_for 20 is "$(want "$LONG_KEY" "$BY_HAND" "")" all_labels
 ok $? "the restarted operator removes it at start-up; the label set by hand stays" || echo "# $(all_labels)"
 
 # ---- uninstall ----
-stop op
+daemon_stop op
 $G labels remove --kubeconfig "$K" --dry-run >"$W/dry" 2>&1 &&
 	grep -qx "node-1: would remove $LONG_KEY" "$W/dry" && grep -qx "would remove 1 label on 1 of 3 Nodes" "$W/dry" &&
 	[ "$(labels node-1)" = "$LONG_KEY" ]

@@ -16,27 +16,15 @@ set -u
 . "$(dirname "$0")/../lib/registry.sh"
 . "$(dirname "$0")/../lib/kubeenv.sh"
 . "$(dirname "$0")/../lib/poll.sh"
+. "$(dirname "$0")/../lib/daemon.sh"
 cd "$GKM_ROOT"
 G=$GKM_BIN
 FX=spec/fixtures/caches/triton
 INV=spec/fixtures/gpu/inventory
 W=$(mktemp -d "${TMPDIR:-/tmp}/gkm-kube-e2e.XXXXXX")
-declare -A PID PORT
-UNCLEAN="" # daemons that did not exit 0 on SIGTERM
-stop() { # [-SIGNAL] name...: signal the daemons started by start_*, then reap them
-	local sig=TERM n p
-	case $1 in -*) sig=${1#-} && shift ;; esac
-	for n in "$@"; do [ -n "${PID[$n]:-}" ] && kill "-$sig" "${PID[$n]}" 2>/dev/null; done
-	for n in "$@"; do
-		p=${PID[$n]:-}
-		[ -n "$p" ] || continue
-		wait "$p" 2>/dev/null
-		[ $? = 0 ] || [ "$sig" != TERM ] || UNCLEAN="$UNCLEAN $n"
-		PID[$n]=""
-	done
-}
+declare -A PORT
 cleanup() {
-	stop "${!PID[@]}"
+	daemon_stop_all
 	[ -n "${BIG_PID:-}" ] && kill "$BIG_PID" 2>/dev/null
 	kubeenv_stop
 	registry_stop_all
@@ -313,7 +301,7 @@ entry "" node-2 rocm "assert e['state'] == 'Pending' and e['reason'] == 'DigestN
 ok $? "... and the nodes wait for it (Pending, DigestNotResolved), pulling nothing"
 
 # ---- leader failover ----
-stop "$LEADER"
+daemon_stop "$LEADER"
 wait_for 20 leads "$FOLLOWER"
 ok $? "the leader stops, the other replica takes over ($FOLLOWER)"
 [ "$(holder)" = "$FOLLOWER" ]
@@ -322,7 +310,7 @@ ok $? "the Lease names the new leader"
 ok $? "the new leader took over once"
 
 # ---- no webhook, verification off: the operator resolves digests ----
-stop "$FOLLOWER"
+daemon_stop "$FOLLOWER"
 start_operator op-c --verify-enabled false
 wait_for 30 is 2 field "o['status']['readyNodes']" cgkmc rocm
 ok $? "with --verify-enabled false the operator resolves the cluster cache; ready on node-2 and node-3"
@@ -444,7 +432,7 @@ metadata:
 spec:
   image: $R/caches/big:v1
 EOF
-stop agent3 # keep the machine for node-1's extraction
+daemon_stop agent3 # keep the machine for node-1's extraction
 kubectl apply -f "$W/big.yaml" >/dev/null
 S1=$W/n1/root/store
 py "
@@ -474,7 +462,7 @@ ok $? "the leftovers are cleaned up; one pull"
 	cmp -s "$W/want" "$W/have" && [ "$(wc -l <"$W/want")" -ge 1000 ] &&
 	cmp -s "$W/big/$(grep -m1 cubin "$W/want")" "$W/n1/root/caches/team-b/big/data/$(grep -m1 cubin "$W/want")"
 ok $? "the view holds every file of the image, a kernel binary byte for byte"
-stop -KILL agent1
+daemon_stop -KILL agent1
 start_agent 1
 has_metric() { [ -n "$(metric "$@")" ]; }
 wait_for 30 has_metric "${PORT[agent1]}" 'gkm_agent_reconciles_total{result="ok"}'
@@ -517,7 +505,7 @@ import json, subprocess
 subprocess.run(['kubectl', 'patch', 'configmap', 'gc-probe', '-n', 'default', '--type=merge', '-p',
     json.dumps({'metadata': {'ownerReferences': [{'apiVersion': 'v1', 'kind': 'Node', 'name': 'node-1', 'uid': '$PROBE_UID'}]}})],
     check=True, capture_output=True)"
-stop agent2
+daemon_stop agent2
 kubectl delete node node-2 --cascade=orphan >/dev/null
 wait_for 20 eval "! kubectl get cgkmcn node-2 >/dev/null 2>&1 && ! kubectl get gkmcn node-2 -n default >/dev/null 2>&1 && ! kubectl get gkmcn node-2 -n team-b >/dev/null 2>&1"
 ok $? "node-2 deleted (its dependents orphaned): its node objects are removed"
@@ -526,7 +514,7 @@ ok $? "... by the operator"
 wait_for 20 is 2 field "o['status']['totalNodes']" cgkmc rocm
 ok $? "the cluster cache now counts two nodes"
 
-stop op-c agent3
+daemon_stop op-c agent3
 kubectl delete node node-3 --cascade=orphan >/dev/null
 sleep 1
 kubectl get cgkmcn node-3 >/dev/null 2>&1
@@ -537,14 +525,14 @@ ok $? "the operator removes them when it starts"
 wait_for 20 is 1 field "o['status']['totalNodes']" gkmc big -n team-b
 ok $? "team-b/big now counts one node"
 
-stop agent1 op-c
+daemon_stop agent1 op-c
 kubectl delete node node-1 >/dev/null
 wait_for 30 eval "! kubectl get configmap gc-probe -n default >/dev/null 2>&1"
 ok $? "the garbage collector removes a ConfigMap owned by the deleted node-1"
 wait_for 30 eval "! kubectl get cgkmcn node-1 >/dev/null 2>&1 && ! kubectl get gkmcn node-1 -n team-b >/dev/null 2>&1"
 ok $? "node-1 deleted with no operator running: the garbage collector removes its node objects (ownerReferences)"
 
-stop webhook
-[ -z "$UNCLEAN" ]
-ok $? "every daemon stopped with SIGTERM exited cleanly" || echo "# unclean:$UNCLEAN"
+daemon_stop webhook
+[ -z "$DAEMON_UNCLEAN" ]
+ok $? "every daemon stopped with SIGTERM exited cleanly" || echo "# unclean:$DAEMON_UNCLEAN"
 finish

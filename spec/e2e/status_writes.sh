@@ -13,6 +13,7 @@ set -u
 . "$(dirname "$0")/../lib/tap.sh"
 . "$(dirname "$0")/../lib/poll.sh"
 . "$(dirname "$0")/../lib/loopback.sh"
+. "$(dirname "$0")/../lib/daemon.sh"
 cd "$GKM_ROOT"
 . spec/lib/kubeserver.sh
 . spec/lib/kubeenv.sh
@@ -21,19 +22,8 @@ G=${GKM_BIN_SAN:-$GKM_BIN}
 export ASAN_OPTIONS=detect_leaks=1:exitcode=99
 W=$(mktemp -d "${TMPDIR:-/tmp}/gkm-status-writes.XXXXXX")
 D=sha256:$(printf 'cache' | sha256sum | cut -d' ' -f1)
-OP="" AGENT=""
-daemon_stop() { # pid-variable: SIGTERM, then 0 when it exited cleanly
-	local pid=${!1} rc
-	[ -n "$pid" ] || return 0
-	kill "$pid" 2>/dev/null
-	wait "$pid"
-	rc=$?
-	eval "$1="
-	return $rc
-}
 cleanup() {
-	daemon_stop OP
-	daemon_stop AGENT
+	daemon_stop_all
 	kubeserver_cleanup
 	kubeenv_stop
 	[ -n "${KEEP:-}" ] || rm -rf "$W"
@@ -93,7 +83,7 @@ scenario() { # label (see on_both_servers); make_node NAME makes a Node
 	# leader-elected, on a Lease in namespace gkm (its --namespace default)
 	$G operator --kubeconfig "$KUBECONFIG" --identity op-1 \
 		--health-listen "127.0.0.1:$port" >"$W/operator-$on.log" 2>&1 &
-	OP=$!
+	PID[op]=$!
 	report node-1 Failed PullFailed && report node-2 Failed PullFailed &&
 		wait_for 30 is "2 {'PullFailed': ['node-1', 'node-2']}" \
 			status_of gkmc c1 team "s.get('failedNodes'), s.get('failedNodeConditions')"
@@ -150,7 +140,7 @@ for k, g in enumerate(gaps):
 PY
 		ok $? "$on: the refused write is retried with exponential backoff ($(tail -1 "$W/gaps"))"
 	fi
-	daemon_stop OP
+	daemon_stop op
 	ok $? "$on: the operator stops cleanly on SIGTERM"
 	grep -q 'lost leadership' "$W/operator-$on.log"
 	[ $? -ne 0 ]
@@ -164,7 +154,7 @@ PY
 	$G agent --node node-a --kubeconfig "$KUBECONFIG" --gpu-file spec/fixtures/gpu/inventory/h100.json \
 		--root "$W/$on-root" --run-dir "$W/$on-run" --health-listen "127.0.0.1:$port" \
 		>"$W/agent-$on.log" 2>&1 &
-	AGENT=$!
+	PID[agent]=$!
 	gkmcache solo only
 	wait_for 60 is "Pending" status_of gkmcn node-a solo "s.get('caches', {}).get('only', {}).get('state')"
 	ok $? "$on: the agent reports the only cache of namespace solo" ||
@@ -186,7 +176,7 @@ sys.exit(0 if g == want else 'got %s' % g)" >"$W/gpus" 2>&1
 		{ status_of gkmcn node-a solo s | sed 's/^/#   /'; tail -5 "$W/agent-$on.log" | sed 's/^/#   /'; }
 	! grep -q 'node status write failed' "$W/agent-$on.log"
 	ok $? "$on: no node status write failed" || grep 'write failed' "$W/agent-$on.log" | head -3 | sed 's/^/#   /'
-	daemon_stop AGENT
+	daemon_stop agent
 	ok $? "$on: the agent stops cleanly"
 }
 

@@ -12,6 +12,7 @@ set -u
 . "$(dirname "$0")/../lib/tap.sh"
 . "$(dirname "$0")/../lib/poll.sh"
 . "$(dirname "$0")/../lib/registry.sh"
+. "$(dirname "$0")/../lib/daemon.sh"
 cd "$GKM_ROOT"
 . spec/lib/kubeserver.sh
 . spec/lib/kubeenv.sh
@@ -20,19 +21,8 @@ G=${GKM_BIN_SAN:-$GKM_BIN}
 export ASAN_OPTIONS=detect_leaks=1:exitcode=99
 FX=spec/fixtures/caches/triton
 W=$(mktemp -d "${TMPDIR:-/tmp}/gkm-verified.XXXXXX")
-OP=""
-op_stop() { # 0 when the operator exited cleanly
-	local rc=0
-	if [ -n "$OP" ]; then
-		kill "$OP" 2>/dev/null
-		wait "$OP"
-		rc=$?
-	fi
-	OP=""
-	return $rc
-}
 cleanup() {
-	op_stop
+	daemon_stop_all
 	kubeserver_cleanup
 	kubeenv_stop
 	registry_stop_all
@@ -92,7 +82,7 @@ op_start() { # label flags...
 	shift
 	$G operator --kubeconfig "$KUBECONFIG" --identity op --health-listen "" "$@" \
 		>>"$W/operator-$label.log" 2>&1 &
-	OP=$!
+	PID[op]=$!
 }
 # every sample of cache $1's Verified until it reads $2 (at most 30 s), into $W/samples
 sample_until() {
@@ -137,7 +127,7 @@ names = sorted(e['involvedObject']['name'] for e in ev)
 bad = [e['message'] for e in ev if 'webhook' in e['message']]
 sys.exit(0 if names == ['signed'] and not bad else 'Verified Events for %s; %s' % (names, bad))" >"$W/ev" 2>&1
 	ok $? "$on: one Verified Event, for the signed cache only, naming no webhook" || sed 's/^/#   /' "$W/ev"
-	op_stop
+	daemon_stop op
 	ok $? "$on: the operator stops cleanly"
 
 	# an operator that resolves digests (no webhook), then one that does not
@@ -145,7 +135,7 @@ sys.exit(0 if names == ['signed'] and not bad else 'Verified Events for %s; %s' 
 	op_start "$on" --verify-enabled false
 	wait_for 30 is "$SIGNED $R/team/signed:v1" status_of tagged "s.get('resolvedDigest'), s.get('resolvedImage')"
 	ok $? "$on: with --verify-enabled false the operator resolves the tag and records the image it resolved"
-	op_stop
+	daemon_stop op
 	op_start "$on" --resolve-digests false --trust-dir "$W/trust"
 	sample_until tagged "True SignatureVerified"
 	ok $? "$on: restarted without --resolve-digests: the digest stays and is verified"
@@ -160,7 +150,7 @@ sys.exit(0 if names == ['signed'] and not bad else 'Verified Events for %s; %s' 
 		wait_for 30 is "None DigestNotResolved" status_of tagged \
 			"s.get('resolvedDigest'), [c['reason'] for c in s['conditions'] if c['type'] == 'Ready'][0]"
 	ok $? "$on: spec.image changed with nobody to resolve it: the old digest is not carried over"
-	op_stop
+	daemon_stop op
 	ok $? "$on: the operator stops cleanly again"
 }
 
