@@ -23,7 +23,7 @@ struct pull_sched_host {
 struct pull_sched {
 	struct pull_sched_host *hosts; /* kept until pull_sched_free: a node reads few registries */
 	unsigned slots[PULL_SCHED_LANES], running[PULL_SCHED_LANES];
-	uint64_t seq, turn;
+	uint64_t turn; /* starts so far, for the hosts' turns */
 	uint64_t seed; /* backoff jitter */
 };
 
@@ -75,7 +75,6 @@ int pull_sched_queue(struct pull_sched *s, struct pull_sched_job *j, const char 
 		return -ENOMEM;
 	j->host = h;
 	j->lane = lane;
-	j->seq = ++s->seq;
 	j->next = NULL;
 	j->queued = true;
 	*h->tail[lane] = j;

@@ -27,12 +27,11 @@ struct pull_sched;
 struct pull_sched_host;
 
 /* One job, embedded in the caller's object: zero it before first use. The
- * scheduler owns next/host/seq while the job is queued or running. */
+ * scheduler owns next and host while the job is queued or running. */
 struct pull_sched_job {
 	struct pull_sched_job *next;
 	struct pull_sched_host *host;
 	enum pull_sched_lane lane;
-	uint64_t seq;
 	bool queued, running;
 };
 
@@ -68,8 +67,8 @@ struct pull_sched_job *pull_sched_next(struct pull_sched *s, enum pull_sched_lan
 void pull_sched_done(struct pull_sched *s, struct pull_sched_job *j,
                      enum pull_sched_outcome outcome, uint64_t now_ms);
 
-/* When the host of j (queued, running, or last run) may be tried again: 0
- * when it is not backing off. For reporting and for arming timers. */
+/* When host h (a job's host: queued, running, or last run) may be tried
+ * again: 0 when it is not backing off. For reporting and for arming timers. */
 uint64_t pull_sched_host_retry_at(const struct pull_sched_host *h);
 /* The earliest end of a backoff of a host with queued jobs (UINT64_MAX: none). */
 uint64_t pull_sched_next_due(const struct pull_sched *s);
