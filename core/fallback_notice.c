@@ -131,12 +131,28 @@ static int remember(struct fallback_notice *fn, const char *cache, const char *v
 	return 0;
 }
 
+/* Mark the volumes told of cache (NULL: of every cache) as not seen yet. */
+static void unsee(struct fallback_notice *fn, const char *cache)
+{
+	for (size_t i = 0; i < fn->n; i++)
+		if (!cache || !strcmp(fn->told[i].cache, cache))
+			fn->told[i].seen = false;
+}
+
+/* Forget the volumes of cache (NULL: of every cache) not seen since unsee(). */
+static void forget_unseen(struct fallback_notice *fn, const char *cache)
+{
+	size_t kept = 0;
+	for (size_t i = 0; i < fn->n; i++)
+		if (fn->told[i].seen || (cache && strcmp(fn->told[i].cache, cache) != 0))
+			fn->told[kept++] = fn->told[i];
+	fn->n = kept;
+}
+
 void fallback_notice_usage(struct fallback_notice *fn, const char *cache_key,
                            const struct cache_view_usage *u)
 {
-	for (size_t i = 0; i < fn->n; i++)
-		if (!strcmp(fn->told[i].cache, cache_key))
-			fn->told[i].seen = false;
+	unsee(fn, cache_key);
 	for (size_t i = 0; u && i < u->npods; i++) {
 		const struct cache_view_pod *p = &u->pods[i];
 		if (!p->fallback || !p->volume_id)
@@ -156,11 +172,7 @@ void fallback_notice_usage(struct fallback_notice *fn, const char *cache_key,
 			         "namespace", p->namespace, "volume", p->volume_id, "error",
 			         strerror(-rc));
 	}
-	size_t kept = 0;
-	for (size_t i = 0; i < fn->n; i++)
-		if (strcmp(fn->told[i].cache, cache_key) != 0 || fn->told[i].seen)
-			fn->told[kept++] = fn->told[i];
-	fn->n = kept;
+	forget_unseen(fn, cache_key);
 }
 
 void fallback_notice_scan(struct fallback_notice *fn, const char *run_dir)
@@ -173,8 +185,7 @@ void fallback_notice_scan(struct fallback_notice *fn, const char *run_dir)
 		log_warn("cannot list the usage files", "dir", run_dir, "error", strerror(-rc));
 		return;
 	}
-	for (size_t i = 0; i < fn->n; i++)
-		fn->told[i].seen = false;
+	unsee(fn, NULL);
 	for (size_t i = 0; i < n; i++) {
 		snprintf(key, sizeof(key), "%s/%s",
 		         list[i].namespace[0] ? list[i].namespace : CACHE_VIEW_CLUSTER,
@@ -183,9 +194,5 @@ void fallback_notice_scan(struct fallback_notice *fn, const char *run_dir)
 	}
 	cache_view_usage_list_free(list, n);
 	/* fallback_notice_usage() marked what it found in each file */
-	size_t kept = 0;
-	for (size_t i = 0; i < fn->n; i++)
-		if (fn->told[i].seen)
-			fn->told[kept++] = fn->told[i];
-	fn->n = kept;
+	forget_unseen(fn, NULL);
 }
