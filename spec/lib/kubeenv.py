@@ -42,6 +42,8 @@ import time
 import urllib.error
 import urllib.request
 
+from proc import free_port
+
 ROOT = os.environ.get("GKM_ROOT") or os.path.abspath(
     os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", ".."))
 CRDS = os.path.join(ROOT, "charts", "gkm", "crds")
@@ -81,12 +83,6 @@ def unavailable(*binaries):
     if not shutil.which("kubectl"):
         return "kubectl is not installed (Debian 12 has no current one)"
     return None
-
-
-def free_port():
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 _libc = ctypes.CDLL(None, use_errno=True)

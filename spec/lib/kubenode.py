@@ -41,7 +41,8 @@ import tarfile
 import tempfile
 
 from csi_client import unmount_below
-from kubeenv import Processes, assets, free_port
+from kubeenv import Processes, assets
+from proc import free_port
 
 BINARIES = ("containerd", "containerd-shim-runc-v2", "runc", "ctr")
 CNI_BIN = "/usr/lib/cni"
