@@ -15,8 +15,8 @@ check() { # name cmd...
 	ok $? "$name"
 }
 expect() { # status name pattern cmd...: passes when cmd exits with status and its
-	# output (stdout and stderr, kept in $TAP_OUT, default $TMPDIR/tap-out.$$) matches
-	local want=$1 name=$2 pat=$3 out=${TAP_OUT:-${TMPDIR:-/tmp}/tap-out.$$}
+	# output (stdout and stderr, kept in $TAP_OUT where that is set) matches
+	local want=$1 name=$2 pat=$3 out=${TAP_OUT:-$(mktemp "${TMPDIR:-/tmp}/tap-out.XXXXXX")}
 	shift 3
 	"$@" >"$out" 2>&1
 	local rc=$?
@@ -27,6 +27,7 @@ expect() { # status name pattern cmd...: passes when cmd exits with status and i
 		echo "# exit $rc (wanted $want), output:"
 		sed 's/^/#   /' "$out" | head -12
 	fi
+	[ -n "${TAP_OUT:-}" ] || rm -f "$out"
 }
 skip() { TAP_N=$((TAP_N + 1)); echo "ok $TAP_N - $1 # SKIP $2"; }
 finish() { echo "1..$TAP_N"; [ "$TAP_FAILED" -eq 0 ]; }
