@@ -19,6 +19,7 @@
 #include "oci_pull.h"
 #include "oci_ref.h"
 #include "pull_sched.h"
+#include "soon_timer.h"
 #include "store.h"
 
 #define MANAGER_PREFIX "gkm-agent/"
@@ -117,10 +118,10 @@ struct agent {
 	struct fallback_notice *notice; /* Events on pods given a fallback volume */
 	struct nodeobj *nodeobjs;
 	cJSON *gpus; /* the probe JSON ({"gpus": [...], "groups": [...]}) */
-	uint64_t kick_timer, resync_timer, probe_timer, status_timer, sched_timer, usage_timer;
-	uint64_t sched_at;  /* when sched_timer fires (loop ms) */
-	uint64_t status_at; /* when status_timer fires (loop ms) */
-	uint64_t seed;      /* for backoff jitter */
+	uint64_t kick_timer, resync_timer, probe_timer, sched_timer, usage_timer;
+	struct soon_timer status_timer; /* the debounced node status flush */
+	uint64_t sched_at;              /* when sched_timer fires (loop ms) */
+	uint64_t seed;                  /* for backoff jitter */
 	bool synced_caches, synced_cluster, probed, stopping;
 	char node_uid[64];
 	int node_rc;            /* reading this node's Node: 0, -ENOENT, -EACCES, ... */
@@ -913,27 +914,13 @@ static struct nodeobj *nodeobj_for(struct agent *a, const char *ns)
 	return n;
 }
 
-static void flush_status(struct loop *l, void *ud);
-
-/* Flush the node status in delay_ms, or sooner if already due sooner. */
-static void arm_status_timer(struct agent *a, uint64_t delay_ms)
-{
-	uint64_t at = loop_now_ms() + delay_ms;
-	if (a->status_timer && a->status_at <= at)
-		return;
-	if (a->status_timer)
-		loop_cancel_timer(a->loop, a->status_timer);
-	a->status_timer = loop_add_timer(a->loop, delay_ms, flush_status, a);
-	a->status_at = at;
-}
-
 static void mark_dirty(struct agent *a, const char *ns)
 {
 	struct nodeobj *n = nodeobj_for(a, ns);
 	if (!n)
 		return;
 	n->dirty = true;
-	arm_status_timer(a, a->o.status_debounce_ms);
+	soon_timer_arm(&a->status_timer, a->o.status_debounce_ms);
 }
 
 /* One of this node's objects was deleted (by hand, or with its namespace):
@@ -1132,7 +1119,7 @@ static void status_done(struct loop *l, void *ud)
 			sj->n->created = false;
 		if (!a->stopping) {
 			sj->n->dirty = true;
-			arm_status_timer(a, delay);
+			soon_timer_arm(&a->status_timer, delay);
 		}
 	} else {
 		sj->n->failures = 0;
@@ -1152,15 +1139,14 @@ static void flush_status(struct loop *l, void *ud)
 {
 	struct agent *a = ud;
 	(void)l;
-	a->status_timer = 0;
 	uint64_t now = loop_now_ms();
 	for (struct nodeobj *n = a->nodeobjs; n; n = n->next) {
 		if (!n->dirty)
 			continue;
 		/* one write per object at a time, none before its backoff: retry after */
 		if (n->writing || n->write_not_before > now) {
-			arm_status_timer(a, n->writing ? a->o.status_debounce_ms
-			                               : n->write_not_before - now);
+			soon_timer_arm(&a->status_timer, n->writing ? a->o.status_debounce_ms
+			                                            : n->write_not_before - now);
 			continue;
 		}
 		struct status_job *sj = status_job_for(a, n);
@@ -1878,6 +1864,7 @@ int agent_start(struct loop *l, struct workers *w, struct objstore *os,
 	init_metrics();
 	pthread_mutex_init(&a->clients_lock, NULL);
 	a->loop = l;
+	soon_timer_init(&a->status_timer, l, flush_status, a);
 	a->workers = w;
 	a->os = os;
 	a->policies = policies;
@@ -1987,8 +1974,7 @@ void agent_stop(struct agent *a)
 		loop_cancel_timer(a->loop, a->usage_timer);
 	if (a->probe_timer)
 		loop_cancel_timer(a->loop, a->probe_timer);
-	if (a->status_timer)
-		loop_cancel_timer(a->loop, a->status_timer);
+	soon_timer_cancel(&a->status_timer);
 	if (a->sched_timer)
 		loop_cancel_timer(a->loop, a->sched_timer);
 	if (a->node_timer)
