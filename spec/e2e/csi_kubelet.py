@@ -334,8 +334,11 @@ def main():
     wait_for(lambda: listed() == [("writer", NS, uid["writer"])], 40)
     t.eq(listed(), [("writer", NS, uid["writer"])], "the node object lists the writer only")
     kubectl("delete", "pod", "writer", "-n", NS, "--wait=false")
-    gone = wait_for(lambda: findmnt(target("writer")) is None and not os.path.exists(target("writer")), 30)
-    t.ok(gone and not os.path.exists(upper), "writer deleted: its overlay is unmounted, its upper layer removed")
+    # The plugin removes the target directory before the volume's layers: wait for both.
+    gone = wait_for(lambda: findmnt(target("writer")) is None and not os.path.exists(target("writer"))
+                    and not os.path.exists(upper), 30)
+    t.ok(gone, "writer deleted: its overlay is unmounted, its upper layer removed",
+         diag="target %s, upper layer %s" % (os.path.exists(target("writer")), os.path.exists(upper)))
     wait_for(lambda: listed() == [], 40)
     t.eq(listed(), [], "the node object lists no pods")
     # The kubelet removes a deleted pod's object once its volumes are torn
@@ -416,8 +419,10 @@ def main():
          diag=[line for line in scrape.splitlines() if "fallback" in line])
 
     kubectl("delete", "pod", "fallback", "-n", NS, "--wait=false")
-    gone = wait_for(lambda: findmnt(target("fallback")) is None and not os.path.exists(target("fallback")), 30)
-    t.ok(gone and not os.path.exists(os.path.join(state, "csi", "volumes", vid)),
+    vdir = os.path.join(state, "csi", "volumes", vid)
+    gone = wait_for(lambda: findmnt(target("fallback")) is None and not os.path.exists(target("fallback"))
+                    and not os.path.exists(vdir), 30)
+    t.ok(gone,
          "the pod deleted: the kubelet unpublishes, the directory and all it held are removed", diag=csi.tail())
     wait_for(lambda: fallback_pods() == ([], []), 40)
     t.eq(fallback_pods(), ([], []), "the node object lists it no more")
