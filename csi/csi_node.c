@@ -139,11 +139,24 @@ static const char *shown(const char *s, char *buf, size_t size)
 
 /* ---- the volume table (callers hold n->lock) ---- */
 
+/* A volume that is not shared is published at one target; a shared one
+ * has an entry per target (its key names the two). */
 static struct entry *find_id(struct csi_node *n, const char *id)
 {
 	for (size_t i = 0; i < n->nvols; i++)
-		if (strcmp(n->vols[i]->v.volume_id, id) == 0)
+		if (!n->vols[i]->v.shared && strcmp(n->vols[i]->v.volume_id, id) == 0)
 			return n->vols[i];
+	return NULL;
+}
+
+static struct entry *find_key(struct csi_node *n, const char *key)
+{
+	char k[CSI_VOLUME_KEY_MAX + 1];
+	for (size_t i = 0; i < n->nvols; i++) {
+		csi_volume_key(&n->vols[i]->v, k);
+		if (strcmp(k, key) == 0)
+			return n->vols[i];
+	}
 	return NULL;
 }
 
@@ -152,6 +165,19 @@ static struct entry *find_target(struct csi_node *n, const char *target)
 	for (size_t i = 0; i < n->nvols; i++)
 		if (strcmp(n->vols[i]->v.target_path, target) == 0)
 			return n->vols[i];
+	return NULL;
+}
+
+/* The publication of volume id at target, or NULL; then *other is the
+ * volume's one publication elsewhere when it is not shared. */
+static struct entry *published_at(struct csi_node *n, const char *id, const char *target,
+                                  struct entry **other)
+{
+	struct entry *e = find_target(n, target);
+	*other = NULL;
+	if (e && strcmp(e->v.volume_id, id) == 0)
+		return e;
+	*other = find_id(n, id);
 	return NULL;
 }
 
@@ -221,12 +247,21 @@ static bool valid_abs_path(const char *p)
 	return true;
 }
 
-static int overlay_dir(const struct csi_node *n, const char *volume_id, const char *sub, char *buf,
-                       size_t size)
+/* <state>/volumes/<key>[/sub]: the private directories of one publication. */
+static int key_dir(const struct csi_node *n, const char *key, const char *sub, char *buf,
+                   size_t size)
 {
-	int len = sub ? snprintf(buf, size, "%s/volumes/%s/%s", n->state_dir, volume_id, sub)
-	              : snprintf(buf, size, "%s/volumes/%s", n->state_dir, volume_id);
+	int len = sub ? snprintf(buf, size, "%s/volumes/%s/%s", n->state_dir, key, sub)
+	              : snprintf(buf, size, "%s/volumes/%s", n->state_dir, key);
 	return (len < 0 || (size_t)len >= size) ? -ENAMETOOLONG : 0;
+}
+
+static int overlay_dir(const struct csi_node *n, const struct csi_volume *v, const char *sub,
+                       char *buf, size_t size)
+{
+	char key[CSI_VOLUME_KEY_MAX + 1];
+	csi_volume_key(v, key);
+	return key_dir(n, key, sub, buf, size);
 }
 
 static void describe(const struct csi_volume *v, char *buf, size_t size)
@@ -375,6 +410,13 @@ static int parse_publish(const Csi__V1__NodePublishVolumeRequest *req, struct cs
 		fail(r, CSI_INVALID_ARGUMENT, "volume_capability.access_mode is required");
 		return -EINVAL;
 	}
+	/* Modes under which one volume may be published at several targets
+	 * of a node: a PersistentVolume that several pods mount. */
+	int mode = cap->access_mode->mode;
+	bool shared = mode == CSI__V1__VOLUME_CAPABILITY__ACCESS_MODE__MODE__MULTI_NODE_READER_ONLY ||
+	              mode == CSI__V1__VOLUME_CAPABILITY__ACCESS_MODE__MODE__MULTI_NODE_SINGLE_WRITER ||
+	              mode == CSI__V1__VOLUME_CAPABILITY__ACCESS_MODE__MODE__MULTI_NODE_MULTI_WRITER ||
+	              mode == CSI__V1__VOLUME_CAPABILITY__ACCESS_MODE__MODE__SINGLE_NODE_MULTI_WRITER;
 	if (read_attrs(req, &a, r))
 		return -EINVAL;
 	if (!a.name || !*a.name) {
@@ -453,6 +495,7 @@ static int parse_publish(const Csi__V1__NodePublishVolumeRequest *req, struct cs
 	v->writable = writable;
 	v->empty_on_miss = a.on_miss && strcmp(a.on_miss, "empty") == 0;
 	v->pod_read_only = req->readonly;
+	v->shared = shared;
 	v->fallback_state = v->fallback_reason = v->fallback_message = "";
 	return 0;
 }
@@ -565,11 +608,13 @@ out:
 
 static int usage_add(struct csi_node *n, const struct csi_volume *v)
 {
+	char key[CSI_VOLUME_KEY_MAX + 1];
+	csi_volume_key(v, key);
 	struct cache_view_pod p = {
 	    .name = v->pod_name,
 	    .namespace = v->pod_namespace,
 	    .uid = v->pod_uid,
-	    .volume_id = v->volume_id,
+	    .volume_id = key,
 	    .target_path = v->target_path,
 	    .digest = v->digest,
 	    .read_only = v->fallback ? v->pod_read_only : !v->writable,
@@ -589,8 +634,8 @@ static int mount_fallback(struct csi_node *n, const struct csi_volume *v, struct
 {
 	char vdir[PATH_MAX], dir[PATH_MAX];
 	int rc, fd = -1;
-	if ((rc = overlay_dir(n, v->volume_id, NULL, vdir, sizeof(vdir))) ||
-	    (rc = overlay_dir(n, v->volume_id, "fallback", dir, sizeof(dir)))) {
+	if ((rc = overlay_dir(n, v, NULL, vdir, sizeof(vdir))) ||
+	    (rc = overlay_dir(n, v, "fallback", dir, sizeof(dir)))) {
 		fail(r, CSI_INTERNAL, "fallback directory: %s", strerror(-rc));
 		return rc;
 	}
@@ -629,9 +674,9 @@ static int mount_volume(struct csi_node *n, const struct csi_volume *v, int fd, 
 			     v->target_path, strerror(-rc));
 		return rc;
 	}
-	if ((rc = overlay_dir(n, v->volume_id, NULL, vdir, sizeof(vdir))) ||
-	    (rc = overlay_dir(n, v->volume_id, "upper", upper, sizeof(upper))) ||
-	    (rc = overlay_dir(n, v->volume_id, "work", work, sizeof(work)))) {
+	if ((rc = overlay_dir(n, v, NULL, vdir, sizeof(vdir))) ||
+	    (rc = overlay_dir(n, v, "upper", upper, sizeof(upper))) ||
+	    (rc = overlay_dir(n, v, "work", work, sizeof(work)))) {
 		fail(r, CSI_INTERNAL, "overlay directories: %s", strerror(-rc));
 		return rc;
 	}
@@ -757,7 +802,7 @@ static void undo_target(struct csi_node *n, const struct csi_volume *v, bool cre
 	if (created && rmdir(v->target_path) != 0 && errno != ENOENT)
 		log_warn("cannot remove target after a failed publish", "target", v->target_path,
 		         "error", strerror(errno));
-	if (overlay_dir(n, v->volume_id, NULL, vdir, sizeof(vdir)) == 0 &&
+	if (overlay_dir(n, v, NULL, vdir, sizeof(vdir)) == 0 &&
 	    csi_mount_remove_tree(vdir) != 0)
 		log_warn("cannot remove the volume's directories", "dir", vdir);
 }
@@ -795,7 +840,7 @@ static int publish_new(struct csi_node *n, struct entry *e, const char **label, 
 	goto out;
 undo:
 	undo_target(n, v, created);
-	if (csi_volume_remove(n->volumes_dir, v->volume_id) != 0)
+	if (csi_volume_remove(n->volumes_dir, v) != 0)
 		log_error("cannot remove volume state after a failed publish", "volume",
 		          v->volume_id);
 out:
@@ -849,14 +894,18 @@ static void node_publish(struct csi_node *n, const uint8_t *data, size_t len, st
 		goto out;
 
 	pthread_mutex_lock(&n->lock);
-	e = find_id(n, want.volume_id);
-	if (e && e->busy) {
+	e = find_target(n, want.target_path);
+	struct entry *other = e || want.shared ? NULL : find_id(n, want.volume_id);
+	if (e && strcmp(e->v.volume_id, want.volume_id) != 0) {
+		fail(r, CSI_ALREADY_EXISTS, "target %s already holds volume %s", want.target_path,
+		     e->v.volume_id);
+		e = NULL;
+	} else if ((e && e->busy) || (other && other->busy)) {
 		fail(r, CSI_ABORTED, "an operation on volume %s is in progress", want.volume_id);
 		e = NULL;
-	} else if (e && strcmp(e->v.target_path, want.target_path) != 0) {
+	} else if (other) {
 		fail(r, CSI_FAILED_PRECONDITION, "volume %s is already published at %s",
-		     want.volume_id, e->v.target_path);
-		e = NULL;
+		     want.volume_id, other->v.target_path);
 	} else if (e && !csi_volume_same(&e->v, &want)) {
 		describe(&e->v, what, sizeof(what));
 		fail(r, CSI_ALREADY_EXISTS,
@@ -865,12 +914,8 @@ static void node_publish(struct csi_node *n, const uint8_t *data, size_t len, st
 		     e->v.writable ? "writable" : "read-only");
 		e = NULL;
 	} else if (!e) {
-		struct entry *other = find_target(n, want.target_path);
-		if (other) {
-			fail(r, CSI_ALREADY_EXISTS, "target %s already holds volume %s",
-			     want.target_path, other->v.volume_id);
-		} else if (!(e = calloc(1, sizeof(*e))) || csi_volume_copy(&e->v, &want) != 0 ||
-		           add_entry(n, e) != 0) {
+		if (!(e = calloc(1, sizeof(*e))) || csi_volume_copy(&e->v, &want) != 0 ||
+		    add_entry(n, e) != 0) {
 			if (e)
 				csi_volume_clear(&e->v);
 			free(e);
@@ -938,17 +983,19 @@ static int teardown(struct csi_node *n, const struct csi_volume *v, struct csi_r
 		         strerror(errno));
 	/* The overlay layers or the fallback directory, written by the pod. */
 	char vdir[PATH_MAX];
-	if (overlay_dir(n, v->volume_id, NULL, vdir, sizeof(vdir)) == 0 &&
+	if (overlay_dir(n, v, NULL, vdir, sizeof(vdir)) == 0 &&
 	    csi_mount_remove_tree(vdir) != 0)
 		log_warn("cannot remove the volume's directories (removed at next start)", "dir",
 		         vdir);
-	rc = cache_view_usage_remove(n->run_dir, v->cache_namespace, v->cache_name, v->volume_id);
+	char key[CSI_VOLUME_KEY_MAX + 1];
+	csi_volume_key(v, key);
+	rc = cache_view_usage_remove(n->run_dir, v->cache_namespace, v->cache_name, key);
 	if (rc) {
 		fail(r, CSI_INTERNAL, "cannot release usage of volume %s: %s", v->volume_id,
 		     strerror(-rc));
 		return rc;
 	}
-	rc = csi_volume_remove(n->volumes_dir, v->volume_id);
+	rc = csi_volume_remove(n->volumes_dir, v);
 	if (rc)
 		fail(r, CSI_INTERNAL, "cannot remove state of volume %s: %s", v->volume_id,
 		     strerror(-rc));
@@ -959,7 +1006,7 @@ static void node_unpublish(struct csi_node *n, const uint8_t *data, size_t len, 
 {
 	Csi__V1__NodeUnpublishVolumeRequest *req =
 	    csi__v1__node_unpublish_volume_request__unpack(NULL, len, data);
-	struct entry *e = NULL;
+	struct entry *e = NULL, *other = NULL;
 	bool known = false;
 	if (!req) {
 		fail(r, CSI_INVALID_ARGUMENT, "malformed NodeUnpublishVolumeRequest");
@@ -968,16 +1015,15 @@ static void node_unpublish(struct csi_node *n, const uint8_t *data, size_t len, 
 	if (check_volume_id(req->volume_id, r) || check_path("target_path", req->target_path, r))
 		goto out;
 	pthread_mutex_lock(&n->lock);
-	e = find_id(n, req->volume_id);
+	e = published_at(n, req->volume_id, req->target_path, &other);
 	if (e && e->busy) {
 		fail(r, CSI_ABORTED, "an operation on volume %s is in progress", req->volume_id);
 		known = true;
 		e = NULL;
-	} else if (e && strcmp(e->v.target_path, req->target_path) != 0) {
+	} else if (other) {
 		fail(r, CSI_NOT_FOUND, "volume %s is published at %s, not at %s", req->volume_id,
-		     e->v.target_path, req->target_path);
+		     other->v.target_path, req->target_path);
 		known = true;
-		e = NULL;
 	} else if (e) {
 		e->busy = true;
 	}
@@ -1080,12 +1126,11 @@ static void node_stats(struct csi_node *n, const uint8_t *data, size_t len, stru
 		goto out;
 	}
 	pthread_mutex_lock(&n->lock);
-	struct entry *e = find_id(n, req->volume_id);
+	struct entry *other = NULL, *e = published_at(n, req->volume_id, req->volume_path, &other);
 	if (e && !e->placeholder) {
-		found = true;
-		at_path = strcmp(e->v.target_path, req->volume_path) == 0;
-		if (at_path && csi_volume_copy(&v, &e->v) != 0)
-			found = false;
+		found = at_path = csi_volume_copy(&v, &e->v) == 0;
+	} else if (other && !other->placeholder) {
+		found = true; /* elsewhere */
 	}
 	pthread_mutex_unlock(&n->lock);
 	if (!found) {
@@ -1111,7 +1156,7 @@ static void node_stats(struct csi_node *n, const uint8_t *data, size_t len, stru
 	if (rc == 0 && own) {
 		char upper[PATH_MAX];
 		struct statvfs sv;
-		rc = overlay_dir(n, v.volume_id, own, upper, sizeof(upper));
+		rc = overlay_dir(n, &v, own, upper, sizeof(upper));
 		if (rc == 0)
 			rc = csi_mount_tree_usage(upper, &ubytes, &uinodes);
 		if (rc == 0 && statvfs(upper, &sv) != 0)
@@ -1357,10 +1402,10 @@ static void remove_orphans(struct csi_node *n)
 		return;
 	struct dirent *de;
 	while ((de = readdir(d)) != NULL) {
-		if (!csi_volume_valid_id(de->d_name) || find_id(n, de->d_name))
+		if (!csi_volume_valid_key(de->d_name) || find_key(n, de->d_name))
 			continue;
 		char path[PATH_MAX];
-		if (overlay_dir(n, de->d_name, NULL, path, sizeof(path)) != 0)
+		if (key_dir(n, de->d_name, NULL, path, sizeof(path)) != 0)
 			continue;
 		int rc = csi_mount_remove_tree(path);
 		log_info("removed orphaned overlay directories", "dir", path, "error",

@@ -4,6 +4,7 @@
 #include <dirent.h>
 #include <errno.h>
 #include <limits.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -29,6 +30,37 @@ bool csi_volume_valid_id(const char *id)
 	return true;
 }
 
+/* FNV-1a: the targets of one volume on one node are a handful of kubelet
+ * paths, not chosen to collide. */
+void csi_volume_key(const struct csi_volume *v, char *buf)
+{
+	if (!v->shared) {
+		snprintf(buf, CSI_VOLUME_KEY_MAX + 1, "%s", v->volume_id);
+		return;
+	}
+	uint64_t h = 0xcbf29ce484222325ULL;
+	for (const unsigned char *p = (const unsigned char *)v->target_path; *p; p++)
+		h = (h ^ *p) * 0x100000001b3ULL;
+	snprintf(buf, CSI_VOLUME_KEY_MAX + 1, "%s@%016llx", v->volume_id, (unsigned long long)h);
+}
+
+bool csi_volume_valid_key(const char *key)
+{
+	const char *at = key ? strchr(key, '@') : NULL;
+	if (!at)
+		return csi_volume_valid_id(key);
+	char id[CSI_VOLUME_ID_MAX + 1];
+	size_t n = (size_t)(at - key);
+	if (n > CSI_VOLUME_ID_MAX || strlen(at + 1) != 16)
+		return false;
+	memcpy(id, key, n);
+	id[n] = '\0';
+	for (const char *p = at + 1; *p; p++)
+		if (!((*p >= '0' && *p <= '9') || (*p >= 'a' && *p <= 'f')))
+			return false;
+	return csi_volume_valid_id(id);
+}
+
 static bool eq(const char *a, const char *b)
 {
 	return strcmp(a ? a : "", b ? b : "") == 0;
@@ -40,7 +72,8 @@ bool csi_volume_same(const struct csi_volume *a, const struct csi_volume *b)
 	       eq(a->cache_namespace, b->cache_namespace) && eq(a->cache_name, b->cache_name) &&
 	       eq(a->pod_name, b->pod_name) && eq(a->pod_namespace, b->pod_namespace) &&
 	       eq(a->pod_uid, b->pod_uid) && a->writable == b->writable &&
-	       a->empty_on_miss == b->empty_on_miss && a->pod_read_only == b->pod_read_only;
+	       a->empty_on_miss == b->empty_on_miss && a->pod_read_only == b->pod_read_only &&
+	       a->shared == b->shared;
 }
 
 void csi_volume_clear(struct csi_volume *v)
@@ -75,6 +108,7 @@ int csi_volume_copy(struct csi_volume *dst, const struct csi_volume *src)
 	    .writable = src->writable,
 	    .empty_on_miss = src->empty_on_miss,
 	    .pod_read_only = src->pod_read_only,
+	    .shared = src->shared,
 	    .started = src->started,
 	    .fallback = src->fallback,
 	    .fallback_state = strdup(src->fallback_state ? src->fallback_state : ""),
@@ -91,18 +125,20 @@ int csi_volume_copy(struct csi_volume *dst, const struct csi_volume *src)
 	return 0;
 }
 
-static int state_path(char *buf, size_t size, const char *dir, const char *id)
+static int state_path(char *buf, size_t size, const char *dir, const struct csi_volume *v)
 {
-	if (!csi_volume_valid_id(id))
+	char key[CSI_VOLUME_KEY_MAX + 1];
+	if (!csi_volume_valid_id(v->volume_id))
 		return -EINVAL;
-	int n = snprintf(buf, size, "%s/%s%s", dir, id, suffix);
+	csi_volume_key(v, key);
+	int n = snprintf(buf, size, "%s/%s%s", dir, key, suffix);
 	return (n < 0 || (size_t)n >= size) ? -ENAMETOOLONG : 0;
 }
 
 int csi_volume_save(const char *dir, const struct csi_volume *v)
 {
 	char path[PATH_MAX], ts[40];
-	int rc = state_path(path, sizeof(path), dir, v->volume_id);
+	int rc = state_path(path, sizeof(path), dir, v);
 	if (rc)
 		return rc;
 	rc = fsutil_mkdirs(dir, 0700);
@@ -125,6 +161,7 @@ int csi_volume_save(const char *dir, const struct csi_volume *v)
 	          cJSON_AddStringToObject(o, "started", ts) &&
 	          cJSON_AddStringToObject(o, "onMiss", v->empty_on_miss ? "empty" : "fail") &&
 	          cJSON_AddBoolToObject(o, "podReadOnly", v->pod_read_only) &&
+	          (!v->shared || cJSON_AddBoolToObject(o, "shared", true)) &&
 	          (!fb || (cJSON_AddStringToObject(fb, "state", v->fallback_state) &&
 	                   cJSON_AddStringToObject(fb, "reason", v->fallback_reason) &&
 	                   cJSON_AddStringToObject(fb, "message", v->fallback_message)));
@@ -137,10 +174,10 @@ int csi_volume_save(const char *dir, const struct csi_volume *v)
 	return rc;
 }
 
-int csi_volume_remove(const char *dir, const char *volume_id)
+int csi_volume_remove(const char *dir, const struct csi_volume *v)
 {
 	char path[PATH_MAX];
-	int rc = state_path(path, sizeof(path), dir, volume_id);
+	int rc = state_path(path, sizeof(path), dir, v);
 	if (rc)
 		return rc;
 	if (unlink(path) != 0 && errno != ENOENT)
@@ -163,14 +200,16 @@ static int parse_fallback(const cJSON *o, struct csi_volume *v)
 	const cJSON *miss = cJSON_GetObjectItemCaseSensitive(o, "onMiss");
 	const cJSON *pro = cJSON_GetObjectItemCaseSensitive(o, "podReadOnly");
 	const cJSON *fb = cJSON_GetObjectItemCaseSensitive(o, "fallback");
+	const cJSON *shared = cJSON_GetObjectItemCaseSensitive(o, "shared");
 	if ((miss && !cJSON_IsString(miss)) || (pro && !cJSON_IsBool(pro)) ||
-	    (fb && !cJSON_IsObject(fb)))
+	    (fb && !cJSON_IsObject(fb)) || (shared && !cJSON_IsBool(shared)))
 		return -EINVAL;
 	if (miss && strcmp(miss->valuestring, "empty") != 0 &&
 	    strcmp(miss->valuestring, "fail") != 0)
 		return -EINVAL;
 	v->empty_on_miss = miss && strcmp(miss->valuestring, "empty") == 0;
 	v->pod_read_only = cJSON_IsTrue(pro);
+	v->shared = cJSON_IsTrue(shared);
 	v->fallback = fb != NULL;
 	if (!fb) {
 		v->fallback_state = strdup("");
@@ -262,12 +301,16 @@ int csi_volume_load_all(const char *dir, struct csi_volume **out, size_t *nout)
 		if (r == 0)
 			r = parse_state(text, tlen, &v);
 		free(text);
-		/* The file name must match the id inside, or a copied file could
-		 * shadow another volume. */
-		if (r == 0 && (strlen(v.volume_id) + sizeof(suffix) - 1 != len ||
-		               strncmp(v.volume_id, e->d_name, strlen(v.volume_id)) != 0)) {
-			csi_volume_clear(&v);
-			r = -EINVAL;
+		/* The file name must match the publication inside, or a copied
+		 * file could shadow another volume. */
+		if (r == 0) {
+			char key[CSI_VOLUME_KEY_MAX + 1];
+			csi_volume_key(&v, key);
+			if (strlen(key) + sizeof(suffix) - 1 != len ||
+			    strncmp(key, e->d_name, strlen(key)) != 0) {
+				csi_volume_clear(&v);
+				r = -EINVAL;
+			}
 		}
 		if (r) {
 			log_error("ignoring unreadable volume state; unmount and delete it by hand",

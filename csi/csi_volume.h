@@ -7,9 +7,12 @@
  *    "cacheName", "digest", "writable": bool,
  *    "pod": {"name", "namespace", "uid"}, "started": "RFC3339",
  *    "onMiss": "fail" | "empty", "podReadOnly": bool,
- *    "fallback": {"state", "reason", "message"}}
+ *    "fallback": {"state", "reason", "message"}, "shared": bool}
  *
- * The last three are optional (files of earlier versions have none): a
+ * A shared volume is one the kubelet may publish at several targets of this
+ * node at once (a multi-node access mode: a ReadOnlyMany PersistentVolume
+ * mounted by several pods); each publication has its own state file and
+ * private directories, named by csi_volume_key(). The last four are optional (files of earlier versions have none): a
  * volume with "fallback" is an empty directory published because the cache
  * was not usable here (its "digest" is ""), see csi_node.h.
  */
@@ -20,7 +23,11 @@
 #include <stddef.h>
 #include <time.h>
 
-enum { CSI_VOLUME_ID_MAX = 128, CSI_VOLUME_STATE_MAX = 64 * 1024 };
+enum {
+	CSI_VOLUME_ID_MAX = 128,
+	CSI_VOLUME_KEY_MAX = CSI_VOLUME_ID_MAX + 17,
+	CSI_VOLUME_STATE_MAX = 64 * 1024
+};
 
 struct csi_volume {
 	char *volume_id; /* all strings owned */
@@ -34,6 +41,7 @@ struct csi_volume {
 	bool writable;      /* the cache as a private overlay (else read-only) */
 	bool empty_on_miss; /* onMiss "empty": a fallback directory where the cache is not usable */
 	bool pod_read_only; /* the request's readonly: nothing may be written */
+	bool shared;        /* published per target: see above */
 	time_t started;
 	/* Published as a fallback: the cache's state and reason on the node
 	 * and the sentence a refused mount would give; all "" otherwise. */
@@ -44,6 +52,13 @@ struct csi_volume {
 /* A volume id usable as a file name: 1-128 of [A-Za-z0-9._-], not starting
  * with '.'. */
 bool csi_volume_valid_id(const char *id);
+
+/* The name of one publication (state file, private directories, usage
+ * entry): the volume id, or for a shared volume the id, '@' and 16 hex
+ * digits of a hash of the target path. buf has CSI_VOLUME_KEY_MAX + 1 bytes. */
+void csi_volume_key(const struct csi_volume *v, char *buf);
+/* A name csi_volume_key() can give. */
+bool csi_volume_valid_key(const char *key);
 
 /* Same publish request (everything but the digest, start time and what was
  * published), for idempotent repeats. */
@@ -58,7 +73,8 @@ void csi_volume_clear(struct csi_volume *v);
 __attribute__((warn_unused_result)) int csi_volume_save(const char *dir,
                                                         const struct csi_volume *v);
 /* 0 also when the file was already gone. */
-__attribute__((warn_unused_result)) int csi_volume_remove(const char *dir, const char *volume_id);
+__attribute__((warn_unused_result)) int csi_volume_remove(const char *dir,
+                                                          const struct csi_volume *v);
 /* Every readable state file; malformed ones are logged and left in place.
  * Caller frees with csi_volume_free_all(). */
 __attribute__((warn_unused_result)) int csi_volume_load_all(const char *dir,

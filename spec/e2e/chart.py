@@ -594,7 +594,7 @@ def check_csidriver(r):
         probs.append("attachRequired is not false")
     if s.get("podInfoOnMount") is not True:
         probs.append("podInfoOnMount is not true")
-    if s.get("volumeLifecycleModes") != ["Ephemeral"]:
+    if s.get("volumeLifecycleModes") != ["Ephemeral", "Persistent"]:
         probs.append("volumeLifecycleModes %r" % s.get("volumeLifecycleModes"))
     return probs
 

@@ -571,6 +571,58 @@ def test_unpublish_edge_cases():
         t.ok(code == C.OK, "clean-up")
 
 
+def test_shared_volume():
+    """A ReadOnlyMany PersistentVolume: one volume id, a target per pod."""
+    rox = pb.VolumeCapability.AccessMode.MULTI_NODE_READER_ONLY
+    a, b, w1, w2 = (new_target(n) for n in ("pv-a", "pv-b", "pv-w1", "pv-w2"))
+    with channel() as ch:
+        node = pbg.NodeStub(ch)
+        res = [publish(node, "gkm-pv", a, pod="pod-a", uid="uid-a", mode=rox),
+               publish(node, "gkm-pv", b, pod="pod-b", uid="uid-b", mode=rox)]
+        t.ok(all(c == C.OK for c, _ in res) and cc.mount_count(a) == 1 and cc.mount_count(b) == 1,
+             "one persistent volume id published at two targets (MULTI_NODE_READER_ONLY)", diag=res)
+        files = state_files()
+        t.ok(len(files) == 2 and all(f.startswith("gkm-pv@") for f in files),
+             "a state file per target: <volume id>@<hash of the target>", diag=files)
+        t.eq(sorted((p["name"], p["targetPath"]) for p in usage("team-a", "llama")),
+             [("pod-a", a), ("pod-b", b)], "the usage record lists both pods")
+        code, _ = publish(node, "gkm-pv", a, pod="pod-a", uid="uid-a", mode=rox)
+        t.ok(code == C.OK and cc.mount_count(a) == 1 and len(state_files()) == 2,
+             "a repeated publish at one target is idempotent")
+        code, details = publish(node, "gkm-pv", a, pod="pod-a", uid="uid-a", mode=rox, writable=True)
+        t.ok(code == C.ALREADY_EXISTS, "the same target with other attributes: ALREADY_EXISTS",
+             diag=(code, details))
+        code, st = stats(node, "gkm-pv", b)
+        t.ok(code == C.OK and st.usage, "stats at either target", diag=(code, st))
+
+        res = [publish(node, "gkm-pvw", w, pod=p, uid=p, mode=rox, writable=True)
+               for w, p in ((w1, "pod-w1"), (w2, "pod-w2"))]
+        t.ok(all(c == C.OK for c, _ in res)
+             and [cc.mounts().get(w, ("", ""))[1] for w in (w1, w2)] == ["overlay", "overlay"],
+             'readOnly "false": each target its own overlay', diag=res)
+        with open(os.path.join(w1, "io.triton.cache/NEW.json"), "w") as f:
+            f.write("compiled by w1")
+        t.ok(not os.path.exists(os.path.join(w2, "io.triton.cache/NEW.json"))
+             and not os.path.exists(os.path.join(a, "io.triton.cache/NEW.json"))
+             and not os.path.exists(os.path.join(store_entry, "io.triton.cache/NEW.json")),
+             "a write at one target is in no other target of the volume and not in the store")
+        uppers = sorted(d for d in os.listdir(os.path.join(root, "csi", "volumes")) if d.startswith("gkm-pvw@"))
+        t.eq(len(uppers), 2, "two private directories, one per target")
+
+        code, _ = unpublish(node, "gkm-pv", a)
+        t.ok(code == C.OK and cc.mount_count(a) == 0 and cc.mount_count(b) == 1,
+             "unpublish at one target leaves the other mounted")
+        t.eq(sorted(p["name"] for p in usage("team-a", "llama")), ["pod-b", "pod-w1", "pod-w2"],
+             "the usage record drops that pod only")
+        for vid, tgt in (("gkm-pv", b), ("gkm-pvw", w1), ("gkm-pvw", w2)):
+            code, details = unpublish(node, vid, tgt)
+            t.ok(code == C.OK and cc.mount_count(tgt) == 0, "unpublish %s at %s" % (vid, os.path.basename(
+                os.path.dirname(tgt))), diag=(code, details))
+        t.eq((state_files(), usage("team-a", "llama")), ([], []), "no state and no usage left")
+        t.ok(not any(d.startswith("gkm-pv") for d in os.listdir(os.path.join(root, "csi", "volumes"))),
+             "the private directories are removed")
+
+
 def test_concurrent_100():
     targets = {"v-c%03d" % i: new_target("c%03d" % i) for i in range(100)}
     with channel() as ch:
@@ -802,7 +854,7 @@ try:
                test_path_traversal,
                test_permission_denied, test_failed_precondition, test_fallback,
                test_read_only_publish_and_sharing,
-               test_writable_overlay, test_unpublish_edge_cases, test_concurrent_100, test_busy_volume,
+               test_writable_overlay, test_unpublish_edge_cases, test_shared_volume, test_concurrent_100, test_busy_volume,
                test_internal_error_undoes,
                test_sigkill_and_restart, test_metrics, test_second_instance_refused, test_chart_flags,
                test_sigterm_drains]:

@@ -185,8 +185,10 @@ def capability(pb, mode=None):
 
 
 def publish_request(pb, vid, target, cache, ns="team-a", pod_ns="team-a", pod="pod-1", uid="uid-1",
-                    writable=False, extra=None, readonly=False, cap=True):
-    ctx = {"csi.storage.k8s.io/ephemeral": "true"}
+                    writable=False, extra=None, readonly=False, cap=True, mode=None):
+    """An inline volume's request, as the kubelet sends it; with mode (an
+    AccessMode) a PersistentVolume's (ephemeral "false")."""
+    ctx = {"csi.storage.k8s.io/ephemeral": "false" if mode else "true"}
     if cache is not None:
         ctx["cacheName"] = cache
     if ns is not None:
@@ -201,4 +203,4 @@ def publish_request(pb, vid, target, cache, ns="team-a", pod_ns="team-a", pod="p
     ctx.update(extra or {})
     return pb.NodePublishVolumeRequest(
         volume_id=vid, target_path=target, readonly=readonly,
-        volume_capability=capability(pb) if cap else None, volume_context=ctx)
+        volume_capability=capability(pb, mode) if cap else None, volume_context=ctx)

@@ -590,12 +590,40 @@ static void test_volume_files(void **state)
 	assert_int_equal(n, 2);
 	csi_volume_free_all(list, n);
 	sh("rm '%s/v-fb2.json'", vdir);
-	assert_int_equal(csi_volume_remove(vdir, "v-fb"), 0);
-	assert_int_equal(csi_volume_remove(vdir, "v-a"), 0);
-	assert_int_equal(csi_volume_remove(vdir, "v-a"), 0);
+	struct csi_volume fbv = volume("v-fb");
+	assert_int_equal(csi_volume_remove(vdir, &fbv), 0);
+	assert_int_equal(csi_volume_remove(vdir, &a), 0);
+	assert_int_equal(csi_volume_remove(vdir, &a), 0);
 	assert_int_equal(csi_volume_load_all(vdir, &list, &n), 0);
 	assert_int_equal(n, 0);
 	free(list);
+
+	/* A shared volume: a file per target, named by the key. */
+	struct csi_volume s1 = volume("gkm-pv"), s2 = volume("gkm-pv");
+	s1.shared = s2.shared = true;
+	s2.target_path = "/var/lib/kubelet/pods/other/volumes/kubernetes.io~csi/gkm-pv/mount";
+	assert_false(csi_volume_same(&s1, &a));
+	char k1[CSI_VOLUME_KEY_MAX + 1], k2[CSI_VOLUME_KEY_MAX + 1];
+	csi_volume_key(&s1, k1);
+	csi_volume_key(&s2, k2);
+	assert_true(strncmp(k1, "gkm-pv@", 7) == 0 && strlen(k1) == 7 + 16);
+	assert_string_not_equal(k1, k2);
+	assert_true(csi_volume_valid_key(k1));
+	assert_false(csi_volume_valid_key("gkm-pv@xyz"));
+	assert_false(csi_volume_valid_key("../x@0123456789abcdef"));
+	assert_int_equal(csi_volume_save(vdir, &s1), 0);
+	assert_int_equal(csi_volume_save(vdir, &s2), 0);
+	assert_int_equal(csi_volume_load_all(vdir, &list, &n), 0);
+	assert_int_equal(n, 2);
+	assert_true(list[0].shared && list[1].shared);
+	csi_volume_free_all(list, n);
+	/* a file renamed to another target's key is not loaded */
+	sh("mv '%s/%s.json' '%s/gkm-pv@0000000000000000.json'", vdir, k2, vdir);
+	assert_int_equal(csi_volume_load_all(vdir, &list, &n), 0);
+	assert_int_equal(n, 1);
+	csi_volume_free_all(list, n);
+	sh("rm '%s/gkm-pv@0000000000000000.json'", vdir);
+	assert_int_equal(csi_volume_remove(vdir, &s1), 0);
 }
 
 /* ---- fallback volumes (onMiss "empty") ---- */
