@@ -276,6 +276,8 @@ static const struct {
     {"v1", "Event", "events", true},
     {"v1", "Service", "services", true},
     {"v1", "ServiceAccount", "serviceaccounts", true},
+    {"v1", "PersistentVolume", "persistentvolumes", false},
+    {"v1", "PersistentVolumeClaim", "persistentvolumeclaims", true},
     {"events.k8s.io/v1", "Event", "events", true},
     {"coordination.k8s.io/v1", "Lease", "leases", true},
     {"apiextensions.k8s.io/v1", "CustomResourceDefinition", "customresourcedefinitions", false},

@@ -8,6 +8,7 @@
 #include "backoff.h"
 #include "cache_label.h"
 #include "cache_view.h"
+#include "claims.h"
 #include "log.h"
 #include "metrics.h"
 #include "node_labels.h"
@@ -65,6 +66,7 @@ struct operator_ {
 	struct node_reports *reports; /* what the node objects report */
 	struct strmap nodes;          /* Kubernetes Node names (owned), when watched */
 	struct node_labels *labels;   /* the cache labels of Nodes, when watched */
+	struct claims *claims;        /* spec.claim (Kubernetes) */
 	bool labels_started;
 	struct soon_timer flush_timer;
 	uint64_t resync_timer;
@@ -159,6 +161,11 @@ static void mark(struct operator_ *op, const char *key)
 	arm_flush(op, op->o.debounce_ms);
 }
 
+static void mark_key(const char *key, void *ud)
+{
+	mark(ud, key);
+}
+
 static void mark_all(struct operator_ *op)
 {
 	for (struct ocache *c = op->caches; c; c = c->next)
@@ -211,6 +218,8 @@ static void on_cache(void *ud, enum objstore_event_type t, const cJSON *obj)
 		char label[CACHE_LABEL_KEY_MAX];
 		if (op->labels && cache_label_key(c->ns, c->name, label, sizeof(label)) == 0)
 			node_labels_drop(op->labels, label);
+		if (op->claims)
+			claims_cache_deleted(op->claims, key);
 		cJSON_Delete(c->obj);
 		c->obj = NULL;
 		forget_if_gone(op, c);
@@ -873,6 +882,9 @@ static void reconcile(struct operator_ *op, struct ocache *c)
 		set_node_labels(op, c, label, labeled);
 	}
 	cJSON_Delete(labeled);
+	if (op->claims)
+		claims_sync(op->claims, c->key, c->obj,
+		            cJSON_GetObjectItemCaseSensitive(c->obj, "status"), status);
 	obj_drop_empty_maps(status); /* an applied {} can freeze the status: see objstore.h */
 	/* the image the digest belongs to: a restarted operator keeps the
 	 * digest only while spec.image stays the same (recorded_digest) */
@@ -964,6 +976,8 @@ static void flush(struct loop *l, void *ud)
 	if (op->labels && !op->labels_started) {
 		op->labels_started = true;
 		node_labels_start(op->labels);
+		if (op->claims)
+			claims_caches_known(op->claims);
 	}
 	/* the inputs of a thousand nodes each were garbage once aggregated:
 	 * give the memory back now rather than holding the peak at rest */
@@ -978,6 +992,8 @@ static void resync_tick(struct loop *l, void *ud)
 	struct operator_ *op = ud;
 	mark_all(op);
 	remove_orphans(op);
+	if (op->claims)
+		claims_resync(op->claims);
 	if (op->labels_started)
 		node_labels_resync(op->labels);
 	op->resync_timer = loop_add_timer(l, (uint64_t)op->o.resync_s * 1000, resync_tick, op);
@@ -1020,7 +1036,10 @@ int operator_start(struct loop *l, struct workers *w, struct objstore *os,
 	int rc = node_reports_new(&op->reports);
 	if (!rc && o->watch_nodes)
 		rc = node_labels_new(l, w, os, op->o.debounce_ms, &op->labels);
+	if (!rc && o->watch_nodes)
+		rc = claims_new(w, os, MANAGER, mark_key, op, &op->claims);
 	if (rc) {
+		node_labels_free(op->labels);
 		node_reports_free(op->reports);
 		free(op);
 		return rc;
@@ -1072,6 +1091,7 @@ void operator_stop(struct operator_ *op)
 	strmap_clear(&op->cache_index);
 	node_reports_free(op->reports);
 	node_labels_free(op->labels);
+	claims_free(op->claims);
 	size_t pos = 0;
 	void *name;
 	while (strmap_next(&op->nodes, &pos, NULL, &name))

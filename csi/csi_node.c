@@ -413,10 +413,11 @@ static int parse_publish(const Csi__V1__NodePublishVolumeRequest *req, struct cs
 	/* Modes under which one volume may be published at several targets
 	 * of a node: a PersistentVolume that several pods mount. */
 	int mode = cap->access_mode->mode;
-	bool shared = mode == CSI__V1__VOLUME_CAPABILITY__ACCESS_MODE__MODE__MULTI_NODE_READER_ONLY ||
-	              mode == CSI__V1__VOLUME_CAPABILITY__ACCESS_MODE__MODE__MULTI_NODE_SINGLE_WRITER ||
-	              mode == CSI__V1__VOLUME_CAPABILITY__ACCESS_MODE__MODE__MULTI_NODE_MULTI_WRITER ||
-	              mode == CSI__V1__VOLUME_CAPABILITY__ACCESS_MODE__MODE__SINGLE_NODE_MULTI_WRITER;
+	bool shared =
+	    mode == CSI__V1__VOLUME_CAPABILITY__ACCESS_MODE__MODE__MULTI_NODE_READER_ONLY ||
+	    mode == CSI__V1__VOLUME_CAPABILITY__ACCESS_MODE__MODE__MULTI_NODE_SINGLE_WRITER ||
+	    mode == CSI__V1__VOLUME_CAPABILITY__ACCESS_MODE__MODE__MULTI_NODE_MULTI_WRITER ||
+	    mode == CSI__V1__VOLUME_CAPABILITY__ACCESS_MODE__MODE__SINGLE_NODE_MULTI_WRITER;
 	if (read_attrs(req, &a, r))
 		return -EINVAL;
 	if (!a.name || !*a.name) {
@@ -802,8 +803,7 @@ static void undo_target(struct csi_node *n, const struct csi_volume *v, bool cre
 	if (created && rmdir(v->target_path) != 0 && errno != ENOENT)
 		log_warn("cannot remove target after a failed publish", "target", v->target_path,
 		         "error", strerror(errno));
-	if (overlay_dir(n, v, NULL, vdir, sizeof(vdir)) == 0 &&
-	    csi_mount_remove_tree(vdir) != 0)
+	if (overlay_dir(n, v, NULL, vdir, sizeof(vdir)) == 0 && csi_mount_remove_tree(vdir) != 0)
 		log_warn("cannot remove the volume's directories", "dir", vdir);
 }
 
@@ -983,8 +983,7 @@ static int teardown(struct csi_node *n, const struct csi_volume *v, struct csi_r
 		         strerror(errno));
 	/* The overlay layers or the fallback directory, written by the pod. */
 	char vdir[PATH_MAX];
-	if (overlay_dir(n, v, NULL, vdir, sizeof(vdir)) == 0 &&
-	    csi_mount_remove_tree(vdir) != 0)
+	if (overlay_dir(n, v, NULL, vdir, sizeof(vdir)) == 0 && csi_mount_remove_tree(vdir) != 0)
 		log_warn("cannot remove the volume's directories (removed at next start)", "dir",
 		         vdir);
 	char key[CSI_VOLUME_KEY_MAX + 1];

@@ -12,8 +12,8 @@
  * A shared volume is one the kubelet may publish at several targets of this
  * node at once (a multi-node access mode: a ReadOnlyMany PersistentVolume
  * mounted by several pods); each publication has its own state file and
- * private directories, named by csi_volume_key(). The last four are optional (files of earlier versions have none): a
- * volume with "fallback" is an empty directory published because the cache
+ * private directories, named by csi_volume_key(). The last four are optional (files of earlier
+ * versions have none): a volume with "fallback" is an empty directory published because the cache
  * was not usable here (its "digest" is ""), see csi_node.h.
  */
 #ifndef GKM_CSI_VOLUME_H

@@ -23,7 +23,6 @@ import json
 import os
 import shutil
 import signal
-import subprocess
 import sys
 import tempfile
 import time
@@ -35,6 +34,7 @@ sys.path.insert(0, os.path.join(ROOT, "spec", "lib"))
 import csi_client as cc  # noqa: E402
 import kubeenv  # noqa: E402
 import kubenode  # noqa: E402
+from kubelet_csi import chart_node_paths, findmnt, tree  # noqa: E402
 from proc import Child, free_port, registry, sh, wait_for  # noqa: E402
 from tap import Tap  # noqa: E402
 
@@ -62,65 +62,6 @@ def unavailable():
     if not shutil.which("findmnt"):
         return "findmnt missing (util-linux)"
     return None
-
-
-# ------------------------------------------------------------------ the chart
-def chart_node_paths(kubelet_dir, state, run):
-    """What the chart's DaemonSet gives `gkm csi` and the registrar, rendered
-    with paths.kubelet/state/run set to this node's directories: the host
-    path of the plugin's socket (its --endpoint, through the plugin-dir
-    volume), the socket the registrar hands the kubelet, the registration
-    directory, the plugin's --root and --run-dir, and the CSIDriver object."""
-    import yaml
-    out = sh(RENDER, "--release", "gkm", "--namespace", "gkm-system",
-             "--set", "paths.kubelet=" + kubelet_dir, "--set", "paths.state=" + state,
-             "--set", "paths.run=" + run, os.path.join(ROOT, "charts", "gkm"))
-    docs = [d for d in yaml.safe_load_all(out) if d]
-    ds = next(d for d in docs if d["kind"] == "DaemonSet")
-    spec = ds["spec"]["template"]["spec"]
-    host = {v["name"]: v["hostPath"]["path"] for v in spec["volumes"] if "hostPath" in v}
-    ctrs = {c["name"]: c for c in spec["containers"]}
-
-    def arg(ctr, flag):
-        return next(a.split("=", 1)[1] for a in ctrs[ctr]["args"] if a.startswith(flag + "="))
-
-    def on_host(ctr, path):
-        """A container path as the host sees it, through the container's hostPath mounts."""
-        for m in ctrs[ctr]["volumeMounts"]:
-            mp = m["mountPath"].rstrip("/")
-            if m["name"] in host and (path == mp or path.startswith(mp + "/")):
-                return host[m["name"]] + path[len(mp):]
-        raise KeyError("%s: %s is on no hostPath volume" % (ctr, path))
-    endpoint = arg("csi", "--endpoint")
-    return {
-        "socket": on_host("csi", endpoint[len("unix://"):]),
-        "registration_path": arg("node-driver-registrar", "--kubelet-registration-path"),
-        "registration_dir": host["registration-dir"],
-        "root": arg("csi", "--root"), "run": arg("csi", "--run-dir"),
-        "csidriver": next(d for d in docs if d["kind"] == "CSIDriver"),
-    }
-
-
-# ------------------------------------------------------------------ helpers
-def findmnt(target):
-    """The mount at exactly target: {target, source, fstype, options}, or None."""
-    p = subprocess.run(["findmnt", "-J", "-o", "TARGET,SOURCE,FSTYPE,OPTIONS", "--mountpoint", target],
-                       capture_output=True, text=True)
-    if p.returncode != 0:
-        return None
-    fs = json.loads(p.stdout)["filesystems"]
-    return fs[-1] if fs else None
-
-
-def tree(top):
-    """{relative path: bytes} of every file below top."""
-    out = {}
-    for d, _, files in os.walk(top):
-        for f in files:
-            p = os.path.join(d, f)
-            with open(p, "rb") as fh:
-                out[os.path.relpath(p, top)] = fh.read()
-    return out
 
 
 def pod_manifest(name, ns, cache_ns, read_only=None, cache="vector-add", on_miss=None):
@@ -196,7 +137,7 @@ def main():
          "a kubelet registers Node %s, Ready, on containerd" % NODE, diag=n)
 
     state, run = path("state"), path("run")
-    chart = chart_node_paths(node.root_dir, state, run)
+    chart = chart_node_paths(RENDER, os.path.join(ROOT, "charts", "gkm"), node.root_dir, state, run)
     t.ok(chart["socket"] == os.path.join(node.plugin_dir(DRIVER), "csi.sock")
          and chart["registration_path"] == chart["socket"]
          and chart["registration_dir"] == node.registration_dir()

@@ -629,6 +629,18 @@ def builtin_types():
                              (o.get("spec") or {}).get("holderIdentity", ""), _age(o)]
     out.append(lease)
 
+    # what gkm makes for a cache with spec.claim (no binder runs here)
+    for plural, kind, namespaced, short in (("persistentvolumes", "PersistentVolume", False, "pv"),
+                                            ("persistentvolumeclaims", "PersistentVolumeClaim", True,
+                                             "pvc")):
+        vol = _mk("", "v1", plural, kind, namespaced, short=[short], status=True)
+        vol.skeleton = {"spec": {}, "status": {"phase": "Pending"}}
+        vol.table_columns = ["Name", _col("Age", desc="CreationTimestamp is a timestamp representing "
+                                                      "the server time when this object was created.")]
+        vol.table = lambda o: [o["metadata"]["name"], _age(o)]
+        vol.ssa_schema = _root({"spec": kbuiltin.ANY, "status": kbuiltin.ANY})
+        out.append(vol)
+
     csi = _mk("storage.k8s.io", "v1", "csidrivers", "CSIDriver", False)
     csi.skeleton = {"spec": {}}
     csi.table_columns = ["Name", _col("AttachRequired", "boolean", "Indicates this CSI volume "
