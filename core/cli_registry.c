@@ -6,6 +6,7 @@
 #include <string.h>
 
 #include "cli.h"
+#include "oci_mirrors.h"
 
 void cli_registry_init(struct cli_registry *r, bool default_files)
 {
@@ -69,6 +70,21 @@ int cli_registry_flag(struct cli_registry *r, int opt, const char *arg, const ch
 		}
 		r->reg.retries = r->reg.resumes = (unsigned)v;
 		return 1;
+	case CLI_OPT_HOSTS_DIR:
+	case CLI_OPT_REGISTRIES_CONF: {
+		/* a malformed file is an error now, not at the first pull */
+		struct oci_err e = {{0}};
+		bool dir = opt == CLI_OPT_HOSTS_DIR;
+		if (oci_mirrors_check(dir ? arg : NULL, dir ? NULL : arg, &e)) {
+			fprintf(stderr, "%s: %s\n", cmd, e.msg);
+			return -1;
+		}
+		if (dir)
+			r->reg.hosts_dir = arg;
+		else
+			r->reg.registries_conf = arg;
+		return 1;
+	}
 	case CLI_OPT_KEY:
 		if (r->nkeys >= CLI_REGISTRY_MAX_KEYS) {
 			cli_usage_error(cmd, "at most %d --key flags", CLI_REGISTRY_MAX_KEYS);

@@ -19,6 +19,8 @@ enum {
 	CLI_OPT_REG_TIMEOUT,
 	CLI_OPT_RETRIES,
 	CLI_OPT_KEY,
+	CLI_OPT_HOSTS_DIR,
+	CLI_OPT_REGISTRIES_CONF,
 };
 
 #define CLI_REGISTRY_MAX_KEYS 32
@@ -30,6 +32,8 @@ enum {
 	    {"insecure-skip-tls-verify", no_argument, 0, CLI_OPT_TLS_NO_VERIFY},                   \
 	    {"ca-file", required_argument, 0, CLI_OPT_CA_FILE},                                    \
 	    {"timeout", required_argument, 0, CLI_OPT_REG_TIMEOUT},                                \
+	    {"registry-hosts-dir", required_argument, 0, CLI_OPT_HOSTS_DIR},                       \
+	    {"registries-conf", required_argument, 0, CLI_OPT_REGISTRIES_CONF},                    \
 	{                                                                                          \
 		"retries", required_argument, 0, CLI_OPT_RETRIES                                   \
 	}
@@ -51,7 +55,11 @@ enum {
 	"  --ca-file FILE       extra CA certificates for TLS\n"                                   \
 	"  --timeout SECONDS    connect timeout, and abort when no byte moves for this long\n"     \
 	"                       (default 10 / 30)\n"                                               \
-	"  --retries N          retries on 5xx, resets and timeouts (default 4)\n"
+	"  --retries N          retries on 5xx, resets and timeouts (default 4)\n"                 \
+	"  --registry-hosts-dir DIR  mirrors from containerd's hosts directory\n"                  \
+	"                       (DIR/<registry>/hosts.toml, e.g. /etc/containerd/certs.d)\n"       \
+	"  --registries-conf FILE  mirrors from a containers-registries.conf v2 file\n"            \
+	"                       (e.g. /etc/containers/registries.conf)\n"
 
 #define CLI_KEY_HELP                                                                               \
 	"  --key FILE           trusted public key (PEM), repeatable: an image must carry a\n"     \

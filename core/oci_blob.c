@@ -43,6 +43,8 @@ int oci_blob_reader_new(const struct oci_blob_source *src, void *ctx, const char
 
 static ssize_t fail(struct oci_blob_reader *r, int rc)
 {
+	if (r->src->failed)
+		rc = r->src->failed(r->ctx, rc, &r->err);
 	r->rc = rc;
 	return rc;
 }
@@ -206,4 +208,4 @@ static void fd_close(void *ctx)
 	close((int)(intptr_t)ctx);
 }
 
-const struct oci_blob_source oci_blob_fd_source = {fd_read, fd_close};
+const struct oci_blob_source oci_blob_fd_source = {fd_read, fd_close, NULL};

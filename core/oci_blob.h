@@ -21,6 +21,9 @@ struct oci_blob_source {
 	/* Up to len raw bytes: >0, 0 at the end, or -errno with e filled. */
 	ssize_t (*read)(void *ctx, void *buf, size_t len, struct oci_err *e);
 	void (*close)(void *ctx);
+	/* optional: told when the reader fails (rc and message in e, either
+	 * may be changed) */
+	int (*failed)(void *ctx, int rc, struct oci_err *e);
 };
 
 /* Wrap a source (ownership of ctx passes to the reader, released with

@@ -6,6 +6,7 @@
 #include <string.h>
 
 #include "log.h"
+#include "oci_mirrors.h"
 #include "oci_sig.h"
 
 int oci_pull_verify(struct oci_repo *repo, const char *image_digest, const struct sig_keyset *keys,
@@ -57,10 +58,10 @@ static int extract_one(struct extract *x, struct oci_blob_reader *r, const char 
 		 * not match, that is the problem to report. */
 		char xe[512];
 		snprintf(xe, sizeof(xe), "%s", extract_error(x));
-		bool blob_failed = n < 0 || oci_blob_drain(r) < 0;
-		oci_errf(e, "%s: %s", what, blob_failed ? oci_blob_error(r) : xe);
-		if (blob_failed && n < 0)
-			rc = (int)n;
+		int brc = n < 0 ? (int)n : oci_blob_drain(r);
+		oci_errf(e, "%s: %s", what, brc < 0 ? oci_blob_error(r) : xe);
+		if (brc < 0)
+			rc = brc;
 	}
 	return rc;
 }
@@ -122,7 +123,21 @@ int oci_pull_to_store(struct store *st, const char *refstr, const struct oci_pul
 		present = true;
 		goto done;
 	}
-	rc = store_begin(st, digest, o->limits, 0, &txn);
+	/* a mirror's layer that proved wrong is passed over: once more, from the
+	 * next source (the origin at the latest) */
+	for (int tries = 0; tries < OCI_MIRRORS_MAX + 1; tries++) {
+		if ((rc = store_begin(st, digest, o->limits, 0, &txn))) {
+			txn = NULL;
+			break;
+		}
+		rc = oci_pull_extract(repo, &img, store_txn_extract(txn), err);
+		if (rc != -ESTALE)
+			break;
+		store_abort(txn);
+		txn = NULL;
+		log_warn("pull retried from the next source", "digest", digest, "error",
+		         oci_err_str(err, rc));
+	}
 	if (rc == -EEXIST) { /* another pull finished it while we waited */
 		present = true;
 		rc = store_lookup(st, digest, info);
@@ -130,11 +145,11 @@ int oci_pull_to_store(struct store *st, const char *refstr, const struct oci_pul
 			oci_errf(err, "store entry %s: %s", digest, strerror(-rc));
 		goto done;
 	}
-	if (rc) {
+	if (rc && !txn) {
 		oci_errf(err, "store: %s", strerror(-rc));
 		goto out;
 	}
-	if ((rc = oci_pull_extract(repo, &img, store_txn_extract(txn), err))) {
+	if (rc) {
 		store_abort(txn);
 		goto out;
 	}

@@ -17,7 +17,9 @@
 #include "base64.h"
 #include "curlerr.h"
 #include "log.h"
+#include "fsutil.h"
 #include "oci_auth.h"
+#include "oci_mirrors.h"
 
 #define HDR_MAX 8192
 #define ERR_BODY_MAX (64u << 10)
@@ -33,6 +35,12 @@
 #define URL_MAX 8192
 #define RETRY_AFTER_MAX_S 30
 #define BACKOFF_CAP_MS 8000
+/* blobs up to this size are read whole from a mirror and checked before
+ * they are handed out (configs, signature payloads): one that is wrong is
+ * passed over for the next source at once */
+#define MIRROR_WHOLE_MAX (4u << 20)
+#define MIRROR_CLIENTS_MAX (OCI_MIRRORS_MAX + 2)
+#define MIRROR_REFUSALS_MAX 64
 
 struct token {
 	char *scope;
@@ -54,7 +62,26 @@ struct oci_registry {
 	enum oci_auth_scheme auth;
 	char *realm, *service;
 	struct token *tokens;
-	uint64_t seed; /* backoff jitter */
+	uint64_t seed;      /* backoff jitter */
+	char api_path[256]; /* "/v2", or a mirror's override_path */
+	char *ca_pem;       /* a mirror's CA files, concatenated */
+	size_t ca_len;
+	/* mirrors (the client made for the host; its endpoint clients point
+	 * back to it with front) */
+	struct oci_mirrors *mirrors;
+	struct oci_registry *front;
+	char *auth_json, *auth_file, *username, *password; /* for endpoint clients */
+	struct endpoint_client {
+		char key[1400];
+		struct oci_registry *reg;
+	} eps[MIRROR_CLIENTS_MAX];
+	size_t n_eps;
+	struct refusal {
+		char host[256];
+		char digest[OCI_DIGEST_MAX];
+	} refused[MIRROR_REFUSALS_MAX];
+	unsigned n_refused;
+	bool mirror; /* an endpoint client for a mirror */
 };
 
 /* One HTTP exchange. */
@@ -217,9 +244,23 @@ int oci_registry_new(const char *host, const struct oci_registry_opts *opts,
 	r->o = *opts;
 	/* only keep the numbers and flags; strings we need are copied */
 	r->o.username = r->o.password = r->o.auth_json = r->o.auth_file = r->o.plain_http = NULL;
-	r->o.ca_file = NULL;
+	r->o.ca_file = r->o.hosts_dir = r->o.registries_conf = NULL;
+	snprintf(r->api_path, sizeof(r->api_path), "/v2");
 	if (!(r->host = strdup(host)) || !(r->multi = curl_multi_init()) ||
 	    (opts->ca_file && !(r->ca_file = strdup(opts->ca_file)))) {
+		oci_registry_free(r);
+		return -ENOMEM;
+	}
+	int rc = oci_mirrors_load(opts->hosts_dir, opts->registries_conf, host, &r->mirrors, err);
+	if (rc) {
+		oci_registry_free(r);
+		return rc;
+	}
+	/* endpoint clients look their credentials up in the same places */
+	if (r->mirrors && ((opts->auth_json && !(r->auth_json = strdup(opts->auth_json))) ||
+	                   (opts->auth_file && !(r->auth_file = strdup(opts->auth_file))) ||
+	                   (opts->username && !(r->username = strdup(opts->username))) ||
+	                   (opts->password && !(r->password = strdup(opts->password))))) {
 		oci_registry_free(r);
 		return -ENOMEM;
 	}
@@ -231,7 +272,6 @@ int oci_registry_new(const char *host, const struct oci_registry_opts *opts,
 	}
 	curl_multi_setopt(r->multi, CURLMOPT_MAXCONNECTS, 8L);
 	load_creds(r, opts, NULL);
-	(void)err;
 	*out = r;
 	return 0;
 }
@@ -249,6 +289,16 @@ void oci_registry_free(struct oci_registry *r)
 		free(t);
 	}
 	oci_creds_clear(&r->creds);
+	for (size_t i = 0; i < r->n_eps; i++)
+		oci_registry_free(r->eps[i].reg);
+	oci_mirrors_free(r->mirrors);
+	char *secrets[] = {r->auth_json, r->auth_file, r->username, r->password};
+	for (size_t i = 0; i < 4; i++) {
+		if (secrets[i])
+			explicit_bzero(secrets[i], strlen(secrets[i]));
+		free(secrets[i]);
+	}
+	free(r->ca_pem);
 	if (r->multi)
 		curl_multi_cleanup(r->multi);
 	free(r->realm);
@@ -522,8 +572,13 @@ static int xfer_start(struct oci_registry *r, const struct req *q, struct xfer *
 	if (q->total_timeout && r->o.request_timeout_s)
 		curl_easy_setopt(h, CURLOPT_TIMEOUT, (long)r->o.request_timeout_s);
 	curl_easy_setopt(h, CURLOPT_TCP_KEEPALIVE, 1L);
-	if (r->ca_file)
+	if (r->ca_pem) {
+		struct curl_blob ca = {
+		    .data = r->ca_pem, .len = r->ca_len, .flags = CURL_BLOB_NOCOPY};
+		curl_easy_setopt(h, CURLOPT_CAINFO_BLOB, &ca);
+	} else if (r->ca_file) {
 		curl_easy_setopt(h, CURLOPT_CAINFO, r->ca_file);
+	}
 	if (r->o.tls_no_verify) {
 		curl_easy_setopt(h, CURLOPT_SSL_VERIFYPEER, 0L);
 		curl_easy_setopt(h, CURLOPT_SSL_VERIFYHOST, 0L);
@@ -978,7 +1033,7 @@ static int build_url(const struct oci_registry *r, char *url, size_t cap, const 
     __attribute__((format(printf, 4, 5)));
 static int build_url(const struct oci_registry *r, char *url, size_t cap, const char *fmt, ...)
 {
-	int n = snprintf(url, cap, "%s://%s", oci_registry_scheme(r), r->host);
+	int n = snprintf(url, cap, "%s://%s%s", oci_registry_scheme(r), r->host, r->api_path);
 	if (n < 0 || (size_t)n >= cap)
 		return -ENAMETOOLONG;
 	va_list ap;
@@ -1139,7 +1194,7 @@ static void push_scope(char *buf, size_t cap, const char *repo)
 static int manifest_url(const struct oci_registry *r, char *url, size_t cap, const char *repo,
                         const char *reference)
 {
-	return build_url(r, url, cap, "/v2/%s/manifests/%s", repo, reference);
+	return build_url(r, url, cap, "/%s/manifests/%s", repo, reference);
 }
 
 static bool is_digest_ref(const char *reference)
@@ -1185,8 +1240,11 @@ static int manifest_request(struct oci_registry *r, const char *method, const ch
 	return 0;
 }
 
-int oci_registry_resolve(struct oci_registry *r, const char *repo, const char *reference,
-                         struct oci_desc *out, struct oci_err *err)
+static int get_manifest_at(struct oci_registry *r, const char *repo, const char *reference,
+                           struct oci_fetched *out, struct oci_err *err);
+
+static int resolve_at(struct oci_registry *r, const char *repo, const char *reference,
+                      struct oci_desc *out, struct oci_err *err)
 {
 	struct xfer *x = NULL;
 	int rc = manifest_request(r, "HEAD", repo, reference, &x, err);
@@ -1198,7 +1256,7 @@ int oci_registry_resolve(struct oci_registry *r, const char *repo, const char *r
 		struct oci_fetched f = {0};
 		xfer_free(x);
 		x = NULL;
-		if ((rc = oci_registry_get_manifest(r, repo, reference, &f, err)))
+		if ((rc = get_manifest_at(r, repo, reference, &f, err)))
 			return rc;
 		struct oci_desc d = {0};
 		d.media_type = f.media_type;
@@ -1228,8 +1286,8 @@ out:
 	return rc;
 }
 
-int oci_registry_get_manifest(struct oci_registry *r, const char *repo, const char *reference,
-                              struct oci_fetched *out, struct oci_err *err)
+static int get_manifest_at(struct oci_registry *r, const char *repo, const char *reference,
+                           struct oci_fetched *out, struct oci_err *err)
 {
 	struct xfer *x = NULL;
 	int rc = manifest_request(r, "GET", repo, reference, &x, err);
@@ -1405,10 +1463,24 @@ static void stream_close(void *ctx)
 	free(s);
 }
 
-static const struct oci_blob_source stream_source = {stream_read, stream_close};
+static void refuse(struct oci_registry *front, const char *host, const char *digest,
+                   const char *why);
 
-int oci_registry_blob_open(struct oci_registry *r, const char *repo, const struct oci_desc *d,
-                           const char *what, struct oci_blob_reader **out, struct oci_err *err)
+/* A mirror's blob that failed: passed over for this digest from now on. */
+static int stream_failed(void *ctx, int rc, struct oci_err *e)
+{
+	struct stream *s = ctx;
+	if (!s->reg->mirror || rc == -ECANCELED)
+		return rc;
+	refuse(s->reg->front, s->reg->host, s->digest, oci_err_str(e, rc));
+	oci_err_prefix(e, "mirror %s (passed over from now on)", s->reg->host);
+	return -ESTALE;
+}
+
+static const struct oci_blob_source stream_source = {stream_read, stream_close, stream_failed};
+
+static int blob_open_at(struct oci_registry *r, const char *repo, const struct oci_desc *d,
+                        const char *what, struct oci_blob_reader **out, struct oci_err *err)
 {
 	struct stream *s = calloc(1, sizeof(*s));
 	if (!s)
@@ -1416,7 +1488,7 @@ int oci_registry_blob_open(struct oci_registry *r, const char *repo, const struc
 	s->reg = r;
 	snprintf(s->digest, sizeof(s->digest), "%s", d->digest);
 	pull_scope(s->scope, sizeof(s->scope), repo);
-	int rc = build_url(r, s->url, sizeof(s->url), "/v2/%s/blobs/%s", repo, d->digest);
+	int rc = build_url(r, s->url, sizeof(s->url), "/%s/blobs/%s", repo, d->digest);
 	if (rc == 0)
 		rc = stream_start(s, err);
 	if (rc) {
@@ -1433,7 +1505,7 @@ int oci_registry_blob_exists(struct oci_registry *r, const char *repo, const cha
 	char url[URL_MAX], scope[512];
 	struct xfer *x = NULL;
 	push_scope(scope, sizeof(scope), repo);
-	int rc = build_url(r, url, sizeof(url), "/v2/%s/blobs/%s", repo, digest);
+	int rc = build_url(r, url, sizeof(url), "/%s/blobs/%s", repo, digest);
 	if (rc)
 		return rc;
 	struct req q = {.method = "HEAD", .total_timeout = true, .up_fd = -1};
@@ -1470,7 +1542,7 @@ static int upload_once(struct oci_registry *r, const char *repo, int fd, const v
 	char url[URL_MAX], scope[512], loc[URL_MAX];
 	struct xfer *x = NULL;
 	push_scope(scope, sizeof(scope), repo);
-	int rc = build_url(r, url, sizeof(url), "/v2/%s/blobs/uploads/", repo);
+	int rc = build_url(r, url, sizeof(url), "/%s/blobs/uploads/", repo);
 	if (rc)
 		return rc;
 	struct req q = {.method = "POST", .total_timeout = true, .up_fd = -1};
@@ -1614,8 +1686,8 @@ out:
 	return rc;
 }
 
-int oci_registry_referrers(struct oci_registry *r, const char *repo, const char *digest,
-                           const char *artifact_type, struct oci_index *out, struct oci_err *err)
+static int referrers_at(struct oci_registry *r, const char *repo, const char *digest,
+                        const char *artifact_type, struct oci_index *out, struct oci_err *err)
 {
 	char url[URL_MAX], scope[512];
 	struct xfer *x = NULL;
@@ -1625,13 +1697,13 @@ int oci_registry_referrers(struct oci_registry *r, const char *repo, const char 
 	if (artifact_type) {
 		CURL *esc = curl_easy_init();
 		char *at = esc ? curl_easy_escape(esc, artifact_type, 0) : NULL;
-		rc = at ? build_url(r, url, sizeof(url), "/v2/%s/referrers/%s?artifactType=%s",
-		                    repo, digest, at)
+		rc = at ? build_url(r, url, sizeof(url), "/%s/referrers/%s?artifactType=%s", repo,
+		                    digest, at)
 		        : -ENOMEM;
 		curl_free(at);
 		curl_easy_cleanup(esc);
 	} else {
-		rc = build_url(r, url, sizeof(url), "/v2/%s/referrers/%s", repo, digest);
+		rc = build_url(r, url, sizeof(url), "/%s/referrers/%s", repo, digest);
 	}
 	if (rc)
 		return rc;
@@ -1683,4 +1755,281 @@ out:
 	oci_index_clear(&ix);
 	xfer_free(x);
 	return rc;
+}
+
+/* ---- mirrors ---------------------------------------------------------- */
+
+unsigned oci_registry_mirror_refusals(const struct oci_registry *r)
+{
+	return r->n_refused;
+}
+
+static void refuse(struct oci_registry *front, const char *host, const char *digest,
+                   const char *why)
+{
+	log_warn("mirror passed over for a blob: the next source is used", "mirror", host,
+	         "registry", front->host, "digest", digest, "error", why);
+	struct refusal *f = &front->refused[front->n_refused++ % MIRROR_REFUSALS_MAX];
+	snprintf(f->host, sizeof(f->host), "%s", host);
+	snprintf(f->digest, sizeof(f->digest), "%s", digest);
+}
+
+static bool refused(const struct oci_registry *front, const char *host, const char *digest)
+{
+	unsigned n =
+	    front->n_refused < MIRROR_REFUSALS_MAX ? front->n_refused : MIRROR_REFUSALS_MAX;
+	for (unsigned i = 0; i < n; i++)
+		if (!strcmp(front->refused[i].host, host) &&
+		    !strcmp(front->refused[i].digest, digest))
+			return true;
+	return false;
+}
+
+static int read_cas(struct oci_registry *c, const struct oci_endpoint *ep, struct oci_err *err)
+{
+	for (size_t i = 0; i < OCI_MIRRORS_CA_MAX && ep->ca[i][0]; i++) {
+		char *pem = NULL;
+		size_t len = 0;
+		int rc = fsutil_read_file(ep->ca[i], 1u << 20, &pem, &len);
+		if (rc) {
+			oci_errf(err, "CA file %s of %s: %s", ep->ca[i], ep->host, strerror(-rc));
+			return rc;
+		}
+		char *all = realloc(c->ca_pem, c->ca_len + len + 2);
+		if (!all) {
+			free(pem);
+			return -ENOMEM;
+		}
+		memcpy(all + c->ca_len, pem, len);
+		all[c->ca_len + len] = '\n';
+		c->ca_len += len + 1;
+		all[c->ca_len] = '\0';
+		c->ca_pem = all;
+		free(pem);
+	}
+	return 0;
+}
+
+/* The client that speaks to ep: the front itself for its own host as is,
+ * else one made on first use and kept with the front. */
+static int endpoint_client(struct oci_registry *r, const struct oci_endpoint *ep,
+                           struct oci_registry **out, struct oci_err *err)
+{
+	if (!ep->mirror && !strcmp(ep->host, r->host) && !strcmp(ep->path, "/v2") &&
+	    !ep->ca[0][0] && !ep->skip_verify && !ep->insecure && !ep->plain_http) {
+		*out = r;
+		return 0;
+	}
+	char key[sizeof(r->eps[0].key)];
+	snprintf(key, sizeof(key), "%s|%s|%d%d%d%d|%s", ep->host, ep->path, ep->mirror,
+	         ep->plain_http, ep->insecure, ep->skip_verify, ep->ca[0]);
+	for (size_t i = 0; i < r->n_eps; i++)
+		if (!strcmp(r->eps[i].key, key)) {
+			*out = r->eps[i].reg;
+			return 0;
+		}
+	if (r->n_eps >= MIRROR_CLIENTS_MAX) {
+		oci_errf(err, "too many mirror endpoints for %s", r->host);
+		return -E2BIG;
+	}
+	struct oci_registry_opts o = r->o;
+	o.auth_json = r->auth_json;
+	o.auth_file = r->auth_file;
+	o.username = r->username;
+	o.password = r->password;
+	o.plain_http = ep->plain_http ? ep->host : NULL;
+	o.ca_file = r->ca_file;
+	o.tls_no_verify = r->o.tls_no_verify || ep->skip_verify || ep->insecure;
+	o.hosts_dir = o.registries_conf = NULL;
+	struct oci_registry *c = NULL;
+	int rc = oci_registry_new(ep->host, &o, &c, err);
+	if (rc)
+		return rc;
+	c->front = r;
+	c->mirror = ep->mirror;
+	snprintf(c->api_path, sizeof(c->api_path), "%s", ep->path);
+	if (ep->insecure && !ep->plain_http)
+		c->scheme_known = false; /* HTTPS, else HTTP */
+	if ((rc = read_cas(c, ep, err))) {
+		oci_registry_free(c);
+		return rc;
+	}
+	snprintf(r->eps[r->n_eps].key, sizeof(key), "%s", key);
+	r->eps[r->n_eps++].reg = c;
+	*out = c;
+	return 0;
+}
+
+/* A small blob read whole, handed out from memory. */
+struct mem_blob {
+	char *data;
+	size_t len, off;
+};
+
+static ssize_t mem_read(void *ctx, void *buf, size_t len, struct oci_err *e)
+{
+	struct mem_blob *m = ctx;
+	(void)e;
+	size_t n = m->len - m->off < len ? m->len - m->off : len;
+	memcpy(buf, m->data + m->off, n);
+	m->off += n;
+	return (ssize_t)n;
+}
+
+static void mem_close(void *ctx)
+{
+	struct mem_blob *m = ctx;
+	free(m->data);
+	free(m);
+}
+
+static const struct oci_blob_source mem_source = {mem_read, mem_close, NULL};
+
+/* From a mirror: small blobs are checked before anyone sees them. */
+static int mirror_blob_open(struct oci_registry *c, const char *repo, const struct oci_desc *d,
+                            const char *what, struct oci_blob_reader **out, struct oci_err *err)
+{
+	struct oci_blob_reader *rd = NULL;
+	int rc = blob_open_at(c, repo, d, what, &rd, err);
+	if (rc || d->size < 0 || d->size > (int64_t)MIRROR_WHOLE_MAX) {
+		*out = rd;
+		return rc;
+	}
+	struct mem_blob *m = calloc(1, sizeof(*m));
+	if (!m) {
+		oci_blob_close(rd);
+		return -ENOMEM;
+	}
+	if ((rc = oci_blob_slurp(rd, MIRROR_WHOLE_MAX, &m->data, &m->len, err))) {
+		free(m);
+		return rc;
+	}
+	return oci_blob_reader_new(&mem_source, m, d->digest, d->size, what, out);
+}
+
+enum op { OP_RESOLVE, OP_MANIFEST, OP_BLOB, OP_REFERRERS };
+
+struct call {
+	enum op op;
+	const char *reference; /* tag or digest; the blob's or subject's digest */
+	const struct oci_desc *desc;
+	const char *what, *artifact_type;
+	void *out;
+};
+
+static int call_at(struct oci_registry *c, const char *repo, const struct call *k,
+                   struct oci_err *err)
+{
+	switch (k->op) {
+	case OP_RESOLVE:
+		return resolve_at(c, repo, k->reference, k->out, err);
+	case OP_MANIFEST:
+		return get_manifest_at(c, repo, k->reference, k->out, err);
+	case OP_BLOB:
+		return c->mirror ? mirror_blob_open(c, repo, k->desc, k->what, k->out, err)
+		                 : blob_open_at(c, repo, k->desc, k->what, k->out, err);
+	case OP_REFERRERS: {
+		struct oci_index *ix = k->out;
+		int rc = referrers_at(c, repo, k->reference, k->artifact_type, ix, err);
+		if (rc == 0 && c->mirror && ix->n_manifests == 0) {
+			/* a mirror may lack what was attached later */
+			oci_errf(err, "no referrers of %s on %s", k->reference, c->host);
+			return -ENOENT;
+		}
+		return rc;
+	}
+	}
+	return -EINVAL;
+}
+
+static bool down(int rc)
+{
+	return rc == -ETIMEDOUT || rc == -ECONNREFUSED || rc == -EHOSTUNREACH ||
+	       rc == -ECONNRESET || rc == -EAGAIN || rc == -ENETUNREACH;
+}
+
+/* Ask each source of the route in turn until one answers. */
+static int routed(struct oci_registry *r, const char *repo, const struct call *k,
+                  struct oci_err *err)
+{
+	struct oci_route rt;
+	bool by_digest = k->op == OP_BLOB || k->op == OP_REFERRERS || is_digest_ref(k->reference);
+	int rc = oci_mirrors_route(r->mirrors, r->host, repo, by_digest, &rt, err);
+	if (rc)
+		return rc;
+	char passed[512] = "";
+	size_t n_mirrors = 0;
+	bool all_down = true;
+	int mirror_said = 0; /* a mirror's "not there" */
+	for (size_t i = 0; i < rt.n; i++) {
+		const struct oci_endpoint *ep = &rt.ep[i];
+		const char *digest = k->op == OP_BLOB ? k->desc->digest : NULL;
+		if (ep->mirror && digest && refused(r, ep->host, digest))
+			continue;
+		struct oci_registry *c = NULL;
+		struct oci_err e;
+		memset(&e, 0, sizeof(e));
+		if ((rc = endpoint_client(r, ep, &c, &e)) == 0 &&
+		    (rc = call_at(c, ep->repo, k, &e)) == 0)
+			return 0;
+		if (rc == -ECANCELED || !ep->mirror) {
+			oci_errf(err, "%s", oci_err_str(&e, rc));
+			if (mirror_said && down(rc)) {
+				/* the origin cannot be asked (an air-gapped node):
+				 * what the mirrors say is the answer */
+				oci_err_prefix(err, "not on the mirrors (%s), origin unreachable",
+				               passed);
+				return mirror_said;
+			}
+			if (n_mirrors && all_down && down(rc)) {
+				oci_err_prefix(err, "no mirror (%s) nor the origin answered",
+				               passed);
+				return -ENETUNREACH;
+			}
+			if (n_mirrors)
+				oci_err_prefix(err, "mirrors passed over (%s), then", passed);
+			return rc;
+		}
+		n_mirrors++;
+		all_down = all_down && down(rc);
+		if (rc == -ENOENT || (k->op == OP_REFERRERS && rc == -EOPNOTSUPP))
+			mirror_said = k->op == OP_REFERRERS ? -EOPNOTSUPP : -ENOENT;
+		size_t used = strlen(passed);
+		snprintf(passed + used, sizeof(passed) - used, "%s%s", used ? ", " : "", ep->host);
+		log_kv(rc == -ENOENT ? LOG_DEBUG : LOG_WARN,
+		       "mirror did not serve, trying the next", "mirror", ep->host, "registry",
+		       r->host, "error", oci_err_str(&e, rc), (char *)0);
+	}
+	oci_errf(err, "no source left for %s of %s/%s", k->reference, r->host, repo);
+	return -ENOENT;
+}
+
+int oci_registry_resolve(struct oci_registry *r, const char *repo, const char *reference,
+                         struct oci_desc *out, struct oci_err *err)
+{
+	struct call k = {.op = OP_RESOLVE, .reference = reference, .out = out};
+	return routed(r, repo, &k, err);
+}
+
+int oci_registry_get_manifest(struct oci_registry *r, const char *repo, const char *reference,
+                              struct oci_fetched *out, struct oci_err *err)
+{
+	struct call k = {.op = OP_MANIFEST, .reference = reference, .out = out};
+	return routed(r, repo, &k, err);
+}
+
+int oci_registry_blob_open(struct oci_registry *r, const char *repo, const struct oci_desc *d,
+                           const char *what, struct oci_blob_reader **out, struct oci_err *err)
+{
+	struct call k = {
+	    .op = OP_BLOB, .reference = d->digest, .desc = d, .what = what, .out = out};
+	return routed(r, repo, &k, err);
+}
+
+int oci_registry_referrers(struct oci_registry *r, const char *repo, const char *digest,
+                           const char *artifact_type, struct oci_index *out, struct oci_err *err)
+{
+	struct call k = {
+	    .op = OP_REFERRERS, .reference = digest, .artifact_type = artifact_type, .out = out};
+	return routed(r, repo, &k, err);
 }

@@ -22,6 +22,15 @@
  * - The OCI 1.1 referrers API, with artifactType filtering applied by the
  *   client when the registry does not.
  *
+ * Mirrors (oci_mirrors.h): with opts.hosts_dir or opts.registries_conf,
+ * reads go where the node's container runtime would send them: manifests by
+ * digest and blobs to the mirrors that may pull, tags to those that may
+ * resolve, the origin last. Anything a mirror sends is checked as the
+ * origin's would be; a mirror that fails, lacks the content or sends other
+ * bytes is passed over (logged) for the next. Credentials for a mirror are
+ * looked up under the mirror's host in the same sources. Pushes go to the
+ * host itself.
+ *
  * HTTPS by default. Hosts named in opts.plain_http speak plain HTTP; a
  * loopback host (localhost, 127.0.0.0/8, ::1) that answers a TLS handshake
  * with plain HTTP falls back to HTTP, as docker and containerd do.
@@ -46,9 +55,11 @@ struct oci_registry_opts {
 	const char *username, *password;
 	const char *auth_json;
 	const char *auth_file;
-	bool no_default_auth_files; /* daemons: only what was configured */
-	const char *plain_http;     /* "host[:port],..." or "*" */
-	const char *ca_file;        /* extra CA bundle for TLS */
+	bool no_default_auth_files;  /* daemons: only what was configured */
+	const char *plain_http;      /* "host[:port],..." or "*" */
+	const char *ca_file;         /* extra CA bundle for TLS */
+	const char *hosts_dir;       /* containerd hosts directory (certs.d), or NULL */
+	const char *registries_conf; /* containers-registries.conf v2 file, or NULL */
 	bool tls_no_verify;
 	unsigned connect_timeout_s; /* default 10 */
 	unsigned stall_timeout_s;   /* abort when no byte moved for this long; default 30 */
@@ -69,7 +80,9 @@ void oci_registry_opts_init(struct oci_registry_opts *o);
 struct oci_registry;
 
 /* host is the API host ("quay.io", "127.0.0.1:5000", "registry-1.docker.io").
- * Strings in opts are copied. Caller frees with oci_registry_free(). */
+ * Strings in opts are copied. -EINVAL with err naming the file and line when
+ * the mirror configuration that applies to host is malformed. Caller frees
+ * with oci_registry_free(). */
 __attribute__((warn_unused_result)) int oci_registry_new(const char *host,
                                                          const struct oci_registry_opts *opts,
                                                          struct oci_registry **out,
@@ -98,7 +111,10 @@ oci_registry_get_manifest(struct oci_registry *r, const char *repo, const char *
                           struct oci_fetched *out, struct oci_err *err);
 
 /* Open a blob for streaming. The reader stays usable until oci_blob_close();
- * the client must outlive it. what names the blob in messages. */
+ * the client must outlive it. what names the blob in messages. A blob read
+ * from a mirror that turns out wrong (digest, size) or breaks fails with
+ * -ESTALE: the mirror is then passed over for that digest by this client,
+ * so opening the blob again reads it from the next source. */
 __attribute__((warn_unused_result)) int
 oci_registry_blob_open(struct oci_registry *r, const char *repo, const struct oci_desc *d,
                        const char *what, struct oci_blob_reader **out, struct oci_err *err);
@@ -131,6 +147,10 @@ oci_registry_put_manifest(struct oci_registry *r, const char *repo, const char *
 __attribute__((warn_unused_result)) int
 oci_registry_referrers(struct oci_registry *r, const char *repo, const char *digest,
                        const char *artifact_type, struct oci_index *out, struct oci_err *err);
+
+/* Blobs mirrors were passed over for since the client was made (a caller
+ * that saw -ESTALE and opens again knows the next try goes elsewhere). */
+unsigned oci_registry_mirror_refusals(const struct oci_registry *r);
 
 /* "https" or "http", whichever the client speaks to its host now. */
 const char *oci_registry_scheme(const struct oci_registry *r);

@@ -245,12 +245,14 @@ static int value(struct parser *ps, cJSON **out, unsigned depth);
 static int array(struct parser *ps, cJSON **out, unsigned depth)
 {
 	ps->p++; /* '[' */
+	unsigned opened = ps->line;
 	cJSON *a = cJSON_CreateArray();
 	if (!a)
 		return oom(ps);
 	for (;;) {
 		skip_space(ps);
 		if (ps->p >= ps->end) {
+			ps->line = opened;
 			fail(ps, "array not closed");
 			break;
 		}
@@ -270,9 +272,10 @@ static int array(struct parser *ps, cJSON **out, unsigned depth)
 		}
 		if (ps->p < ps->end && *ps->p == ']')
 			continue;
-		if (ps->p >= ps->end)
+		if (ps->p >= ps->end) {
+			ps->line = opened;
 			fail(ps, "array not closed");
-		else
+		} else
 			fail(ps, "expected ',' or ']' in an array");
 		break;
 	}
@@ -364,7 +367,7 @@ static int header(struct parser *ps)
 	if (ps->p >= ps->end || *ps->p != ']' || (aot && (ps->end - ps->p < 2 || ps->p[1] != ']')))
 		return fail(ps, "expected '%s' to close the table header", aot ? "]]" : "]");
 	ps->p += aot ? 2 : 1;
-	cJSON *parent;
+	cJSON *parent = NULL;
 	if (walk(ps, parts, n - 1, &parent))
 		return ps->rc;
 	const char *last = parts[n - 1];

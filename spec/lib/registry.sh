@@ -1,7 +1,7 @@
 # Start and stop Debian's docker-registry (the distribution project's
 # registry) for tests: source this file, then
 #
-#   registry_start NAME [htpasswd FILE | token REALM SERVICE ISSUER CERT]
+#   registry_start NAME [htpasswd FILE | token REALM SERVICE ISSUER CERT | tls CERT KEY]
 #       -> sets REG_<NAME>_ADDR (127.0.0.1:PORT), REG_<NAME>_DIR (storage root)
 #   registry_stop NAME        (registry_stop_all runs from the EXIT trap)
 #   registry_restart NAME     start a stopped registry again: same port, same content
@@ -18,8 +18,8 @@ _REG_NAMES=""
 
 registry_available() { [ -x "$REGISTRY_BIN" ]; }
 
-registry_start() { # name [htpasswd FILE | token REALM SERVICE ISSUER CERT]
-	local name=$1 mode=${2:-} port dir auth=""
+registry_start() { # name [htpasswd FILE | token REALM SERVICE ISSUER CERT | tls CERT KEY]
+	local name=$1 mode=${2:-} port dir auth="" tls=""
 	port=$(free_port)
 	dir="$_REG_TMP/$name"
 	mkdir -p "$dir/data"
@@ -34,6 +34,9 @@ registry_start() { # name [htpasswd FILE | token REALM SERVICE ISSUER CERT]
     service: $4
     issuer: $5
     rootcertbundle: $6" ;;
+	tls) tls="  tls:
+    certificate: $3
+    key: $4" ;;
 	esac
 	cat >"$dir/config.yml" <<CONF
 version: 0.1
@@ -51,6 +54,7 @@ storage:
 http:
   addr: 127.0.0.1:$port
   secret: gkm-test-secret
+$tls
 $auth
 CONF
 	_REG_NAMES="$_REG_NAMES $name"
@@ -65,6 +69,7 @@ _registry_serve() { # name port: run it and wait until it answers
 	echo $! >"$dir/pid"
 	for i in $(seq 1 100); do
 		curl -s -o /dev/null "http://127.0.0.1:$2/v2/" && return 0
+		curl -sk -o /dev/null "https://127.0.0.1:$2/v2/" && return 0
 		sleep 0.1
 	done
 	echo "# registry $1 did not start:" >&2

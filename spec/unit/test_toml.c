@@ -142,7 +142,8 @@ static void test_malformed(void **state)
 	refused("key\n", "t.toml:1: expected '=' after the key 'key'");
 	refused("[t\n", "t.toml:1: expected ']' to close the table header");
 	refused("[[t]\n", "t.toml:1: expected ']]' to close the table header");
-	refused("a = [1, 2\n", "t.toml:2: array not closed");
+	refused("a = [1, 2\n", "t.toml:1: array not closed");
+	refused("x = 1\na = [\n1,\n", "t.toml:2: array not closed");
 	refused("a = [1 2]\n", "t.toml:1: expected ',' or ']' in an array");
 	refused("s = \"\\q\"\n", "t.toml:1: unknown escape '\\q'");
 	refused("s = \"\\uD800\"\n", "t.toml:1: \\u escape names no Unicode scalar value");
