@@ -166,3 +166,34 @@ podAntiAffinity:
             {{- include "gkm.selectorLabels" (dict "ctx" .ctx "component" .component) | nindent 12 }}
 {{- end -}}
 {{- end -}}
+
+{{/* Registry mirrors: the node's own files (registry.mirrors), read-only.
+Args, mounts and volumes of a component that reads images. */}}
+{{- define "gkm.mirrorArgs" -}}
+{{- with .Values.registry.mirrors.hostsDir }}
+- --registry-hosts-dir=/etc/gkm/node-hosts
+{{- end }}
+{{- with .Values.registry.mirrors.registriesConf }}
+- --registries-conf=/etc/gkm/node-containers/{{ base . }}
+{{- end }}
+{{- end -}}
+{{- define "gkm.mirrorMounts" -}}
+{{- if .Values.registry.mirrors.hostsDir }}
+- {name: node-hosts, mountPath: /etc/gkm/node-hosts, readOnly: true}
+{{- end }}
+{{- if .Values.registry.mirrors.registriesConf }}
+- {name: node-containers, mountPath: /etc/gkm/node-containers, readOnly: true}
+{{- end }}
+{{- end -}}
+{{- define "gkm.mirrorVolumes" -}}
+{{- with .Values.registry.mirrors.hostsDir }}
+# a node without the directory has no mirrors (an empty one is made)
+- name: node-hosts
+  hostPath: {path: {{ . }}, type: DirectoryOrCreate}
+{{- end }}
+{{- with .Values.registry.mirrors.registriesConf }}
+# the file's directory: a node without the file has no mirrors
+- name: node-containers
+  hostPath: {path: {{ dir . }}, type: DirectoryOrCreate}
+{{- end }}
+{{- end -}}
