@@ -167,33 +167,54 @@ podAntiAffinity:
 {{- end -}}
 {{- end -}}
 
-{{/* Registry mirrors: the node's own files (registry.mirrors), read-only.
-Args, mounts and volumes of a component that reads images. */}}
-{{- define "gkm.mirrorArgs" -}}
-{{- with .Values.registry.mirrors.hostsDir }}
+{{/* Registry mirrors (the node's own files, registry.mirrors, read-only
+hostPath; in the operator and webhook only with mirrors.controlPlane) and the
+registry CA bundle (registry.caConfigMap): args, mounts and volumes of a
+component that reads images. Called with (dict "ctx" $ "node" true|false). */}}
+{{- define "gkm.registryArgs" -}}
+{{- $r := .ctx.Values.registry -}}
+{{- if or .node $r.mirrors.controlPlane }}
+{{- with $r.mirrors.hostsDir }}
 - --registry-hosts-dir=/etc/gkm/node-hosts
 {{- end }}
-{{- with .Values.registry.mirrors.registriesConf }}
+{{- with $r.mirrors.registriesConf }}
 - --registries-conf=/etc/gkm/node-containers/{{ base . }}
 {{- end }}
+{{- end }}
+{{- with $r.caConfigMap }}
+- --ca-file=/etc/gkm/registry-ca/ca.crt
+{{- end }}
 {{- end -}}
-{{- define "gkm.mirrorMounts" -}}
-{{- if .Values.registry.mirrors.hostsDir }}
+{{- define "gkm.registryMounts" -}}
+{{- $r := .ctx.Values.registry -}}
+{{- if or .node $r.mirrors.controlPlane }}
+{{- if $r.mirrors.hostsDir }}
 - {name: node-hosts, mountPath: /etc/gkm/node-hosts, readOnly: true}
 {{- end }}
-{{- if .Values.registry.mirrors.registriesConf }}
+{{- if $r.mirrors.registriesConf }}
 - {name: node-containers, mountPath: /etc/gkm/node-containers, readOnly: true}
 {{- end }}
+{{- end }}
+{{- if $r.caConfigMap }}
+- {name: registry-ca, mountPath: /etc/gkm/registry-ca, readOnly: true}
+{{- end }}
 {{- end -}}
-{{- define "gkm.mirrorVolumes" -}}
-{{- with .Values.registry.mirrors.hostsDir }}
+{{- define "gkm.registryVolumes" -}}
+{{- $r := .ctx.Values.registry -}}
+{{- if or .node $r.mirrors.controlPlane }}
+{{- with $r.mirrors.hostsDir }}
 # a node without the directory has no mirrors (an empty one is made)
 - name: node-hosts
   hostPath: {path: {{ . }}, type: DirectoryOrCreate}
 {{- end }}
-{{- with .Values.registry.mirrors.registriesConf }}
+{{- with $r.mirrors.registriesConf }}
 # the file's directory: a node without the file has no mirrors
 - name: node-containers
   hostPath: {path: {{ dir . }}, type: DirectoryOrCreate}
+{{- end }}
+{{- end }}
+{{- with $r.caConfigMap }}
+- name: registry-ca
+  configMap: {name: {{ . }}, items: [{key: ca.crt, path: ca.crt}]}
 {{- end }}
 {{- end -}}
