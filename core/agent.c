@@ -427,7 +427,11 @@ static const char *pull_reason(int rc)
 	case -ENOENT:
 		return "ImageNotFound";
 	case -EACCES:
-		return "RegistryAuthFailed";
+		return "Unauthorized";
+	case -ENETUNREACH:
+		return "MirrorUnreachable";
+	case -EBADE:
+		return "CertificateUnknown";
 	default:
 		return "PullFailed";
 	}
@@ -450,7 +454,8 @@ static bool permanent_reason(const char *reason)
 static bool unreachable(int rc)
 {
 	const char *reason = pull_reason(rc);
-	return !strcmp(reason, "RegistryUnavailable") || !strcmp(reason, "RegistryTimeout");
+	return !strcmp(reason, "RegistryUnavailable") || !strcmp(reason, "RegistryTimeout") ||
+	       !strcmp(reason, "MirrorUnreachable");
 }
 
 /* Registry clients kept between jobs, shared by the pool's threads (one

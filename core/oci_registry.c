@@ -662,6 +662,17 @@ static void xfer_drive(struct xfer *x, bool until_data)
 
 /* ---- errors, retries ------------------------------------------------- */
 
+/* As curlerr_errno, and -EBADE ("invalid exchange") when the registry's
+ * certificate is not trusted: the node lacks its CA, which retrying cannot
+ * fix and the status says (CertificateUnknown). */
+static int cc_errno(CURLcode cc)
+{
+	if (cc == CURLE_PEER_FAILED_VERIFICATION || cc == CURLE_SSL_CACERT_BADFILE ||
+	    cc == CURLE_SSL_ISSUER_ERROR)
+		return -EBADE;
+	return curlerr_errno(cc);
+}
+
 static bool cc_retryable(CURLcode cc)
 {
 	switch (cc) {
@@ -713,7 +724,11 @@ static void describe_cc(const struct oci_registry *r, const struct xfer *x, cons
 	else
 		oci_errf(err, "%s %s: %s%s%s", method, url, curl_easy_strerror(x->cc),
 		         x->errbuf[0] ? ": " : "", x->errbuf);
-	(void)r;
+	if (cc_errno(x->cc) == -EBADE)
+		oci_err_prefix(err,
+		               "the certificate of %s is not trusted (give its CA: hosts.toml "
+		               "'ca', a CA ConfigMap, --ca-file)",
+		               r->host);
 }
 
 /* "HTTP 404: MANIFEST_UNKNOWN manifest unknown" from a distribution error body. */
@@ -1021,7 +1036,7 @@ static int run_simple(struct oci_registry *r, const struct req *q, struct xfer *
 	}
 	if (x->cc != CURLE_OK) {
 		describe_cc(r, x, q->method, q->url, err);
-		int rc = curlerr_errno(x->cc);
+		int rc = cc_errno(x->cc);
 		xfer_free(x);
 		return rc;
 	}
@@ -1140,7 +1155,7 @@ static int request(struct oci_registry *r, struct req *q, char *url, size_t url_
 		if (attempt >= r->o.retries) {
 			if (x->cc != CURLE_OK) {
 				describe_cc(r, x, q->method, url, err);
-				rc = curlerr_errno(x->cc);
+				rc = cc_errno(x->cc);
 			} else {
 				describe_status(x, q->method, url, err);
 				rc = status_errno(x->status);
@@ -1165,7 +1180,7 @@ static int request(struct oci_registry *r, struct req *q, char *url, size_t url_
 	}
 	if (x->cc != CURLE_OK && !(q->stream && x->s_len > 0)) {
 		describe_cc(r, x, q->method, url, err);
-		rc = curlerr_errno(x->cc);
+		rc = cc_errno(x->cc);
 		goto out;
 	}
 	*out = x;
@@ -1437,7 +1452,7 @@ static ssize_t stream_read(void *ctx, void *buf, size_t len, struct oci_err *e)
 					    e, "transfer cut short after %" PRIu64 " bytes%s",
 					    s->delivered,
 					    s->restarts ? " (resumed and failed again)" : "");
-				return x->cc != CURLE_OK ? curlerr_errno(x->cc)
+				return x->cc != CURLE_OK ? cc_errno(x->cc)
 				                         : status_errno(x->status);
 			}
 			char n[24];

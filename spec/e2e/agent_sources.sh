@@ -101,9 +101,9 @@ cache f live "$R/caches/rocm@$ROCM"
 apply
 wait_for 30 is Ready/Ready node_entry f live
 ok $? "a third cache of that digest, from a registry that answers, becomes Ready" || node_entry f live
-sample 10 "Ready/Ready Failed/RegistryUnavailable Failed/RegistryAuthFailed" entries f/live d/dead e/locked
+sample 10 "Ready/Ready Failed/RegistryUnavailable Failed/Unauthorized" entries f/live d/dead e/locked
 ok $? "sampled 10 times: the dead and the unauthorised source fail only their own caches"
-grep -q "reason=RegistryUnavailable" "$UP_LOG" && grep -q "reason=RegistryAuthFailed" "$UP_LOG"
+grep -q "reason=RegistryUnavailable" "$UP_LOG" && grep -q "reason=Unauthorized" "$UP_LOG"
 ok $? "the log names each cache's own failure"
 
 up_stop

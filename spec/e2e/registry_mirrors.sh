@@ -202,4 +202,45 @@ same_tree "$W/t3"
 ok $? "the tree from the TLS mirror is the origin's"
 registry_restart origin
 
+# ---- failure reasons in the node status ---------------------------------------
+NOHOST=127.0.0.1:$(free_port) NOMIRROR=127.0.0.1:$(free_port)
+hosts "$NOHOST" "[host.\"http://$NOMIRROR\"]" 'capabilities = ["pull", "resolve"]'
+S2=$W/up2
+cat >"$W/fail.yaml" <<EOF
+apiVersion: gkm.io/v1alpha1
+kind: ClusterGKMCache
+metadata: {name: down}
+spec: {image: "$NOHOST/team/cache@$D"}
+---
+apiVersion: gkm.io/v1alpha1
+kind: ClusterGKMCache
+metadata: {name: cert}
+spec: {image: "$T/team/cache@$D"}
+---
+apiVersion: gkm.io/v1alpha1
+kind: ClusterGKMCache
+metadata: {name: auth}
+spec: {image: "$A/team/cache@$D"}
+EOF
+$G apply --state "$S2" -f "$W/fail.yaml" >/dev/null 2>&1
+$GKM_BIN up --state "$S2" --node node-1 --gpu-source file --gpu-file spec/fixtures/gpu/inventory/mixed.json \
+	--poll-ms 100 --registry-hosts-dir "$HD" --health-listen "" >"$W/up2.log" 2>&1 &
+UP_PID=$!
+field2() { $G get --state "$S2" cgkmcn node-1 -o json 2>/dev/null |
+	py "import json,sys; c=json.load(sys.stdin)['status']['caches']['$1']; print($2)" 2>/dev/null; }
+wait_for 60 is MirrorUnreachable field2 down "c['reason']"
+ok $? "status: mirror and origin both down is MirrorUnreachable"
+field2 down "c['message']" | grep -q "no mirror ($NOMIRROR) nor the origin answered"
+ok $? "status: the message names the mirror tried" || field2 down "c['message']"
+wait_for 60 is CertificateUnknown field2 cert "c['reason']"
+ok $? "status: a registry certificate from an unknown CA is CertificateUnknown"
+field2 cert "c['message']" | grep -q "the certificate of $T is not trusted"
+ok $? "status: the message names the registry and how to give its CA" || field2 cert "c['message']"
+wait_for 60 is Unauthorized field2 auth "c['reason']"
+ok $? "status: a registry that wants credentials is Unauthorized"
+field2 auth "c['message']" | grep -q "$A"
+ok $? "status: the message names the registry" || field2 auth "c['message']"
+kill $UP_PID 2>/dev/null; wait $UP_PID 2>/dev/null
+UP_PID=""
+
 finish
