@@ -202,6 +202,25 @@ same_tree "$W/t3"
 ok $? "the tree from the TLS mirror is the origin's"
 registry_restart origin
 
+# ---- proxies: HTTPS_PROXY and NO_PROXY, as libcurl reads them -----------------
+fwdproxy_start || { ok 1 "forward proxy starts"; finish; exit; }
+HTTPS_PROXY=http://$FWDPROXY_ADDR expect 0 "HTTPS_PROXY: a TLS registry is reached through the proxy" "" \
+	$G cache extract "$T/team/cache@$D" "$W/p1" --ca-file "$W/ca.pem"
+grep -q "^CONNECT $T" "$FWDPROXY_LOG"
+ok $? "HTTPS_PROXY: the proxy tunnelled the connection (CONNECT $T)" || sed 's/^/#   /' "$FWDPROXY_LOG"
+: >"$FWDPROXY_LOG"
+HTTPS_PROXY=http://$FWDPROXY_ADDR NO_PROXY=127.0.0.1 expect 0 "NO_PROXY: the registry is reached directly" "" \
+	$G cache extract "$T/team/cache@$D" "$W/p2" --ca-file "$W/ca.pem"
+[ ! -s "$FWDPROXY_LOG" ]
+ok $? "NO_PROXY: the proxy saw nothing" || sed 's/^/#   /' "$FWDPROXY_LOG"
+http_proxy=http://$FWDPROXY_ADDR expect 0 "http_proxy: a plain-HTTP registry is reached through the proxy" "" \
+	$G cache inspect "$O/team/cache@$D" --no-signatures
+grep -q "^GET http://$O/v2/" "$FWDPROXY_LOG"
+ok $? "http_proxy: the proxy forwarded the requests" || sed 's/^/#   /' "$FWDPROXY_LOG"
+HTTPS_PROXY=http://127.0.0.1:$(free_port) expect 1 "HTTPS_PROXY: a proxy that is down fails the pull (it is really used)" \
+	"proxy|Couldn't connect|Connection refused" \
+	$G cache extract "$T/team/cache@$D" "$W/p3" --ca-file "$W/ca.pem" --retries 0
+
 # ---- failure reasons in the node status ---------------------------------------
 NOHOST=127.0.0.1:$(free_port) NOMIRROR=127.0.0.1:$(free_port)
 hosts "$NOHOST" "[host.\"http://$NOMIRROR\"]" 'capabilities = ["pull", "resolve"]'

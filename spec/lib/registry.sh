@@ -107,7 +107,8 @@ registry_blob_file() { # name digest
 	echo "$dir/docker/registry/v2/blobs/sha256/${hex:0:2}/$hex/data"
 }
 
-# Python helpers (spec/lib/regproxy.py, spec/lib/tokenserver.py), stopped
+# Python helpers (spec/lib/regproxy.py, spec/lib/tokenserver.py,
+# spec/lib/fwdproxy.py), stopped
 # by registry_stop_all too.
 _REG_LIB=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 _REG_PIDS=""
@@ -131,6 +132,16 @@ proxy_start() { # name upstream_addr -> PROXY_<name>_ADDR
 
 proxy_fault() { # addr json
 	curl -s -o /dev/null -X POST --data "$2" "http://$1/_control"
+}
+
+fwdproxy_start() { # -> FWDPROXY_ADDR; FWDPROXY_LOG lists "METHOD TARGET" per request
+	local pf="$_REG_TMP/fwdproxy.port" port
+	FWDPROXY_LOG=$_REG_TMP/fwdproxy.requests
+	: >"$FWDPROXY_LOG"
+	/usr/bin/python3 "$_REG_LIB/fwdproxy.py" "$pf" "$FWDPROXY_LOG" >"$_REG_TMP/fwdproxy.log" 2>&1 &
+	_REG_PIDS="$_REG_PIDS $!"
+	port=$(_wait_port_file "$pf") || { echo "# forward proxy did not start" >&2; return 1; }
+	FWDPROXY_ADDR=127.0.0.1:$port
 }
 
 tokenserver_start() { # key cert issuer service user:pass -> TOKEN_ADDR
