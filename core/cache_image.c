@@ -8,6 +8,7 @@
 #include <fcntl.h>
 #include <inttypes.h>
 #include <limits.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -16,6 +17,7 @@
 #include <unistd.h>
 
 #include "extract.h"
+#include "fstree.h"
 #include "gzwrite.h"
 #include "oci_auth.h"
 #include "log.h"
@@ -395,94 +397,354 @@ enum cache_format cache_detect_format(const char *dir)
 
 /* ---- walking a cache directory in a stable order --------------------- */
 
-struct walk_ctx {
-	/* called for every entry below the root, parents first */
-	int (*visit)(struct walk_ctx *w, const char *rel, const char *full, const struct stat *st);
-	struct oci_err *err;
+/* One entry met by the walk: opened, when it is, through dirfd and name
+ * only, never by a path a writer could redirect through a link. */
+struct walk_entry {
+	const char *rel; /* path below the root */
+	const char *full;
+	int dirfd;
+	const char *name;
+	struct stat st;
+	char link[PATH_MAX]; /* a symlink's target (trusted walks only) */
 };
 
-static int cmp_names(const struct dirent **a, const struct dirent **b)
+struct walk_ctx {
+	/* called for every entry below the root, parents first: 0 go on (into
+	 * a directory), 1 leave the entry out, -errno stop */
+	int (*visit)(struct walk_ctx *w, struct walk_entry *e);
+	struct oci_err *err;
+	const struct cache_walk_rules *rules; /* NULL: trusted */
+	const char *root;
+	uint64_t entries, bytes, stamp;
+};
+
+static int cmp_names(const void *a, const void *b)
 {
-	return strcmp((*a)->d_name, (*b)->d_name);
+	return strcmp(*(char *const *)a, *(char *const *)b);
 }
 
-static int walk(struct walk_ctx *w, const char *full, const char *rel, int depth)
+static void free_names(char **names, size_t n)
 {
-	struct dirent **names = NULL;
+	for (size_t i = 0; i < n; i++)
+		free(names[i]);
+	free(names);
+}
+
+/* The names in directory fd, sorted. Counted against the entry cap as they
+ * are read, so a directory of a million files stops at the cap. */
+static int read_names(struct walk_ctx *w, int fd, const char *full, char ***out, size_t *nout)
+{
+	DIR *d = NULL;
+	char **names = NULL;
+	size_t n = 0, cap = 0;
+	int rc = fstree_opendir(fd, &d);
+	if (rc) {
+		oci_errf(w->err, "cannot read directory %s: %s", full, strerror(-rc));
+		return rc;
+	}
+	const struct dirent *de;
+	errno = 0;
+	while ((de = readdir(d))) {
+		if (fstree_dot(de->d_name))
+			continue;
+		if (w->rules && w->rules->max_files && ++w->entries > w->rules->max_files) {
+			oci_errf(
+			    w->err,
+			    "%s holds more than %" PRIu64
+			    " files and directories: over the capture's file cap (--max-files)",
+			    w->root, w->rules->max_files);
+			rc = -E2BIG;
+			goto out;
+		}
+		if (n == cap) {
+			size_t ncap = cap ? cap * 2 : 64;
+			char **nn = realloc(names, ncap * sizeof(*nn));
+			if (!nn) {
+				rc = -ENOMEM;
+				goto out;
+			}
+			names = nn;
+			cap = ncap;
+		}
+		if (!(names[n] = strdup(de->d_name))) {
+			rc = -ENOMEM;
+			goto out;
+		}
+		n++;
+		errno = 0;
+	}
+	if (errno) {
+		rc = -errno;
+		oci_errf(w->err, "cannot read directory %s: %s", full, strerror(errno));
+		goto out;
+	}
+	qsort(names, n, sizeof(*names), cmp_names);
+	*out = names;
+	*nout = n;
+	names = NULL;
+	n = 0;
+out:
+	free_names(names, n);
+	closedir(d);
+	return rc;
+}
+
+static bool same_inode(const struct stat *a, const struct stat *b)
+{
+	return a->st_dev == b->st_dev && a->st_ino == b->st_ino &&
+	       (a->st_mode & S_IFMT) == (b->st_mode & S_IFMT);
+}
+
+static int walk(struct walk_ctx *w, int dirfd, const char *full, const char *rel, int depth)
+{
+	char **names = NULL;
+	size_t n = 0;
 	if (depth > WALK_MAX_DEPTH) {
 		oci_errf(w->err, "%s is nested deeper than %d directories", full, WALK_MAX_DEPTH);
 		return -ELOOP;
 	}
-	int n = scandir(full, &names, NULL, cmp_names);
-	if (n < 0) {
-		int rc = -errno;
-		oci_errf(w->err, "cannot read directory %s: %s", full, strerror(errno));
-		return rc;
-	}
-	int rc = 0;
-	for (int i = 0; i < n; i++) {
-		const char *nm = names[i]->d_name;
-		if (rc || strcmp(nm, ".") == 0 || strcmp(nm, "..") == 0)
-			continue;
+	int rc = read_names(w, dirfd, full, &names, &n);
+	for (size_t i = 0; i < n && rc == 0; i++) {
 		char cfull[PATH_MAX], crel[PATH_MAX];
-		if ((size_t)snprintf(cfull, sizeof(cfull), "%s/%s", full, nm) >= sizeof(cfull) ||
-		    (size_t)snprintf(crel, sizeof(crel), "%s%s%s", rel, *rel ? "/" : "", nm) >=
-		        sizeof(crel)) {
+		struct walk_entry e = {
+		    .rel = crel, .full = cfull, .dirfd = dirfd, .name = names[i]};
+		if ((size_t)snprintf(cfull, sizeof(cfull), "%s/%s", full, names[i]) >=
+		        sizeof(cfull) ||
+		    (size_t)snprintf(crel, sizeof(crel), "%s%s%s", rel, *rel ? "/" : "",
+		                     names[i]) >= sizeof(crel)) {
 			oci_errf(w->err, "path too long under %s", full);
 			rc = -ENAMETOOLONG;
-			continue;
+			break;
 		}
-		struct stat st;
-		if (lstat(cfull, &st) < 0) {
+		if (fstatat(dirfd, names[i], &e.st, AT_SYMLINK_NOFOLLOW) < 0) {
 			rc = -errno;
 			oci_errf(w->err, "cannot stat %s: %s", cfull, strerror(errno));
+			break;
+		}
+		rc = w->visit(w, &e);
+		if (rc > 0) {
+			rc = 0;
 			continue;
 		}
-		if ((rc = w->visit(w, crel, cfull, &st)))
+		if (rc || !S_ISDIR(e.st.st_mode))
 			continue;
-		if (S_ISDIR(st.st_mode))
-			rc = walk(w, cfull, crel, depth + 1);
+		struct stat now;
+		int cfd = openat(dirfd, names[i], O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+		if (cfd < 0 || fstat(cfd, &now) < 0 || !same_inode(&now, &e.st)) {
+			rc = cfd < 0 ? -errno : -EAGAIN;
+			oci_errf(w->err, "cannot open directory %s: %s", cfull,
+			         cfd < 0 ? strerror(errno) : "it was replaced while being read");
+		} else {
+			rc = walk(w, cfd, cfull, crel, depth + 1);
+		}
+		if (cfd >= 0)
+			close(cfd);
 	}
-	for (int i = 0; i < n; i++)
-		free(names[i]);
-	free(names);
+	free_names(names, n);
 	return rc;
 }
 
-/* Refuse what a cache image must not carry. */
-static int check_entry(const char *rel, const char *full, const struct stat *st, char *link,
-                       size_t linkcap, struct oci_err *err)
+/* Walk the tree at dir (the root itself may be reached through a link). */
+static int walk_root(struct walk_ctx *w, const char *dir)
 {
-	if (S_ISREG(st->st_mode) || S_ISDIR(st->st_mode))
+	int fd = open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+	if (fd < 0) {
+		int rc = -errno;
+		oci_errf(w->err, "%s is not a directory: %s", dir, strerror(errno));
+		return rc;
+	}
+	w->root = dir;
+	int rc = walk(w, fd, dir, "", 0);
+	close(fd);
+	return rc;
+}
+
+static const char *kind_of(mode_t m)
+{
+	return S_ISCHR(m)    ? "a character device"
+	       : S_ISBLK(m)  ? "a block device"
+	       : S_ISFIFO(m) ? "a FIFO"
+	       : S_ISSOCK(m) ? "a socket"
+	                     : "not a regular file";
+}
+
+/* Open a regular file the walk met, making sure it is still that file. */
+static int open_entry(struct walk_ctx *w, const struct walk_entry *e, int *out)
+{
+	struct stat now;
+	int fd = openat(e->dirfd, e->name, O_RDONLY | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC);
+	if (fd < 0 || fstat(fd, &now) < 0 || !same_inode(&now, &e->st)) {
+		int rc = fd < 0 ? -errno : -EAGAIN;
+		oci_errf(w->err, "cannot open %s: %s", e->full,
+		         fd < 0 ? strerror(errno) : "it was replaced while being read");
+		if (fd >= 0)
+			close(fd);
+		return rc;
+	}
+	*out = fd;
+	return 0;
+}
+
+/* Untrusted walks: a file whose size or time moved while it was read is
+ * being written; its bytes are not what any kernel compile produced. */
+static int check_unchanged(struct walk_ctx *w, const struct walk_entry *e, int fd)
+{
+	struct stat now;
+	if (!w->rules)
 		return 0;
-	if (S_ISLNK(st->st_mode)) {
-		ssize_t n = readlink(full, link, linkcap - 1);
+	if (fstat(fd, &now) < 0)
+		return -errno;
+	if (now.st_size == e->st.st_size && now.st_mtim.tv_sec == e->st.st_mtim.tv_sec &&
+	    now.st_mtim.tv_nsec == e->st.st_mtim.tv_nsec)
+		return 0;
+	oci_errf(w->err,
+	         "%s changed while it was captured (%jd bytes, then %jd): something is still "
+	         "writing it; capture again once the writer has finished",
+	         e->full, (intmax_t)e->st.st_size, (intmax_t)now.st_size);
+	return -EAGAIN;
+}
+
+/* 1 when the captured file has the bytes of the base's file at its path. */
+static int same_as_base(struct walk_ctx *w, const struct walk_entry *e)
+{
+	char path[PATH_MAX];
+	struct stat bst;
+	int rc = 0, bfd = -1, fd = -1;
+	if ((size_t)snprintf(path, sizeof(path), "%s/%s", w->rules->unchanged_from, e->rel) >=
+	        sizeof(path) ||
+	    lstat(path, &bst) < 0 || !S_ISREG(bst.st_mode) || bst.st_size != e->st.st_size)
+		return 0;
+	if ((bfd = open(path, O_RDONLY | O_NOFOLLOW | O_CLOEXEC)) < 0 ||
+	    (rc = open_entry(w, e, &fd)))
+		goto out;
+	char a[1 << 15], b[sizeof(a)];
+	for (;;) {
+		ssize_t na = read(fd, a, sizeof(a));
+		ssize_t nb = na > 0 ? read(bfd, b, (size_t)na) : 0;
+		if (na < 0 || nb != na) {
+			rc = na < 0 ? -errno : 0;
+			if (rc)
+				oci_errf(w->err, "reading %s: %s", e->full, strerror(-rc));
+			goto out;
+		}
+		if (na == 0) {
+			rc = 1;
+			goto out;
+		}
+		if (memcmp(a, b, (size_t)na) != 0)
+			goto out;
+	}
+out:
+	if (fd >= 0)
+		close(fd);
+	if (bfd >= 0)
+		close(bfd);
+	return rc;
+}
+
+/* FNV-1a over the entry's path, size and modification time, added up (the
+ * order of the walk does not matter). */
+static uint64_t stamp_mix(uint64_t stamp, const struct walk_entry *e)
+{
+	uint64_t h = 1469598103934665603ull;
+	int64_t v[3] = {(int64_t)e->st.st_size, (int64_t)e->st.st_mtim.tv_sec,
+	                (int64_t)e->st.st_mtim.tv_nsec};
+	for (const char *p = e->rel; *p; p++)
+		h = (h ^ (unsigned char)*p) * 1099511628211ull;
+	for (size_t i = 0; i < sizeof(v); i++)
+		h = (h ^ ((const unsigned char *)v)[i]) * 1099511628211ull;
+	return stamp + h;
+}
+
+/* What a cache image may carry: 0 package, 1 leave out (unchanged from the
+ * base), -errno refused (err says which path and why). */
+static int admit(struct walk_ctx *w, struct walk_entry *e)
+{
+	const struct cache_walk_rules *r = w->rules;
+	mode_t m = e->st.st_mode;
+	if (S_ISLNK(m)) {
+		ssize_t n = readlinkat(e->dirfd, e->name, e->link, sizeof(e->link) - 1);
 		if (n < 0) {
 			int rc = -errno;
-			oci_errf(err, "cannot read link %s: %s", full, strerror(errno));
+			oci_errf(w->err, "cannot read link %s: %s", e->full, strerror(errno));
 			return rc;
 		}
-		link[n] = '\0';
-		if (!extract_symlink_inside(rel, link)) {
-			oci_errf(err,
+		e->link[n] = '\0';
+		if (!extract_symlink_inside(e->rel, e->link)) {
+			oci_errf(w->err,
 			         "cannot package %s: symlink to '%s' leaves the cache directory",
-			         full, link);
+			         e->full, e->link);
+			return -EPERM;
+		}
+		if (r) {
+			oci_errf(
+			    w->err,
+			    "cannot capture %s: a symlink (to '%s'); a capture takes only regular "
+			    "files",
+			    e->full, e->link);
 			return -EPERM;
 		}
 		return 0;
 	}
-	oci_errf(err, "cannot package %s: not a regular file, directory or symlink", full);
-	return -EPERM;
+	if (!S_ISREG(m) && !S_ISDIR(m)) {
+		if (r && S_ISCHR(m) && e->st.st_rdev == 0)
+			oci_errf(w->err,
+			         "cannot capture %s: it was deleted from the base cache, and a "
+			         "capture only adds files",
+			         e->full);
+		else
+			oci_errf(w->err,
+			         "cannot %s %s: %s, not a regular file, directory or symlink",
+			         r ? "capture" : "package", e->full, kind_of(m));
+		return -EPERM;
+	}
+	if (!r)
+		return 0;
+	if (m & (S_ISUID | S_ISGID)) {
+		oci_errf(w->err, "cannot capture %s: it has the set-user-ID or set-group-ID bit",
+		         e->full);
+		return -EPERM;
+	}
+	if (S_ISDIR(m))
+		return 0;
+	if (e->st.st_nlink > 1) {
+		oci_errf(w->err,
+		         "cannot capture %s: it has %ju names (hard links); a capture takes files "
+		         "with one name",
+		         e->full, (uintmax_t)e->st.st_nlink);
+		return -EPERM;
+	}
+	if (r->unchanged_from) {
+		int same = same_as_base(w, e);
+		if (same)
+			return same;
+	}
+	w->bytes += (uint64_t)e->st.st_size;
+	w->stamp = stamp_mix(w->stamp, e);
+	if (r->max_bytes && w->bytes > r->max_bytes) {
+		oci_errf(w->err,
+		         "%s (%jd bytes) takes the capture over its byte cap of %" PRIu64
+		         " (--max-bytes)",
+		         e->full, (intmax_t)e->st.st_size, r->max_bytes);
+		return -EFBIG;
+	}
+	return 0;
 }
 
-/* Read a small JSON file for the metadata scan; NULL when too big or not JSON. */
-static char *read_small_json(const char *full, const struct stat *st, size_t *len)
+static bool is_json_name(const char *name)
 {
-	size_t nl = strlen(full);
-	if (nl < 5 || strcmp(full + nl - 5, ".json") != 0 || st->st_size > (off_t)CACHE_JSON_MAX)
+	size_t nl = strlen(name);
+	return nl >= 5 && strcmp(name + nl - 5, ".json") == 0;
+}
+
+/* A small JSON file's bytes, read from fd, for the metadata scan; NULL when
+ * it is not one (or cannot be read: the caller streams it then). */
+static char *read_small_json(const struct walk_entry *e, int fd, size_t *len)
+{
+	if (!is_json_name(e->name) || e->st.st_size > (off_t)CACHE_JSON_MAX)
 		return NULL;
 	char *buf = NULL;
-	if (fsutil_read_file(full, CACHE_JSON_MAX, &buf, len))
+	if (fsutil_read_fd(fd, CACHE_JSON_MAX, &buf, len))
 		return NULL;
 	return buf;
 }
@@ -492,18 +754,26 @@ struct scan_ctx {
 	struct cache_meta *m;
 };
 
-static int scan_visit(struct walk_ctx *w, const char *rel, const char *full, const struct stat *st)
+static int scan_visit(struct walk_ctx *w, struct walk_entry *e)
 {
 	struct scan_ctx *s = (struct scan_ctx *)w;
-	char link[PATH_MAX];
-	int rc = check_entry(rel, full, st, link, sizeof(link), w->err);
-	if (rc || !S_ISREG(st->st_mode))
+	int rc = admit(w, e);
+	if (rc || !S_ISREG(e->st.st_mode))
 		return rc;
 	size_t len = 0;
-	char *data = read_small_json(full, st, &len);
-	cache_meta_add(s->m, rel, (uint64_t)st->st_size, data, len);
+	char *data = NULL;
+	if (is_json_name(e->name) && e->st.st_size <= (off_t)CACHE_JSON_MAX) {
+		int fd = -1;
+		if ((rc = open_entry(w, e, &fd)))
+			return rc;
+		data = read_small_json(e, fd, &len);
+		rc = check_unchanged(w, e, fd);
+		close(fd);
+	}
+	if (rc == 0)
+		cache_meta_add(s->m, e->rel, (uint64_t)e->st.st_size, data, len);
 	free(data);
-	return 0;
+	return rc;
 }
 
 static int check_found(const char *dir, const struct cache_meta *m, struct oci_err *err)
@@ -523,24 +793,21 @@ static int check_found(const char *dir, const struct cache_meta *m, struct oci_e
 	return 0;
 }
 
-int cache_scan_dir(const char *dir, enum cache_format f, struct cache_meta *m, struct oci_err *err)
+int cache_scan_dir(const char *dir, enum cache_format f, const struct cache_walk_rules *rules,
+                   bool allow_empty, struct cache_meta *m, struct oci_err *err)
 {
-	struct stat st;
-	if (stat(dir, &st) < 0 || !S_ISDIR(st.st_mode)) {
-		oci_errf(err, "%s is not a directory", dir);
-		return -ENOTDIR;
-	}
 	if (f == CACHE_AUTO)
 		f = cache_detect_format(dir);
 	int rc = cache_meta_init(m, f);
 	if (rc)
 		return rc;
-	struct scan_ctx s = {.w = {.visit = scan_visit, .err = err}, .m = m};
-	if ((rc = walk(&s.w, dir, "", 0)) || (rc = check_found(dir, m, err)))
+	struct scan_ctx s = {.w = {.visit = scan_visit, .err = err, .rules = rules}, .m = m};
+	if ((rc = walk_root(&s.w, dir)) || (!allow_empty && (rc = check_found(dir, m, err))))
 		cache_meta_clear(m);
+	else
+		m->stamp = s.w.stamp;
 	return rc;
 }
-
 /* ---- writing the layer ------------------------------------------------ */
 
 struct layer_writer {
@@ -647,15 +914,15 @@ static char *rewrite_group(const char *data, size_t len, size_t *outlen)
 	return s;
 }
 
-static int write_file(struct layer_writer *lw, const char *rel, const char *name, const char *full,
-                      const struct stat *st)
+static int write_file(struct layer_writer *lw, const struct walk_entry *e, const char *name)
 {
+	int fd = -1;
+	int rc = open_entry(&lw->w, e, &fd);
+	if (rc)
+		return rc;
 	size_t jlen = 0;
-	char *json = read_small_json(full, st, &jlen);
-	const char *base = strrchr(rel, '/');
-	base = base ? base + 1 : rel;
-	int rc = 0;
-	if (json && lw->o->rewrite_group_paths && strncmp(base, "__grp__", 7) == 0) {
+	char *json = read_small_json(e, fd, &jlen);
+	if (json && lw->o->rewrite_group_paths && strncmp(e->name, "__grp__", 7) == 0) {
 		size_t nl = 0;
 		char *nj = rewrite_group(json, jlen, &nl);
 		if (nj) {
@@ -665,32 +932,37 @@ static int write_file(struct layer_writer *lw, const char *rel, const char *name
 		}
 	}
 	if (json) {
-		cache_meta_add(lw->m, rel, jlen, json, jlen);
-		if (!(rc = put_header(lw, name, AE_IFREG, st->st_mode, st->st_mtime, (int64_t)jlen,
-		                      NULL)))
+		cache_meta_add(lw->m, e->rel, jlen, json, jlen);
+		if (!(rc = check_unchanged(&lw->w, e, fd)) &&
+		    !(rc = put_header(lw, name, AE_IFREG, e->st.st_mode, e->st.st_mtime,
+		                      (int64_t)jlen, NULL)))
 			rc = put_data(lw, name, json, jlen);
 		free(json);
-		return rc;
+		goto out;
 	}
-	int fd = open(full, O_RDONLY | O_CLOEXEC | O_NOFOLLOW);
-	if (fd < 0) {
+	if (lseek(fd, 0, SEEK_SET) < 0) {
 		rc = -errno;
-		oci_errf(lw->w.err, "cannot open %s: %s", full, strerror(errno));
-		return rc;
+		oci_errf(lw->w.err, "reading %s: %s", e->full, strerror(errno));
+		goto out;
 	}
-	cache_meta_add(lw->m, rel, (uint64_t)st->st_size, NULL, 0);
-	if ((rc = put_header(lw, name, AE_IFREG, st->st_mode, st->st_mtime, st->st_size, NULL)))
+	cache_meta_add(lw->m, e->rel, (uint64_t)e->st.st_size, NULL, 0);
+	if ((rc = put_header(lw, name, AE_IFREG, e->st.st_mode, e->st.st_mtime, e->st.st_size,
+	                     NULL)))
 		goto out;
 	char buf[1 << 16];
-	int64_t left = st->st_size;
+	int64_t left = e->st.st_size;
 	while (left > 0) {
 		ssize_t n = read(fd, buf, sizeof(buf));
 		if (n < 0 && errno == EINTR)
 			continue;
 		if (n <= 0) {
 			rc = n < 0 ? -errno : -EIO;
-			oci_errf(lw->w.err, "reading %s: %s", full,
-			         n < 0 ? strerror(errno) : "file shrank while packaging");
+			if (n == 0 && lw->w.rules)
+				rc = check_unchanged(&lw->w, e, fd);
+			if (rc == 0 || rc == -EIO)
+				oci_errf(lw->w.err, "reading %s: %s", e->full,
+				         n < 0 ? strerror(errno) : "file shrank while packaging");
+			rc = rc ? rc : -EIO;
 			goto out;
 		}
 		if (n > left)
@@ -699,36 +971,39 @@ static int write_file(struct layer_writer *lw, const char *rel, const char *name
 			goto out;
 		left -= n;
 	}
+	rc = check_unchanged(&lw->w, e, fd);
 out:
 	close(fd);
 	return rc;
 }
 
-static int layer_visit(struct walk_ctx *w, const char *rel, const char *full, const struct stat *st)
+static int layer_visit(struct walk_ctx *w, struct walk_entry *e)
 {
 	struct layer_writer *lw = (struct layer_writer *)w;
-	char link[PATH_MAX], name[PATH_MAX];
-	int rc = check_entry(rel, full, st, link, sizeof(link), w->err);
+	char name[PATH_MAX];
+	int rc = admit(w, e);
 	if (rc)
 		return rc;
-	if ((size_t)snprintf(name, sizeof(name), "%s/%s", lw->prefix, rel) >= sizeof(name)) {
-		oci_errf(w->err, "path too long: %s", rel);
+	if ((size_t)snprintf(name, sizeof(name), "%s/%s", lw->prefix, e->rel) >= sizeof(name)) {
+		oci_errf(w->err, "path too long: %s", e->rel);
 		return -ENAMETOOLONG;
 	}
-	if (S_ISDIR(st->st_mode))
-		return put_header(lw, name, AE_IFDIR, st->st_mode, st->st_mtime, 0, NULL);
-	if (S_ISLNK(st->st_mode))
-		return put_header(lw, name, AE_IFLNK, 0777, st->st_mtime, 0, link);
-	return write_file(lw, rel, name, full, st);
+	if (S_ISDIR(e->st.st_mode))
+		return put_header(lw, name, AE_IFDIR, e->st.st_mode, e->st.st_mtime, 0, NULL);
+	if (S_ISLNK(e->st.st_mode))
+		return put_header(lw, name, AE_IFLNK, 0777, e->st.st_mtime, 0, e->link);
+	return write_file(lw, e, name);
 }
 
-/* Write the layer of dir into fd; fill res (digests, sizes, meta) and
- * *created (the image's creation time: SOURCE_DATE_EPOCH or the newest mtime). */
+/* Write the layer of dir into fd; fill res (digests, sizes, meta, the
+ * image's creation time: SOURCE_DATE_EPOCH or the newest mtime). */
 static int write_layer(const char *dir, const struct cache_build_opts *o, int fd,
-                       struct cache_build_result *res, int64_t *created, struct oci_err *err)
+                       struct cache_build_result *res, struct oci_err *err)
 {
-	struct layer_writer lw = {
-	    .w = {.visit = layer_visit, .err = err}, .o = o, .fd = fd, .m = &res->meta};
+	struct layer_writer lw = {.w = {.visit = layer_visit, .err = err, .rules = o->rules},
+	                          .o = o,
+	                          .fd = fd,
+	                          .m = &res->meta};
 	char prefix[64], mdir[64], mname[96];
 	char *manifest = NULL;
 	struct stat st;
@@ -754,11 +1029,14 @@ static int write_layer(const char *dir, const struct cache_build_opts *o, int fd
 		rc = -EIO;
 		goto out;
 	}
+	/* a layer on a base describes the whole tree it makes */
+	const struct cache_meta *whole = o->image_meta ? o->image_meta : lw.m;
 	if ((rc = put_header(&lw, prefix, AE_IFDIR, st.st_mode, st.st_mtime, 0, NULL)) ||
-	    (rc = walk(&lw.w, dir, "", 0)) || (rc = check_found(dir, lw.m, err)))
+	    (rc = walk_root(&lw.w, dir)) || (rc = check_found(dir, whole, err)))
 		goto out;
+	lw.m->stamp = lw.w.stamp;
 	rc = -ENOMEM;
-	if (!(manifest = cache_manifest_json(lw.m)))
+	if (!(manifest = cache_manifest_json(whole)))
 		goto out;
 	int64_t when = o->source_date_epoch >= 0 ? o->source_date_epoch : lw.newest;
 	if ((rc = put_header(&lw, mdir, AE_IFDIR, 0755, when, 0, NULL)) ||
@@ -779,7 +1057,7 @@ static int write_layer(const char *dir, const struct cache_build_opts *o, int fd
 		goto out;
 	res->layer_size = lw.gz_bytes;
 	res->tar_size = lw.tar_bytes;
-	*created = when;
+	res->created = when;
 	rc = 0;
 out:
 	if (rc && lw.io_errno && !err->msg[0])
@@ -809,6 +1087,30 @@ static void iso_time(int64_t t, char *buf, size_t cap)
 	strftime(buf, cap, "%Y-%m-%dT%H:%M:%SZ", &tm);
 }
 
+/* Replace (or add) key in o with item (consumed). */
+static bool put_item(cJSON *o, const char *key, cJSON *item)
+{
+	if (!item)
+		return false;
+	cJSON_DeleteItemFromObjectCaseSensitive(o, key);
+	if (cJSON_AddItemToObject(o, key, item))
+		return true;
+	cJSON_Delete(item);
+	return false;
+}
+
+/* The object o[key], made an empty one of that type when missing or not one. */
+static cJSON *object_item(cJSON *o, const char *key, bool array)
+{
+	cJSON *v = cJSON_GetObjectItemCaseSensitive(o, key);
+	if (array ? cJSON_IsArray(v) : cJSON_IsObject(v))
+		return v;
+	return put_item(o, key, array ? cJSON_CreateArray() : cJSON_CreateObject())
+	           ? cJSON_GetObjectItemCaseSensitive(o, key)
+	           : NULL;
+}
+
+/* The image config: a new one, or the base's with the layer added. */
 static char *build_config(const struct cache_build_opts *o, const struct cache_build_result *res,
                           const char *created)
 {
@@ -823,43 +1125,56 @@ static char *build_config(const struct cache_build_opts *o, const struct cache_b
 	}
 	char *s = NULL;
 	char by[96];
-	snprintf(by, sizeof(by), "gkm cache build --format %s", fmt_prefix(o->format));
-	cJSON *c = cJSON_CreateObject();
-	cJSON *cfg = NULL, *labels = NULL, *rootfs = NULL, *ids = NULL, *hist = NULL, *h = NULL;
-	if (!c || !cJSON_AddStringToObject(c, "created", created) ||
-	    !cJSON_AddStringToObject(c, "architecture", arch) ||
-	    !cJSON_AddStringToObject(c, "os", os) || !(cfg = cJSON_AddObjectToObject(c, "config")))
+	snprintf(by, sizeof(by), "gkm cache %s --format %s", o->base ? "capture" : "build",
+	         fmt_prefix(o->format));
+	cJSON *c = o->base ? cJSON_Duplicate(o->base->config.root, 1) : cJSON_CreateObject();
+	cJSON *cfg, *labels, *rootfs, *ids, *hist, *h = NULL;
+	if (!c || !put_item(c, "created", cJSON_CreateString(created)))
 		goto out;
-	labels = o->extra_labels ? cJSON_Duplicate(o->extra_labels, 1) : cJSON_CreateObject();
-	if (!labels || !cJSON_AddItemToObject(cfg, "Labels", labels)) {
-		cJSON_Delete(labels);
+	if (!o->base && (!cJSON_AddStringToObject(c, "architecture", arch) ||
+	                 !cJSON_AddStringToObject(c, "os", os)))
 		goto out;
+	if (!(cfg = object_item(c, "config", false)) ||
+	    !(labels = object_item(cfg, "Labels", false)))
+		goto out;
+	const cJSON *it;
+	cJSON_ArrayForEach(it, o->extra_labels)
+	{
+		if (!put_item(labels, it->string, cJSON_Duplicate(it, 1)))
+			goto out;
 	}
-	if (cache_set_labels(&res->meta, labels))
+	if (cache_set_labels(o->image_meta ? o->image_meta : &res->meta, labels))
 		goto out;
-	if (!(rootfs = cJSON_AddObjectToObject(c, "rootfs")) ||
-	    !cJSON_AddStringToObject(rootfs, "type", "layers") ||
-	    !(ids = cJSON_AddArrayToObject(rootfs, "diff_ids")) ||
+	if (!(rootfs = object_item(c, "rootfs", false)) ||
+	    !put_item(rootfs, "type", cJSON_CreateString("layers")) ||
+	    !(ids = object_item(rootfs, "diff_ids", true)) ||
 	    !cJSON_AddItemToArray(ids, cJSON_CreateString(res->diff_id)) ||
-	    !(hist = cJSON_AddArrayToObject(c, "history")) || !(h = cJSON_CreateObject()) ||
-	    !cJSON_AddItemToArray(hist, h) || !cJSON_AddStringToObject(h, "created", created) ||
-	    !cJSON_AddStringToObject(h, "created_by", by))
+	    !(hist = object_item(c, "history", true)) || !(h = cJSON_CreateObject()) ||
+	    !cJSON_AddStringToObject(h, "created", created) ||
+	    !cJSON_AddStringToObject(h, "created_by", by) || !cJSON_AddItemToArray(hist, h))
 		goto out;
+	h = NULL;
 	s = cJSON_PrintUnformatted(c);
 out:
+	cJSON_Delete(h);
 	cJSON_Delete(c);
 	return s;
 }
 
-int cache_build(const char *dir, const struct cache_build_opts *opts, struct oci_repo *repo,
-                const char *tag, struct cache_build_result *res, struct oci_err *err)
+void cache_build_result_clear(struct cache_build_result *res)
+{
+	if (res->layer_path) {
+		unlink(res->layer_path);
+		free(res->layer_path);
+		res->layer_path = NULL;
+	}
+	cache_meta_clear(&res->meta);
+}
+
+int cache_build_layer(const char *dir, const struct cache_build_opts *opts,
+                      struct cache_build_result *res, struct oci_err *err)
 {
 	struct cache_build_opts o = *opts;
-	struct oci_manifest m = {0};
-	struct oci_desc layer = {0};
-	char *path = NULL, *config = NULL, *mjson = NULL;
-	size_t mlen = 0;
-	int64_t created = 0;
 	int fd = -1, rc;
 	memset(res, 0, sizeof(*res));
 	if (o.format == CACHE_AUTO)
@@ -867,35 +1182,65 @@ int cache_build(const char *dir, const struct cache_build_opts *opts, struct oci
 	if ((rc = cache_meta_init(&res->meta, o.format)))
 		return rc;
 	const char *tmpdir = getenv("TMPDIR");
-	if (asprintf(&path, "%s/gkm-layer-XXXXXX", tmpdir && *tmpdir ? tmpdir : "/tmp") < 0) {
-		path = NULL;
+	if (asprintf(&res->layer_path, "%s/gkm-layer-XXXXXX", tmpdir && *tmpdir ? tmpdir : "/tmp") <
+	    0) {
+		res->layer_path = NULL;
 		rc = -ENOMEM;
 		goto out;
 	}
-	if ((fd = mkostemp(path, O_CLOEXEC)) < 0) {
+	if ((fd = mkostemp(res->layer_path, O_CLOEXEC)) < 0) {
 		rc = -errno;
 		oci_errf(err, "cannot create a temporary file for the layer: %s", strerror(errno));
-		free(path);
-		path = NULL;
+		free(res->layer_path);
+		res->layer_path = NULL;
 		goto out;
 	}
-	if ((rc = write_layer(dir, &o, fd, res, &created, err)))
+	if ((rc = write_layer(dir, &o, fd, res, err)))
 		goto out;
 	if (fsync(fd) < 0) {
 		rc = -errno;
 		oci_errf(err, "writing the layer: %s", strerror(errno));
-		goto out;
 	}
+out:
+	if (fd >= 0)
+		close(fd);
+	if (rc)
+		cache_build_result_clear(res);
+	return rc;
+}
+
+int cache_build_push(const struct cache_build_opts *opts, struct cache_build_result *res,
+                     struct oci_repo *repo, const char *tag, struct oci_err *err)
+{
+	struct cache_build_opts o = *opts;
+	struct oci_manifest m = {0};
+	struct oci_desc layer = {0};
+	char *config = NULL, *mjson = NULL;
+	size_t mlen = 0, nbase = o.base ? o.base->manifest.n_layers : 0;
+	int rc = -ENOMEM;
+	o.format = res->meta.format;
 	char when[32];
-	iso_time(created, when, sizeof(when));
-	rc = -ENOMEM;
+	iso_time(res->created, when, sizeof(when));
 	if (!(config = build_config(&o, res, when)))
 		goto out;
 	memcpy(layer.digest, res->layer_digest, sizeof(layer.digest));
 	layer.size = (int64_t)res->layer_size;
-	if (!(layer.media_type = strdup(OCI_MT_LAYER_GZIP)))
+	if (!(layer.media_type = strdup(OCI_MT_LAYER_GZIP)) ||
+	    !(m.media_type = strdup(OCI_MT_MANIFEST)) ||
+	    !(m.layers = calloc(nbase + 1, sizeof(*m.layers))))
 		goto out;
-	if ((rc = oci_repo_put_blob_file(repo, path, &layer, err))) {
+	for (size_t i = 0; i < nbase; i++) {
+		char what[32];
+		snprintf(what, sizeof(what), "base layer %zu", i);
+		if ((rc = oci_desc_copy(&o.base->manifest.layers[i], &m.layers[i])))
+			goto out;
+		m.n_layers++;
+		if ((rc = oci_repo_copy_blob(o.base_repo, repo, &m.layers[i], what, err))) {
+			oci_err_prefix(err, "storing the base's layers");
+			goto out;
+		}
+	}
+	if ((rc = oci_repo_put_blob_file(repo, res->layer_path, &layer, err))) {
 		oci_err_prefix(err, "storing the layer");
 		goto out;
 	}
@@ -907,30 +1252,20 @@ int cache_build(const char *dir, const struct cache_build_opts *opts, struct oci
 	if ((rc = oci_desc_for_bytes(OCI_MT_CONFIG, config, strlen(config), &m.config)))
 		goto out;
 	rc = -ENOMEM;
-	if (!(m.media_type = strdup(OCI_MT_MANIFEST)) || !(m.layers = calloc(1, sizeof(*m.layers))))
-		goto out;
-	m.layers[0] = layer;
+	m.layers[m.n_layers++] = layer;
 	memset(&layer, 0, sizeof(layer));
-	m.n_layers = 1;
 	if (!(m.annotations = cJSON_CreateObject()) ||
 	    !cJSON_AddStringToObject(m.annotations, OCI_ANN_CREATED, when))
 		goto out;
 	if ((rc = oci_manifest_build(&m, &mjson, &mlen)))
 		goto out;
+	/* the manifest last: until it is stored, nothing names the new blobs */
 	if ((rc = oci_repo_put_manifest(repo, tag, OCI_MT_MANIFEST, mjson, mlen, NULL, res->digest,
 	                                NULL, err))) {
 		oci_err_prefix(err, "storing the manifest");
 		goto out;
 	}
 out:
-	if (fd >= 0)
-		close(fd);
-	if (path) {
-		unlink(path);
-		free(path);
-	}
-	if (rc)
-		cache_meta_clear(&res->meta);
 	oci_desc_clear(&layer);
 	oci_manifest_clear(&m);
 	free(config);
@@ -938,6 +1273,14 @@ out:
 	return rc;
 }
 
+int cache_build(const char *dir, const struct cache_build_opts *o, struct oci_repo *repo,
+                const char *tag, struct cache_build_result *res, struct oci_err *err)
+{
+	int rc = cache_build_layer(dir, o, res, err);
+	if (rc == 0 && (rc = cache_build_push(o, res, repo, tag, err)))
+		cache_build_result_clear(res);
+	return rc;
+}
 /* ---- reading a cache layer ------------------------------------------- */
 
 struct layer_src {

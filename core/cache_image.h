@@ -44,6 +44,9 @@ struct cache_meta {
 	uint64_t abs_groups;      /* ... of which name absolute paths */
 	char abs_group_root[512]; /* the build-host cache dir the first of them names */
 	char vllm_format[16];     /* "binary", "unpacked" or "triton" */
+	/* Untrusted walks: a mix of every file's path, size and modification
+	 * time. Two walks of a tree with equal stamps saw the same files. */
+	uint64_t stamp;
 };
 
 /* Initialise (allocates the JSON containers). Release with cache_meta_clear(). */
@@ -58,11 +61,38 @@ void cache_meta_add(struct cache_meta *m, const char *relpath, uint64_t size, co
 enum cache_format cache_detect_format(const char *dir);
 const char *cache_format_name(enum cache_format f); /* "triton", "vllm" */
 
+/* How a directory is walked. NULL rules (gkm cache build) trust the tree:
+ * symlinks that stay inside it are packaged, nothing is capped. Untrusted
+ * rules (captures: files a command or a pod wrote) take only regular files
+ * and directories, each opened beneath the root without following links:
+ *   - symlinks, devices, FIFOs, sockets, overlay whiteouts (files deleted
+ *     from a base), set-id bits and files with several names are refused,
+ *     the message naming the path and the rule;
+ *   - more than max_files entries (counted while directories are read, so a
+ *     million files stop the walk at the cap) or more than max_bytes of file
+ *     sizes (a sparse file counts its size) is -E2BIG / -EFBIG, before any
+ *     of it is read;
+ *   - a file whose size or modification time changes while it is read (a
+ *     writer still at work) is -EAGAIN.
+ * unchanged_from (may be NULL): files identical, path and bytes, to the file
+ * at the same path under this directory are left out (a capture on top of
+ * a copied base). */
+struct cache_walk_rules {
+	bool untrusted;
+	uint64_t max_files; /* 0: no cap */
+	uint64_t max_bytes; /* 0: no cap */
+	const char *unchanged_from;
+};
+
 /* Walk dir (no symlinks followed) and fill m. -EINVAL + err for a
  * directory that holds no recognisable cache of format f, or entries that
- * cannot be packaged (sockets, devices, links leaving the tree). */
+ * cannot be packaged (sockets, devices, links leaving the tree). With
+ * allow_empty a tree without kernel metadata is fine (the files a capture
+ * added to a base may be support files only). */
 __attribute__((warn_unused_result)) int cache_scan_dir(const char *dir, enum cache_format f,
-                                                       struct cache_meta *m, struct oci_err *err);
+                                                       const struct cache_walk_rules *rules,
+                                                       bool allow_empty, struct cache_meta *m,
+                                                       struct oci_err *err);
 
 /* The summary label value ({"targets":[...]}); caller frees. */
 char *cache_summary_json(const struct cache_meta *m);
@@ -78,6 +108,16 @@ struct cache_build_opts {
 	int level;                 /* gzip effort 0..3 (isa-l levels); default 1 */
 	const char *platform;      /* os/arch for the config; NULL: linux/<this machine> */
 	cJSON *extra_labels;       /* borrowed; copied into the config */
+	const struct cache_walk_rules *rules; /* borrowed; NULL: a trusted directory */
+	/* Layer on top of an image (borrowed; NULL: a one-layer image): its
+	 * layers come first, copied from base_repo into the target repository
+	 * when it lacks them (the same repository or registry sends nothing),
+	 * its config is kept with the new layer added, and the labels and the
+	 * layer's manifest.json describe image_meta, the whole tree as a
+	 * container runtime unpacks it. */
+	const struct oci_image *base;
+	struct oci_repo *base_repo;
+	const struct cache_meta *image_meta;
 };
 void cache_build_opts_init(struct cache_build_opts *o);
 
@@ -86,13 +126,30 @@ struct cache_build_result {
 	char layer_digest[OCI_DIGEST_MAX];
 	char diff_id[OCI_DIGEST_MAX];
 	uint64_t layer_size, tar_size;
-	struct cache_meta meta; /* release with cache_meta_clear() */
+	int64_t created;
+	char *layer_path;       /* the layer, written but not stored yet */
+	struct cache_meta meta; /* what the new layer holds */
 };
+/* Remove the layer file and release meta. */
+void cache_build_result_clear(struct cache_build_result *res);
 
-/* Package dir into an image and store it in repo under tag. */
+/* Package dir into an image and store it in repo under tag: the layer is
+ * written (cache_build_layer), then blobs are stored and the manifest last
+ * (cache_build_push), so a failure leaves no manifest naming missing blobs.
+ * Release res with cache_build_result_clear(). */
 __attribute__((warn_unused_result)) int
 cache_build(const char *dir, const struct cache_build_opts *o, struct oci_repo *repo,
             const char *tag, struct cache_build_result *res, struct oci_err *err);
+/* The two halves, for callers that check the layer's content (res->meta)
+ * before anything leaves the machine. */
+__attribute__((warn_unused_result)) int cache_build_layer(const char *dir,
+                                                          const struct cache_build_opts *o,
+                                                          struct cache_build_result *res,
+                                                          struct oci_err *err);
+__attribute__((warn_unused_result)) int cache_build_push(const struct cache_build_opts *o,
+                                                         struct cache_build_result *res,
+                                                         struct oci_repo *repo, const char *tag,
+                                                         struct oci_err *err);
 
 /* Read a cache layer (tar, tar+gzip or tar+zstd) from r to its verified end
  * and fill m from the files under io.triton.cache/ or io.vllm.cache/

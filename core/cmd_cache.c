@@ -18,6 +18,8 @@
 #include "cli.h"
 #include "cli_registry.h"
 #include "cmd.h"
+#include "cmd_cache.h"
+#include "cache_capture.h"
 #include "extract.h"
 #include "fstree.h"
 #include "log.h"
@@ -28,52 +30,6 @@
 #include "oci_sig.h"
 #include "signature.h"
 #include "store.h"
-
-#define MAX_LABELS 64
-
-enum {
-	OPT_PLATFORM = CLI_OPT_FIRST_FREE,
-	OPT_CHUNK,
-	OPT_FORMAT,
-	OPT_REWRITE,
-	OPT_LABEL,
-	OPT_SDE,
-	OPT_LEVEL,
-	OPT_ENTRIES,
-	OPT_PASSFILE,
-	OPT_BUNDLE,
-	OPT_STORE,
-	OPT_PREFIX,
-	OPT_NO_SIGS,
-	OPT_REQUIRE_SIG,
-};
-
-/* The registry flags every command shares (core/cli_registry.h), plus the
- * two only image copying needs. --key is added per subcommand. */
-#define REGISTRY_OPTIONS                                                                           \
-	CLI_REGISTRY_OPTIONS, {"platform", required_argument, 0, OPT_PLATFORM},                    \
-	{                                                                                          \
-		"chunk-size", required_argument, 0, OPT_CHUNK                                      \
-	}
-
-#define REGISTRY_HELP                                                                              \
-	CLI_REGISTRY_HELP                                                                          \
-	"  --platform OS/ARCH   the image to pick from an index (default linux/<this machine>)\n"  \
-	"  --chunk-size BYTES   upload blobs in chunks of this size\n"
-
-struct cli {
-	const char *cmd;
-	struct cli_registry r; /* registry flags and --key files */
-	const char *platform;
-	const char *output;
-	const char *passfile;
-	bool bundle, entries, no_sigs, require_sig;
-	const char *store_root;
-	const char *prefix;
-	struct cache_build_opts build;
-	cJSON *labels;
-	const char *tag_ref;
-};
 
 static void cli_free(struct cli *c)
 {
@@ -139,14 +95,14 @@ static int parse(struct cli *c, int argc, char **argv, const char *usage, const 
 	return 0;
 }
 
-static int fail(const char *cmd, const char *what, const struct oci_err *e, int rc)
+int cmd_cache_fail(const char *cmd, const char *what, const struct oci_err *e, int rc)
 {
 	fprintf(stderr, "%s: %s: %s\n", cmd, what, oci_err_str(e, rc));
 	return EXIT_FAIL;
 }
 
-static int open_ref(struct cli *c, const char *s, bool create, struct oci_ref *ref,
-                    struct oci_repo **repo)
+int cmd_cache_open_ref(struct cli *c, const char *s, bool create, struct oci_ref *ref,
+                       struct oci_repo **repo)
 {
 	struct oci_err e = {{0}};
 	int rc = oci_ref_parse(s, ref, &e);
@@ -156,24 +112,24 @@ static int open_ref(struct cli *c, const char *s, bool create, struct oci_ref *r
 	}
 	if ((rc = oci_repo_open(ref, &c->r.reg, create, repo, &e))) {
 		oci_ref_clear(ref);
-		return fail(c->cmd, s, &e, rc);
+		return cmd_cache_fail(c->cmd, s, &e, rc);
 	}
 	return 0;
 }
 
 /* Open the repository of s and resolve it to its manifest descriptor. */
-static int open_resolved(struct cli *c, const char *s, struct oci_ref *ref, struct oci_repo **repo,
-                         struct oci_desc *desc)
+int cmd_cache_open_resolved(struct cli *c, const char *s, struct oci_ref *ref,
+                            struct oci_repo **repo, struct oci_desc *desc)
 {
 	struct oci_err e = {{0}};
-	int rc = open_ref(c, s, false, ref, repo);
+	int rc = cmd_cache_open_ref(c, s, false, ref, repo);
 	if (rc)
 		return rc;
 	int orc = oci_repo_resolve(*repo, oci_ref_reference(ref), desc, &e);
-	return orc ? fail(c->cmd, s, &e, orc) : 0;
+	return orc ? cmd_cache_fail(c->cmd, s, &e, orc) : 0;
 }
 
-static void human(uint64_t n, char *buf, size_t cap)
+void cmd_cache_human(uint64_t n, char *buf, size_t cap)
 {
 	static const char *const u[] = {"B", "KiB", "MiB", "GiB", "TiB"};
 	double v = (double)n;
@@ -290,7 +246,7 @@ static const char build_usage[] =
     "  --level N               gzip effort 0..3 (default 1)\n"
     "  -o json                 print the result as JSON\n\n" REGISTRY_HELP;
 
-static int build_flag(struct cli *c, int opt, const char *arg)
+int cmd_cache_build_flag(struct cli *c, int opt, const char *arg)
 {
 	unsigned long long v = 0;
 	switch (opt) {
@@ -358,6 +314,55 @@ static void print_groups(const struct cache_meta *m, FILE *f)
 		fprintf(f, "Group files:  %" PRIu64 ", all with relative paths\n", m->groups);
 }
 
+void cmd_cache_print_built(struct cli *c, const char *verb, const struct oci_ref *ref,
+                           const struct cache_build_result *res, const struct cache_meta *image,
+                           cJSON *extra)
+{
+	const struct cache_meta *m = image ? image : &res->meta;
+	char *summary = cache_summary_json(m);
+	char *name = oci_ref_name(ref);
+	const cJSON *it;
+	if (c->output && strcmp(c->output, "json") == 0) {
+		cJSON *o = cJSON_CreateObject();
+		cJSON_AddStringToObject(o, "reference", c->tag_ref);
+		cJSON_AddStringToObject(o, "digest", res->digest);
+		cJSON_AddStringToObject(o, "format", cache_format_name(m->format));
+		cJSON_AddStringToObject(o, "layerDigest", res->layer_digest);
+		cJSON_AddNumberToObject(o, "layerSize", (double)res->layer_size);
+		cJSON_AddNumberToObject(o, "entryCount", (double)m->entries);
+		cJSON_AddNumberToObject(o, "cacheSizeBytes", (double)m->bytes);
+		cJSON_AddItemToObject(o, "targets", cJSON_Duplicate(m->targets, 1));
+		cJSON_AddNumberToObject(o, "groupFiles", (double)m->groups);
+		cJSON_AddNumberToObject(o, "absoluteGroupFiles", (double)m->abs_groups);
+		cJSON_ArrayForEach(it, extra)
+		    cJSON_AddItemToObject(o, it->string, cJSON_Duplicate(it, 1));
+		char *s = cJSON_Print(o);
+		if (s)
+			puts(s);
+		free(s);
+		cJSON_Delete(o);
+	} else {
+		char sz[32], lz[32];
+		cmd_cache_human(m->bytes, sz, sizeof(sz));
+		cmd_cache_human(res->layer_size, lz, sizeof(lz));
+		printf("%s %s@%s\n", verb, name ? name : c->tag_ref, res->digest);
+		printf("Format:       %s\nEntries:      %" PRIu64 "\nCache size:   %s (%" PRIu64
+		       " bytes, %" PRIu64 " files)\nLayer:        %s (%s)\nSummary:      %s\n",
+		       cache_format_name(m->format), m->entries, sz, m->bytes, m->files, lz,
+		       res->layer_digest, summary ? summary : "");
+		cJSON_ArrayForEach(it, extra)
+		{
+			char *v = cJSON_IsString(it) ? NULL : cJSON_PrintUnformatted(it);
+			printf("%-13s %s\n", it->string, v ? v : it->valuestring);
+			free(v);
+		}
+		print_groups(m, stdout);
+	}
+	free(summary);
+	free(name);
+	cJSON_Delete(extra);
+}
+
 static const struct option build_opts[] = {
     CLI_COMMON_OPTIONS,
     REGISTRY_OPTIONS,
@@ -383,7 +388,7 @@ static int cache_build_cmd(struct cli *c, int argc, char **argv)
 		goto out;
 	}
 	const char *dir = argv[optind];
-	if ((rc = open_ref(c, c->tag_ref, true, &ref, &repo)))
+	if ((rc = cmd_cache_open_ref(c, c->tag_ref, true, &ref, &repo)))
 		goto out;
 	if (ref.digest) {
 		rc = cli_usage_error(c->cmd, "-t names a tag, not a digest ('%s')", c->tag_ref);
@@ -393,44 +398,13 @@ static int cache_build_cmd(struct cli *c, int argc, char **argv)
 	c->build.platform = c->platform;
 	int brc = cache_build(dir, &c->build, repo, ref.tag, &res, &e);
 	if (brc) {
-		rc = fail(c->cmd, "cannot package", &e, brc);
+		rc = cmd_cache_fail(c->cmd, "cannot package", &e, brc);
 		goto out;
 	}
-	char *summary = cache_summary_json(&res.meta);
-	char *name = oci_ref_name(&ref);
-	if (c->output && strcmp(c->output, "json") == 0) {
-		cJSON *o = cJSON_CreateObject();
-		cJSON_AddStringToObject(o, "reference", c->tag_ref);
-		cJSON_AddStringToObject(o, "digest", res.digest);
-		cJSON_AddStringToObject(o, "format", cache_format_name(res.meta.format));
-		cJSON_AddStringToObject(o, "layerDigest", res.layer_digest);
-		cJSON_AddNumberToObject(o, "layerSize", (double)res.layer_size);
-		cJSON_AddNumberToObject(o, "entryCount", (double)res.meta.entries);
-		cJSON_AddNumberToObject(o, "cacheSizeBytes", (double)res.meta.bytes);
-		cJSON_AddItemToObject(o, "targets", cJSON_Duplicate(res.meta.targets, 1));
-		cJSON_AddNumberToObject(o, "groupFiles", (double)res.meta.groups);
-		cJSON_AddNumberToObject(o, "absoluteGroupFiles", (double)res.meta.abs_groups);
-		char *s = cJSON_Print(o);
-		if (s)
-			puts(s);
-		free(s);
-		cJSON_Delete(o);
-	} else {
-		char sz[32], lz[32];
-		human(res.meta.bytes, sz, sizeof(sz));
-		human(res.layer_size, lz, sizeof(lz));
-		printf("Built %s@%s\n", name ? name : c->tag_ref, res.digest);
-		printf("Format:       %s\nEntries:      %" PRIu64 "\nCache size:   %s (%" PRIu64
-		       " bytes, %" PRIu64 " files)\nLayer:        %s (%s)\nSummary:      %s\n",
-		       cache_format_name(res.meta.format), res.meta.entries, sz, res.meta.bytes,
-		       res.meta.files, lz, res.layer_digest, summary ? summary : "");
-		print_groups(&res.meta, stdout);
-	}
-	free(summary);
-	free(name);
+	cmd_cache_print_built(c, "Built", &ref, &res, NULL, NULL);
 	rc = EXIT_OK;
 out:
-	cache_meta_clear(&res.meta);
+	cache_build_result_clear(&res);
 	oci_repo_free(repo);
 	oci_ref_clear(&ref);
 	return rc;
@@ -456,12 +430,12 @@ static int cache_push_cmd(struct cli *c, int argc, char **argv)
 		rc = cli_usage_error(c->cmd, "want SRC and DST");
 		goto out;
 	}
-	if ((rc = open_ref(c, argv[optind], false, &sref, &src)) ||
-	    (rc = open_ref(c, argv[optind + 1], true, &dref, &dst)))
+	if ((rc = cmd_cache_open_ref(c, argv[optind], false, &sref, &src)) ||
+	    (rc = cmd_cache_open_ref(c, argv[optind + 1], true, &dref, &dst)))
 		goto out;
 	int prc = oci_repo_copy_image(src, oci_ref_reference(&sref), dst, dref.tag, dg, &e);
 	if (prc) {
-		rc = fail(c->cmd, argv[optind], &e, prc);
+		rc = cmd_cache_fail(c->cmd, argv[optind], &e, prc);
 		goto out;
 	}
 	char *name = oci_ref_name(&dref);
@@ -502,7 +476,7 @@ static int inspect_flag(struct cli *c, int opt, const char *arg)
 	return 1;
 }
 
-static enum cache_format format_of(const struct oci_config *cfg)
+enum cache_format cmd_cache_format_of(const struct oci_config *cfg)
 {
 	if (oci_config_label(cfg, "cache.vllm.image/summary") ||
 	    oci_config_label(cfg, "cache.vllm.image/entry-count"))
@@ -605,14 +579,14 @@ static int cache_inspect_cmd(struct cli *c, int argc, char **argv)
 		rc = cli_usage_error(c->cmd, "want one image reference");
 		goto out;
 	}
-	if ((rc = open_ref(c, argv[optind], false, &ref, &repo)))
+	if ((rc = cmd_cache_open_ref(c, argv[optind], false, &ref, &repo)))
 		goto out;
 	int frc = oci_repo_fetch_image(repo, oci_ref_reference(&ref), c->platform, &img, &e);
 	if (frc) {
-		rc = fail(c->cmd, argv[optind], &e, frc);
+		rc = cmd_cache_fail(c->cmd, argv[optind], &e, frc);
 		goto out;
 	}
-	enum cache_format fmt = format_of(&img.config);
+	enum cache_format fmt = cmd_cache_format_of(&img.config);
 	const char *sum_s = label_of(&img.config, fmt, "summary");
 	summary = sum_s ? cJSON_Parse(sum_s) : NULL;
 	uint64_t layer_bytes = 0;
@@ -633,7 +607,7 @@ static int cache_inspect_cmd(struct cli *c, int argc, char **argv)
 				oci_blob_close(r);
 			}
 			if (lrc) {
-				rc = fail(c->cmd, argv[optind], &e, lrc);
+				rc = cmd_cache_fail(c->cmd, argv[optind], &e, lrc);
 				goto out;
 			}
 		}
@@ -714,7 +688,7 @@ static int cache_inspect_cmd(struct cli *c, int argc, char **argv)
 		if (entries)
 			printf("Entries:      %s\n", entries);
 		if (size) {
-			human((uint64_t)strtoull(size, NULL, 10), hs, sizeof(hs));
+			cmd_cache_human((uint64_t)strtoull(size, NULL, 10), hs, sizeof(hs));
 			printf("Cache size:   %s (%s bytes)\n", hs, size);
 		}
 		const cJSON *t =
@@ -726,11 +700,11 @@ static int cache_inspect_cmd(struct cli *c, int argc, char **argv)
 		printf("Layers:\n  %-2s %-48s %-10s %s\n", "#", "MEDIA TYPE", "SIZE", "DIGEST");
 		for (size_t i = 0; i < img.manifest.n_layers; i++) {
 			const struct oci_desc *l = &img.manifest.layers[i];
-			human((uint64_t)l->size, hs, sizeof(hs));
+			cmd_cache_human((uint64_t)l->size, hs, sizeof(hs));
 			printf("  %-2zu %-48s %-10s %s\n", i, l->media_type, hs, l->digest);
 		}
 		if (scanned) {
-			human(meta.bytes, hs, sizeof(hs));
+			cmd_cache_human(meta.bytes, hs, sizeof(hs));
 			printf("Layer scan:   %" PRIu64 " files, %s, %" PRIu64 " entries\n",
 			       meta.files, hs, meta.entries);
 			if (cJSON_GetArraySize(kernels) > 0)
@@ -817,6 +791,13 @@ static const struct option sign_opts[] = {
 
 static int cache_sign_cmd(struct cli *c, int argc, char **argv)
 {
+	if (optind + 1 != argc || c->r.nkeys != 1)
+		return cli_usage_error(c->cmd, "want one image reference and one --key");
+	return cmd_cache_sign(c, argv[optind]);
+}
+
+int cmd_cache_sign(struct cli *c, const char *refstr)
+{
 	struct oci_ref ref = {0};
 	struct oci_repo *repo = NULL;
 	struct oci_desc desc = {0};
@@ -826,10 +807,6 @@ static int cache_sign_cmd(struct cli *c, int argc, char **argv)
 	size_t plen = 0;
 	char why[256] = "";
 	int rc = 0;
-	if (optind + 1 != argc || c->r.nkeys != 1) {
-		rc = cli_usage_error(c->cmd, "want one image reference and one --key");
-		goto out;
-	}
 	pass = read_passphrase(c);
 	int krc = sig_key_load_private_file(c->r.keys[0], pass, &key, why, sizeof(why));
 	if (krc) {
@@ -838,7 +815,7 @@ static int cache_sign_cmd(struct cli *c, int argc, char **argv)
 		rc = EXIT_FAIL;
 		goto out;
 	}
-	if ((rc = open_resolved(c, argv[optind], &ref, &repo, &desc)))
+	if ((rc = cmd_cache_open_resolved(c, refstr, &ref, &repo, &desc)))
 		goto out;
 	int orc = 0;
 	name = oci_ref_name(&ref);
@@ -849,7 +826,7 @@ static int cache_sign_cmd(struct cli *c, int argc, char **argv)
 	int already =
 	    signed_by(repo, &desc, key, c->bundle ? SIG_KIND_BUNDLE : SIG_KIND_SIMPLE, &e);
 	if (already < 0) {
-		rc = fail(c->cmd, argv[optind], &e, already);
+		rc = cmd_cache_fail(c->cmd, refstr, &e, already);
 		goto out;
 	}
 	if (already) {
@@ -865,7 +842,7 @@ static int cache_sign_cmd(struct cli *c, int argc, char **argv)
 		if (orc == 0)
 			orc = oci_sig_push_bundle(repo, &desc, payload, plen, &indexed, &e);
 		if (orc) {
-			rc = fail(c->cmd, "signing", &e, orc);
+			rc = cmd_cache_fail(c->cmd, "signing", &e, orc);
 			goto out;
 		}
 		printf("Signed %s@%s (sigstore bundle, key %s; %s)\n", name, desc.digest,
@@ -877,7 +854,7 @@ static int cache_sign_cmd(struct cli *c, int argc, char **argv)
 		if (orc == 0)
 			orc = oci_sig_push_simple(repo, desc.digest, payload, plen, sig, &e);
 		if (orc) {
-			rc = fail(c->cmd, "signing", &e, orc);
+			rc = cmd_cache_fail(c->cmd, "signing", &e, orc);
 			goto out;
 		}
 		char tag[160];
@@ -926,11 +903,11 @@ static int cache_verify_cmd(struct cli *c, int argc, char **argv)
 		rc = cli_usage_error(c->cmd, "want one image reference and at least one --key");
 		goto out;
 	}
-	if ((rc = open_resolved(c, argv[optind], &ref, &repo, &desc)))
+	if ((rc = cmd_cache_open_resolved(c, argv[optind], &ref, &repo, &desc)))
 		goto out;
 	sig_state_check(c, repo, desc.digest, &s);
 	if (s.rc) {
-		rc = fail(c->cmd, argv[optind], &s.err, s.rc);
+		rc = cmd_cache_fail(c->cmd, argv[optind], &s.err, s.rc);
 		goto out;
 	}
 	if (!s.verified_tried) {
@@ -1036,7 +1013,7 @@ static int extract_to_store(struct cli *c, struct oci_repo *repo, const struct o
 	if (!(digest && c->r.nkeys == 0 && store_lookup(st, digest, &info) == 0)) {
 		rc = oci_repo_fetch_image(repo, oci_ref_reference(ref), c->platform, img, &e);
 		if (rc) {
-			rc = fail(c->cmd, refstr, &e, rc);
+			rc = cmd_cache_fail(c->cmd, refstr, &e, rc);
 			goto out;
 		}
 		digest = img->desc.digest;
@@ -1060,7 +1037,7 @@ static int extract_to_store(struct cli *c, struct oci_repo *repo, const struct o
 			rc = oci_pull_extract(repo, img, store_txn_extract(txn), &e);
 			if (rc) {
 				store_abort(txn);
-				rc = fail(c->cmd, refstr, &e, rc);
+				rc = cmd_cache_fail(c->cmd, refstr, &e, rc);
 				goto out;
 			}
 			rc = store_commit(txn, &info, errbuf, sizeof(errbuf));
@@ -1078,7 +1055,7 @@ static int extract_to_store(struct cli *c, struct oci_repo *repo, const struct o
 		goto out;
 	}
 	char hs[32];
-	human(info.bytes, hs, sizeof(hs));
+	cmd_cache_human(info.bytes, hs, sizeof(hs));
 	printf("Ready %s at %s (%" PRIu64 " files, %s)\n", digest, path, info.files, hs);
 	rc = EXIT_OK;
 out:
@@ -1086,8 +1063,9 @@ out:
 	return rc;
 }
 
-static int extract_to_dir(struct cli *c, struct oci_repo *repo, const struct oci_ref *ref,
-                          struct oci_image *img, const char *refstr, const char *dest)
+int cmd_cache_pull_dir(struct cli *c, struct oci_repo *repo, const struct oci_ref *ref,
+                       struct oci_image *img, const char *refstr, const char *dest,
+                       struct extract_stats *stats_out)
 {
 	struct oci_err e = {{0}};
 	struct extract *x = NULL;
@@ -1095,7 +1073,7 @@ static int extract_to_dir(struct cli *c, struct oci_repo *repo, const struct oci
 	int dfd = -1;
 	int rc = oci_repo_fetch_image(repo, oci_ref_reference(ref), c->platform, img, &e);
 	if (rc)
-		return fail(c->cmd, refstr, &e, rc);
+		return cmd_cache_fail(c->cmd, refstr, &e, rc);
 	if (verify_before_extract(c, repo, img->top_digest))
 		return EXIT_FAIL;
 	struct stat st;
@@ -1134,8 +1112,20 @@ static int extract_to_dir(struct cli *c, struct oci_repo *repo, const struct oci
 			        strerror(-rrc));
 		return EXIT_FAIL;
 	}
+	if (stats_out)
+		*stats_out = stats;
+	return EXIT_OK;
+}
+
+static int extract_to_dir(struct cli *c, struct oci_repo *repo, const struct oci_ref *ref,
+                          struct oci_image *img, const char *refstr, const char *dest)
+{
+	struct extract_stats stats = {0};
+	int rc = cmd_cache_pull_dir(c, repo, ref, img, refstr, dest, &stats);
+	if (rc)
+		return rc;
 	char hs[32];
-	human(stats.bytes, hs, sizeof(hs));
+	cmd_cache_human(stats.bytes, hs, sizeof(hs));
 	printf("Extracted %s@%s into %s (%" PRIu64 " files, %s)\n", refstr, img->desc.digest, dest,
 	       stats.files, hs);
 	return EXIT_OK;
@@ -1162,7 +1152,7 @@ static int cache_extract_cmd(struct cli *c, int argc, char **argv)
 		                                 : "want an image reference and a directory");
 		goto out;
 	}
-	if ((rc = open_ref(c, argv[optind], false, &ref, &repo)))
+	if ((rc = cmd_cache_open_ref(c, argv[optind], false, &ref, &repo)))
 		goto out;
 	rc = c->store_root ? extract_to_store(c, repo, &ref, &img, argv[optind])
 	                   : extract_to_dir(c, repo, &ref, &img, argv[optind], argv[optind + 1]);
@@ -1268,7 +1258,7 @@ static const struct sub {
 	int (*own)(struct cli *c, int opt, const char *arg);
 } subs[] = {
     {"build", cache_build_cmd, "package a Triton or vLLM cache directory into an image",
-     build_usage, build_opts, "ht:o:", build_flag},
+     build_usage, build_opts, "ht:o:", cmd_cache_build_flag},
     {"push", cache_push_cmd, "copy an image between registries and layout directories", push_usage,
      push_opts, "h", NULL},
     {"inspect", cache_inspect_cmd, "show targets, sizes, entries and signature state",
@@ -1281,6 +1271,12 @@ static const struct sub {
      extract_opts, "h", extract_flag},
     {"keygen", cache_keygen_cmd, "make an ECDSA P-256 key pair for signing", keygen_usage,
      keygen_opts, "h", keygen_flag},
+    {"capture", cmd_cache_capture, "run a warm-up command and package what it compiled",
+     cmd_cache_capture_usage, cmd_cache_capture_opts, "+ht:o:", cmd_cache_capture_flag},
+    {"merge", cmd_cache_merge, "one image from caches built for different GPUs",
+     cmd_cache_merge_usage, cmd_cache_merge_opts, "ht:o:", cmd_cache_build_flag},
+    {"promote", cmd_cache_promote, "sign a captured candidate and name it the cache's image",
+     cmd_cache_promote_usage, cmd_cache_promote_opts, "ht:o:", cmd_cache_promote_flag},
 };
 
 /* Flags, defaults and the parse every subcommand shares, then its own code. */
@@ -1291,6 +1287,8 @@ static int run_sub(const struct sub *sub, int argc, char **argv)
 	struct cli c = {.cmd = cmd, .output = "table", .prefix = "cosign"};
 	cli_registry_init(&c.r, true);
 	cache_build_opts_init(&c.build);
+	cache_capture_rules_default(&c.rules);
+	c.settle_ms = 1000;
 	const char *sde = getenv("SOURCE_DATE_EPOCH");
 	unsigned long long v = 0;
 	if (sde && *sde && cli_parse_u64(sde, 1ull << 40, &v) == 0)

@@ -12,11 +12,18 @@
 int fsutil_read_file(const char *path, size_t max, char **out, size_t *len)
 {
 	int fd = open(path, O_RDONLY | O_CLOEXEC);
+	if (fd < 0)
+		return -errno;
+	int rc = fsutil_read_fd(fd, max, out, len);
+	close(fd);
+	return rc;
+}
+
+int fsutil_read_fd(int fd, size_t max, char **out, size_t *len)
+{
 	char *buf = NULL;
 	size_t got = 0, cap = 0;
 	int rc = 0;
-	if (fd < 0)
-		return -errno;
 	/* streams too (a pipe, /dev/stdin): read until EOF, never past max */
 	for (;;) {
 		if (got == cap) {
@@ -60,7 +67,6 @@ int fsutil_read_file(const char *path, size_t max, char **out, size_t *len)
 	buf = NULL;
 out:
 	free(buf);
-	close(fd);
 	return rc;
 }
 

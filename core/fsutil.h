@@ -10,6 +10,9 @@
  * (caller frees); -EFBIG over max. */
 __attribute__((warn_unused_result)) int fsutil_read_file(const char *path, size_t max, char **out,
                                                          size_t *len);
+/* The same from an open descriptor, read from its current offset to EOF
+ * (the descriptor stays open). */
+__attribute__((warn_unused_result)) int fsutil_read_fd(int fd, size_t max, char **out, size_t *len);
 /* Write a complete file: temporary file in the same directory, fsync,
  * rename over path, fsync the directory. Readers see the old or the new
  * content, never a part. */

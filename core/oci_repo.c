@@ -302,8 +302,8 @@ out:
 }
 
 /* Copy one blob from src to dst unless dst has it. */
-static int copy_blob(struct oci_repo *src, struct oci_repo *dst, const struct oci_desc *d,
-                     const char *what, struct oci_err *err)
+int oci_repo_copy_blob(struct oci_repo *src, struct oci_repo *dst, const struct oci_desc *d,
+                       const char *what, struct oci_err *err)
 {
 	struct oci_blob_reader *rd = NULL;
 	int rc;
@@ -391,12 +391,12 @@ static int copy_manifest(struct oci_repo *src, const char *reference, struct oci
 	} else if (k == OCI_KIND_MANIFEST) {
 		if ((rc = oci_manifest_parse(f.data, f.len, f.media_type, &m, err)))
 			goto out;
-		if ((rc = copy_blob(src, dst, &m.config, "config", err)))
+		if ((rc = oci_repo_copy_blob(src, dst, &m.config, "config", err)))
 			goto out;
 		for (size_t i = 0; i < m.n_layers; i++) {
 			char what[32];
 			snprintf(what, sizeof(what), "layer %zu", i);
-			if ((rc = copy_blob(src, dst, &m.layers[i], what, err)))
+			if ((rc = oci_repo_copy_blob(src, dst, &m.layers[i], what, err)))
 				goto out;
 		}
 	} else {

@@ -95,6 +95,13 @@ __attribute__((warn_unused_result)) int
 oci_repo_fetch_image(struct oci_repo *r, const char *reference, const char *platform,
                      struct oci_image *out, struct oci_err *err);
 
+/* Copy one blob from src to dst unless dst has it already (what names it in
+ * errors: "layer 0"). */
+__attribute__((warn_unused_result)) int oci_repo_copy_blob(struct oci_repo *src,
+                                                           struct oci_repo *dst,
+                                                           const struct oci_desc *d,
+                                                           const char *what, struct oci_err *err);
+
 /* Copy the image (manifest or index with its manifests, configs and layers)
  * that src_reference names in src to dst under dst_tag (NULL: by digest).
  * Blobs dst already has are not sent again. digest_out gets the top digest. */

@@ -1,0 +1,509 @@
+/* gkm cache capture: run a warm-up command against a cache directory (fresh,
+ * or a base image's cache overlaid) and package what it compiled; gkm cache
+ * promote: the trusted step that signs a candidate and names the image a
+ * cache should use. */
+#include <errno.h>
+#include <fcntl.h>
+#include <inttypes.h>
+#include <limits.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "cache_capture.h"
+#include "cmd.h"
+#include "cmd_cache.h"
+#include "fstree.h"
+#include "gpu_probe.h"
+#include "oci_image.h"
+
+const char cmd_cache_capture_usage[] =
+    "Usage: gkm cache capture -t REF [--base REF] [flags] -- COMMAND [ARG...]\n\n"
+    "Run COMMAND (a warm-up script) with its kernel cache pointed at a fresh\n"
+    "directory, or at a base image's cache (an overlay as root, else a copy), then\n"
+    "package what it compiled and store it at REF: on a base, by default only the\n"
+    "files it added, as one more layer over the base's layers (which are reused, so\n"
+    "only the new layer travels). TRITON_CACHE_DIR (format triton) or\n"
+    "VLLM_CACHE_ROOT (format vllm; vLLM keeps torch.compile and its inductor and\n"
+    "Triton caches under it) and GKM_CAPTURE_DIR name the directory. COMMAND's\n"
+    "output goes to stderr. What it wrote is untrusted: only regular files are taken\n"
+    "(no symlinks, devices, set-id bits), within the caps, unchanged while read,\n"
+    "with kernels for the GPUs of this machine only. The image is a candidate:\n"
+    "sign it with a trusted key (gkm cache promote) before any cache uses it.\n\n"
+    "  -t, --tag REF           where to store the image (required)\n"
+    "  --base REF              start from this cache image\n"
+    "  --squash                one layer holding the whole cache, base included\n"
+    "  --format FMT            triton or vllm (default: the base's, else triton)\n"
+    "  --gpu-file FILE         the GPUs the kernels must be for (gkm gpus -o json);\n"
+    "                          default: the GPUs probed on this machine\n"
+    "  --policy-dir DIR        compat policy overrides (default: built-in)\n"
+    "  --max-files N           cap on files and directories captured (default 200000)\n"
+    "  --max-bytes N           cap on bytes captured (default 8 GiB)\n"
+    "  --workdir DIR           where the workspace is made (default $TMPDIR)\n"
+    "  --copy                  copy the base even as root (no overlay mount)\n"
+    "  --settle-ms N           the time the cache must stay unchanged after COMMAND\n"
+    "                          returns, or the capture is refused (default 1000)\n"
+    "  --key FILE              sign the image with this private key\n"
+    "  --passphrase-file FILE  passphrase of an encrypted key\n"
+    "  --label KEY=VALUE       an extra config label (repeatable)\n"
+    "  -o json                 print the result as JSON\n\n" REGISTRY_HELP;
+
+const struct option cmd_cache_capture_opts[] = {
+    CLI_COMMON_OPTIONS,
+    REGISTRY_OPTIONS,
+    {"tag", required_argument, 0, 't'},
+    {"base", required_argument, 0, OPT_BASE},
+    {"squash", no_argument, 0, OPT_SQUASH},
+    {"format", required_argument, 0, OPT_FORMAT},
+    {"gpu-file", required_argument, 0, OPT_GPU_FILE},
+    {"policy-dir", required_argument, 0, OPT_POLICY_DIR},
+    {"max-files", required_argument, 0, OPT_MAX_FILES},
+    {"max-bytes", required_argument, 0, OPT_MAX_BYTES},
+    {"workdir", required_argument, 0, OPT_WORKDIR},
+    {"copy", no_argument, 0, OPT_COPY},
+    {"settle-ms", required_argument, 0, OPT_SETTLE},
+    {"key", required_argument, 0, CLI_OPT_KEY},
+    {"passphrase-file", required_argument, 0, OPT_PASSFILE},
+    {"label", required_argument, 0, OPT_LABEL},
+    {"output", required_argument, 0, 'o'},
+    {0, 0, 0, 0},
+};
+
+int cmd_cache_capture_flag(struct cli *c, int opt, const char *arg)
+{
+	unsigned long long v = 0;
+	switch (opt) {
+	case OPT_BASE:
+		c->base_ref = arg;
+		return 1;
+	case OPT_SQUASH:
+		c->squash = true;
+		return 1;
+	case OPT_COPY:
+		c->copy = true;
+		return 1;
+	case OPT_SETTLE:
+		if (cli_parse_u64(arg, 600000, &v)) {
+			cli_usage_error(c->cmd, "invalid --settle-ms '%s' (0..600000)", arg);
+			return -1;
+		}
+		c->settle_ms = v;
+		return 1;
+	case OPT_GPU_FILE:
+		c->gpu_file = arg;
+		return 1;
+	case OPT_POLICY_DIR:
+		c->policy_dir = arg;
+		return 1;
+	case OPT_WORKDIR:
+		c->workdir = arg;
+		return 1;
+	case OPT_PASSFILE:
+		c->passfile = arg;
+		return 1;
+	case OPT_MAX_FILES:
+	case OPT_MAX_BYTES:
+		if (cli_parse_u64(arg, 1ull << 50, &v) || v == 0) {
+			cli_usage_error(c->cmd, "invalid --max-%s '%s' (a positive number)",
+			                opt == OPT_MAX_FILES ? "files" : "bytes", arg);
+			return -1;
+		}
+		*(opt == OPT_MAX_FILES ? &c->rules.max_files : &c->rules.max_bytes) = v;
+		return 1;
+	default:
+		return cmd_cache_build_flag(c, opt, arg);
+	}
+}
+
+/* The GPUs the captured kernels must be for: the file given, else a probe. */
+static cJSON *load_gpus(struct cli *c)
+{
+	struct gpu_probe *p = NULL;
+	char err[512] = "";
+	int rc = c->gpu_file ? gpu_file_probe(c->gpu_file, &p, err, sizeof(err))
+	                     : gpu_probe_auto(NULL, NULL, &p, err, sizeof(err));
+	if (rc) {
+		fprintf(stderr, "%s: GPUs: %s\n", c->cmd, err[0] ? err : strerror(-rc));
+		return NULL;
+	}
+	cJSON *doc = gpu_probe_to_json(p);
+	gpu_probe_free(p);
+	cJSON *gpus = doc ? cJSON_DetachItemFromObjectCaseSensitive(doc, "gpus") : NULL;
+	cJSON_Delete(doc);
+	return gpus;
+}
+
+/* Run the command with the cache variables set; its stdout goes to our
+ * stderr so that -o json stays parseable. */
+static int run_command(struct cli *c, char **argv, enum cache_format f, const char *dir)
+{
+	fflush(NULL);
+	pid_t pid = fork();
+	if (pid < 0) {
+		fprintf(stderr, "%s: cannot start %s: %s\n", c->cmd, argv[0], strerror(errno));
+		return EXIT_FAIL;
+	}
+	if (pid == 0) {
+		if (dup2(STDERR_FILENO, STDOUT_FILENO) < 0 ||
+		    setenv(f == CACHE_VLLM ? "VLLM_CACHE_ROOT" : "TRITON_CACHE_DIR", dir, 1) ||
+		    setenv("GKM_CAPTURE_DIR", dir, 1))
+			_exit(126);
+		execvp(argv[0], argv);
+		fprintf(stderr, "%s: cannot run %s: %s\n", c->cmd, argv[0], strerror(errno));
+		_exit(127);
+	}
+	int st = 0;
+	while (waitpid(pid, &st, 0) < 0)
+		if (errno != EINTR)
+			return EXIT_FAIL;
+	if (WIFEXITED(st) && WEXITSTATUS(st) == 0)
+		return 0;
+	if (WIFEXITED(st))
+		fprintf(stderr, "%s: %s exited with status %d; nothing captured\n", c->cmd, argv[0],
+		        WEXITSTATUS(st));
+	else
+		fprintf(stderr, "%s: %s was killed by signal %d; nothing captured\n", c->cmd,
+		        argv[0], WTERMSIG(st));
+	return EXIT_FAIL;
+}
+
+struct capture {
+	struct oci_ref bref, tref;
+	struct oci_repo *brepo, *trepo;
+	struct oci_image base;
+	struct cache_capture_ws ws;
+	bool ws_open;
+	struct cache_meta added, whole;
+	struct cache_build_result res;
+	cJSON *gpus;
+	char root[PATH_MAX / 2];
+};
+
+static void capture_clear(struct capture *k)
+{
+	/* a workspace still mounted is left alone: removing through the
+	 * mount would be removing from the merged view */
+	bool keep = k->ws_open && cache_capture_ws_close(&k->ws) != 0;
+	if (!keep && k->root[0] && fstree_remove(AT_FDCWD, k->root))
+		fprintf(stderr, "could not remove the workspace %s\n", k->root);
+	cache_build_result_clear(&k->res);
+	cache_meta_clear(&k->added);
+	cache_meta_clear(&k->whole);
+	cJSON_Delete(k->gpus);
+	oci_image_clear(&k->base);
+	oci_repo_free(k->brepo);
+	oci_repo_free(k->trepo);
+	oci_ref_clear(&k->bref);
+	oci_ref_clear(&k->tref);
+}
+
+/* Extract the base into ROOT/base; *fmt from its labels; lower its cache. */
+static int pull_base(struct cli *c, struct capture *k, enum cache_format *fmt, char *lower)
+{
+	char dir[PATH_MAX / 2 + 16];
+	unsigned nkeys = c->r.nkeys; /* --key is the signing key here, not a trust anchor */
+	int rc = cmd_cache_open_ref(c, c->base_ref, false, &k->bref, &k->brepo);
+	if (rc)
+		return rc;
+	snprintf(dir, sizeof(dir), "%s/base", k->root);
+	c->r.nkeys = 0;
+	rc = cmd_cache_pull_dir(c, k->brepo, &k->bref, &k->base, c->base_ref, dir, NULL);
+	c->r.nkeys = nkeys;
+	if (rc)
+		return rc;
+	enum cache_format bf = cmd_cache_format_of(&k->base.config);
+	if (bf == CACHE_AUTO) {
+		fprintf(stderr, "%s: %s is not a cache image (no cache labels)\n", c->cmd,
+		        c->base_ref);
+		return EXIT_FAIL;
+	}
+	if (*fmt != CACHE_AUTO && *fmt != bf) {
+		fprintf(stderr, "%s: --format %s, but the base %s is a %s cache\n", c->cmd,
+		        cache_format_name(*fmt), c->base_ref, cache_format_name(bf));
+		return EXIT_USAGE;
+	}
+	*fmt = bf;
+	if ((size_t)snprintf(lower, PATH_MAX, "%s/io.%s.cache", dir, cache_format_name(bf)) >=
+	    PATH_MAX)
+		return EXIT_FAIL;
+	struct stat st;
+	if (stat(lower, &st) != 0 || !S_ISDIR(st.st_mode)) {
+		fprintf(stderr, "%s: the base %s has no io.%s.cache directory\n", c->cmd,
+		        c->base_ref, cache_format_name(bf));
+		return EXIT_FAIL;
+	}
+	return 0;
+}
+
+/* What the image says besides the summary: how much was added, from where. */
+static cJSON *capture_facts(const struct capture *k, const char *base_ref, size_t layers)
+{
+	cJSON *o = cJSON_CreateObject();
+	if (!o)
+		return NULL;
+	cJSON_AddNumberToObject(o, "addedFiles", (double)k->added.files);
+	cJSON_AddNumberToObject(o, "addedBytes", (double)k->added.bytes);
+	cJSON_AddItemToObject(o, "addedTargets", cJSON_Duplicate(k->added.targets, 1));
+	if (base_ref) {
+		cJSON_AddStringToObject(o, "base", base_ref);
+		cJSON_AddStringToObject(o, "baseDigest", k->base.desc.digest);
+	}
+	cJSON_AddNumberToObject(o, "layers", (double)layers);
+	return o;
+}
+
+/* The captured tree's two walks (the check, then the layer) must agree:
+ * a file that appeared in between was written during the capture. */
+static bool same_walk(const struct cache_meta *a, const struct cache_meta *b)
+{
+	return a->files == b->files && a->bytes == b->bytes && a->stamp == b->stamp;
+}
+
+int cmd_cache_capture(struct cli *c, int argc, char **argv)
+{
+	struct capture k = {0};
+	struct oci_err e = {{0}};
+	enum cache_format fmt = c->build.format;
+	char lower[PATH_MAX] = "";
+	int rc = 0;
+	if (optind >= argc || !c->tag_ref) {
+		rc = cli_usage_error(c->cmd, "want -t REF and a command to run");
+		goto out;
+	}
+	if (c->r.nkeys > 1) {
+		rc = cli_usage_error(c->cmd, "one --key signs; give one");
+		goto out;
+	}
+	if ((rc = cmd_cache_open_ref(c, c->tag_ref, true, &k.tref, &k.trepo)))
+		goto out;
+	if (k.tref.digest) {
+		rc = cli_usage_error(c->cmd, "-t names a tag, not a digest ('%s')", c->tag_ref);
+		goto out;
+	}
+	if (!(k.gpus = load_gpus(c))) {
+		rc = EXIT_FAIL;
+		goto out;
+	}
+	const char *tmp = c->workdir ? c->workdir : getenv("TMPDIR");
+	snprintf(k.root, sizeof(k.root), "%s/gkm-capture-XXXXXX", tmp && *tmp ? tmp : "/tmp");
+	if (!mkdtemp(k.root)) {
+		fprintf(stderr, "%s: cannot create a workspace in %s: %s\n", c->cmd,
+		        tmp && *tmp ? tmp : "/tmp", strerror(errno));
+		k.root[0] = '\0';
+		rc = EXIT_FAIL;
+		goto out;
+	}
+	if (c->base_ref && (rc = pull_base(c, &k, &fmt, lower)))
+		goto out;
+	if (fmt == CACHE_AUTO)
+		fmt = CACHE_TRITON;
+	char wsdir[PATH_MAX / 2 + 16];
+	snprintf(wsdir, sizeof(wsdir), "%s/ws", k.root);
+	if (mkdir(wsdir, 0755) < 0 ||
+	    (rc = cache_capture_ws_open(wsdir, c->base_ref ? lower : NULL,
+	                                geteuid() == 0 && !c->copy, &k.ws, &e))) {
+		rc = cmd_cache_fail(c->cmd, "workspace", &e, rc ? rc : -errno);
+		goto out;
+	}
+	k.ws_open = true;
+	if ((rc = run_command(c, argv + optind, fmt, k.ws.cache)))
+		goto out;
+
+	/* what the command added, checked before anything is packaged */
+	struct cache_walk_rules added_rules = c->rules;
+	if (c->base_ref) /* in an upper layer too: files only touched were copied up */
+		added_rules.unchanged_from = lower;
+	int src = cache_scan_dir(k.ws.added, fmt, &added_rules, c->base_ref != NULL, &k.added, &e);
+	if (src) {
+		rc = cmd_cache_fail(c->cmd, "nothing captured", &e, src);
+		goto out;
+	}
+	if (k.added.files == 0) {
+		fprintf(stderr, "%s: %s added no files to the cache; nothing captured\n", c->cmd,
+		        argv[optind]);
+		rc = EXIT_FAIL;
+		goto out;
+	}
+	if ((src = cache_capture_check_targets(k.added.targets, k.gpus, c->policy_dir, &e))) {
+		rc = cmd_cache_fail(c->cmd, "nothing captured", &e, src);
+		goto out;
+	}
+	/* a writer the command left running shows between the two walks */
+	if (c->settle_ms) {
+		struct timespec ts = {.tv_sec = c->settle_ms / 1000,
+		                      .tv_nsec = (long)(c->settle_ms % 1000) * 1000000};
+		while (nanosleep(&ts, &ts) < 0 && errno == EINTR)
+			;
+	}
+
+	/* package: one layer on the base's, or the whole tree in one layer */
+	bool layered = c->base_ref && !c->squash;
+	struct cache_build_opts o = c->build;
+	struct cache_walk_rules whole_rules = c->rules;
+	o.format = fmt;
+	o.extra_labels = c->labels;
+	o.platform = c->platform;
+	if (layered) {
+		if ((src = cache_scan_dir(k.ws.cache, fmt, NULL, false, &k.whole, &e))) {
+			rc = cmd_cache_fail(c->cmd, "nothing captured", &e, src);
+			goto out;
+		}
+		o.rules = &added_rules;
+		o.base = &k.base;
+		o.base_repo = k.brepo;
+		o.image_meta = &k.whole;
+	} else {
+		o.rules = &whole_rules;
+	}
+	const char *dir = layered ? k.ws.added : k.ws.cache;
+	if ((src = cache_build_layer(dir, &o, &k.res, &e))) {
+		rc = cmd_cache_fail(c->cmd, "nothing captured", &e, src);
+		goto out;
+	}
+	if (dir == k.ws.added && !same_walk(&k.added, &k.res.meta)) {
+		fprintf(stderr,
+		        "%s: nothing captured: the cache directory changed while it was captured "
+		        "(%" PRIu64 " files, then %" PRIu64 "): something is still writing it\n",
+		        c->cmd, k.added.files, k.res.meta.files);
+		rc = EXIT_FAIL;
+		goto out;
+	}
+	if ((src = cache_build_push(&o, &k.res, k.trepo, k.tref.tag, &e))) {
+		rc = cmd_cache_fail(c->cmd, "cannot push the capture", &e, src);
+		goto out;
+	}
+	size_t layers = layered ? k.base.manifest.n_layers + 1 : 1;
+	cmd_cache_print_built(c, "Captured", &k.tref, &k.res, layered ? &k.whole : NULL,
+	                      capture_facts(&k, c->base_ref, layers));
+	rc = EXIT_OK;
+	if (c->r.nkeys == 1) {
+		char *name = oci_ref_name(&k.tref);
+		char signref[PATH_MAX];
+		snprintf(signref, sizeof(signref), "%s@%s", name ? name : "", k.res.digest);
+		free(name);
+		rc = cmd_cache_sign(c, signref);
+	}
+out:
+	capture_clear(&k);
+	return rc;
+}
+
+/* ---- promote ------------------------------------------------------------- */
+
+const char cmd_cache_promote_usage[] =
+    "Usage: gkm cache promote CANDIDATE --key PRIVATE.pem [-t REF] [--cache [NS/]NAME]\n\n"
+    "Make a captured candidate the cache: sign it (by digest) with a trusted key the\n"
+    "cluster verifies with (--key, given by a person or CI: gkm never signs what it\n"
+    "captured by itself), copied first to REF when -t is given, and print the\n"
+    "spec.image the cache must name, with the kubectl command that sets it.\n\n"
+    "  --key FILE              the private signing key\n"
+    "  --passphrase-file FILE  passphrase of an encrypted key\n"
+    "  --bundle                sign with a sigstore bundle\n"
+    "  -t, --tag REF           copy the candidate here first (a release tag)\n"
+    "  --cache [NS/]NAME       the GKMCache (NS/NAME) or ClusterGKMCache (NAME)\n"
+    "  -o json                 print the result as JSON\n\n" REGISTRY_HELP;
+
+const struct option cmd_cache_promote_opts[] = {
+    CLI_COMMON_OPTIONS,
+    REGISTRY_OPTIONS,
+    {"key", required_argument, 0, CLI_OPT_KEY},
+    {"passphrase-file", required_argument, 0, OPT_PASSFILE},
+    {"bundle", no_argument, 0, OPT_BUNDLE},
+    {"tag", required_argument, 0, 't'},
+    {"cache", required_argument, 0, OPT_CACHE},
+    {"output", required_argument, 0, 'o'},
+    {0, 0, 0, 0},
+};
+
+int cmd_cache_promote_flag(struct cli *c, int opt, const char *arg)
+{
+	switch (opt) {
+	case OPT_PASSFILE:
+		c->passfile = arg;
+		return 1;
+	case OPT_BUNDLE:
+		c->bundle = true;
+		return 1;
+	case 't':
+		c->tag_ref = arg;
+		return 1;
+	case OPT_CACHE:
+		c->cache_name = arg;
+		return 1;
+	default:
+		return 0;
+	}
+}
+
+int cmd_cache_promote(struct cli *c, int argc, char **argv)
+{
+	struct oci_ref ref = {0}, tref = {0};
+	struct oci_repo *repo = NULL, *trepo = NULL;
+	struct oci_desc desc = {0};
+	struct oci_err e = {{0}};
+	char *name = NULL, image[PATH_MAX];
+	int rc;
+	if (optind + 1 != argc || c->r.nkeys != 1) {
+		rc = cli_usage_error(c->cmd, "want one candidate image and one --key");
+		goto out;
+	}
+	if ((rc = cmd_cache_open_resolved(c, argv[optind], &ref, &repo, &desc)))
+		goto out;
+	if (c->tag_ref) {
+		char dg[OCI_DIGEST_MAX];
+		if ((rc = cmd_cache_open_ref(c, c->tag_ref, true, &tref, &trepo)))
+			goto out;
+		int crc = oci_repo_copy_image(repo, desc.digest, trepo, tref.tag, dg, &e);
+		if (crc) {
+			rc = cmd_cache_fail(c->cmd, c->tag_ref, &e, crc);
+			goto out;
+		}
+		name = oci_ref_name(&tref);
+	} else {
+		name = oci_ref_name(&ref);
+	}
+	snprintf(image, sizeof(image), "%s@%s", name ? name : "", desc.digest);
+	if ((rc = cmd_cache_sign(c, image)))
+		goto out;
+	char ns[256] = "", nm[256] = "";
+	if (c->cache_name) {
+		const char *slash = strchr(c->cache_name, '/');
+		if (slash)
+			snprintf(ns, sizeof(ns), "%.*s", (int)(slash - c->cache_name),
+			         c->cache_name);
+		snprintf(nm, sizeof(nm), "%s", slash ? slash + 1 : c->cache_name);
+	}
+	if (strcmp(c->output, "json") == 0) {
+		cJSON *o = cJSON_CreateObject();
+		cJSON_AddStringToObject(o, "candidate", argv[optind]);
+		cJSON_AddStringToObject(o, "image", image);
+		cJSON_AddStringToObject(o, "digest", desc.digest);
+		cJSON *p = cJSON_AddObjectToObject(o, "patch");
+		cJSON_AddStringToObject(cJSON_AddObjectToObject(p, "spec"), "image", image);
+		char *js = cJSON_Print(o);
+		if (js)
+			puts(js);
+		free(js);
+		cJSON_Delete(o);
+	} else {
+		printf("Promoted %s\nspec.image: %s\n", image, image);
+		if (nm[0])
+			printf("kubectl patch %s %s%s%s --type merge -p "
+			       "'{\"spec\":{\"image\":\"%s\"}}'\n",
+			       ns[0] ? "gkmcache" : "clustergkmcache", nm, ns[0] ? " -n " : "", ns,
+			       image);
+	}
+	rc = EXIT_OK;
+out:
+	free(name);
+	oci_desc_clear(&desc);
+	oci_repo_free(repo);
+	oci_repo_free(trepo);
+	oci_ref_clear(&ref);
+	oci_ref_clear(&tref);
+	return rc;
+}
