@@ -19,6 +19,7 @@
 #include "oci_pull.h"
 #include "oci_ref.h"
 #include "pull_sched.h"
+#include "pull_secret.h"
 #include "soon_timer.h"
 #include "store.h"
 
@@ -112,6 +113,7 @@ struct agent {
 	struct engine_slot *policies;
 	struct agent_opts o;
 	char node[254], root[512], run_dir[512], manager[300];
+	char namespace_[64]; /* gkm's: where a ClusterGKMCache's pull Secrets are */
 	struct store *store;
 	struct kube_workqueue *queue;
 	struct cache *caches;
@@ -392,6 +394,10 @@ struct job {
 	bool present;
 	uint64_t bytes;
 	double seconds;
+	/* the pull Secrets the cache names (spec.pullSecrets), and where */
+	char secrets_ns[64];
+	char secrets[600];
+	char secrets_err[256]; /* spec.pullSecrets malformed */
 };
 
 static void job_fail(struct job *j, int rc, const char *reason, const char *msg)
@@ -473,16 +479,21 @@ struct client {
 	struct oci_registry *reg;
 	uint64_t born;
 	char host[256];
+	char creds[sizeof(((struct pull_secret *)0)->key)]; /* pull_secret.key, "" for none */
 };
 
-/* An idle client of host, or a new one (NULL: the job makes its own). */
-static struct client *client_take(struct agent *a, const char *host)
+/* An idle client of host with the credentials creds names (its bearer
+ * tokens were issued to them: a client is never shared between
+ * credentials), or a new one made with opts (NULL: the job makes its own). */
+static struct client *client_take(struct agent *a, const char *host, const char *creds,
+                                  const struct oci_registry_opts *opts)
 {
 	uint64_t now = loop_now_ms();
 	struct client *c = NULL;
 	pthread_mutex_lock(&a->clients_lock);
 	for (struct client **p = &a->clients; *p; p = &(*p)->next) {
-		if (!strcmp((*p)->host, host) && now - (*p)->born < CLIENT_TTL_MS) {
+		if (!strcmp((*p)->host, host) && !strcmp((*p)->creds, creds) &&
+		    now - (*p)->born < CLIENT_TTL_MS) {
 			c = *p;
 			*p = c->next;
 			break;
@@ -493,11 +504,12 @@ static struct client *client_take(struct agent *a, const char *host)
 		return c;
 	struct oci_err e;
 	memset(&e, 0, sizeof(e));
-	if (!(c = calloc(1, sizeof(*c))) || oci_registry_new(host, &a->reg, &c->reg, &e) != 0) {
+	if (!(c = calloc(1, sizeof(*c))) || oci_registry_new(host, opts, &c->reg, &e) != 0) {
 		free(c);
 		return NULL;
 	}
 	snprintf(c->host, sizeof(c->host), "%s", host);
+	snprintf(c->creds, sizeof(c->creds), "%s", creds);
 	c->born = now;
 	return c;
 }
@@ -539,14 +551,44 @@ static void clients_drop_idle(struct loop *l, void *ud)
 	loop_trim_soon(l);
 }
 
+/* The registry options of a job: the daemon's, with the credentials of
+ * the pull Secret its cache names instead of the daemon's own. The job
+ * fails (reason and message set) when the Secrets cannot be read. */
+static int job_registry(struct job *j, const struct oci_ref *ref, struct pull_secret *ps,
+                        struct oci_registry_opts *o)
+{
+	char err[512];
+	*o = j->a->reg;
+	memset(ps, 0, sizeof(*ps));
+	if (j->secrets_err[0]) {
+		job_fail(j, -EINVAL, "InvalidPullSecrets", j->secrets_err);
+		return -EINVAL;
+	}
+	if (!j->secrets[0] || ref->kind != OCI_REF_REGISTRY)
+		return 0;
+	int rc = pull_secret_read(j->a->os, j->secrets_ns, j->secrets, ref->registry, ps, err,
+	                          sizeof(err));
+	if (rc) {
+		job_fail(j, rc, pull_reason(rc), err);
+		return rc;
+	}
+	o->username = o->password = o->auth_file = NULL;
+	o->auth_json = ps->auth_json;
+	o->auth_source = ps->source;
+	return 0;
+}
+
 /* Open the repository of a job's reference, on a kept client (*client,
  * given back by the caller) where there is one. */
-static int job_repo(struct job *j, const struct oci_ref *ref, struct client **client,
+static int job_repo(struct job *j, const struct oci_ref *ref, const struct pull_secret *ps,
+                    const struct oci_registry_opts *opts, struct client **client,
                     struct oci_repo **out, struct oci_err *e)
 {
-	*client = ref->kind == OCI_REF_REGISTRY ? client_take(j->a, oci_ref_api_host(ref)) : NULL;
+	*client = ref->kind == OCI_REF_REGISTRY
+	              ? client_take(j->a, oci_ref_api_host(ref), ps->key, opts)
+	              : NULL;
 	return *client ? oci_repo_open_on(ref, (*client)->reg, out, e)
-	               : oci_repo_open(ref, &j->a->reg, false, out, e);
+	               : oci_repo_open(ref, opts, false, out, e);
 }
 
 /* Read the image config: targets from its labels when it has them. */
@@ -562,9 +604,14 @@ static void fetch_image_work(void *ud)
 	memset(&ref, 0, sizeof(ref));
 	memset(&img, 0, sizeof(img));
 	memset(&e, 0, sizeof(e));
+	struct pull_secret ps;
+	struct oci_registry_opts opts;
+	memset(&ps, 0, sizeof(ps));
 	int rc = oci_ref_parse(j->ref, &ref, &e);
+	if (!rc && (rc = job_registry(j, &ref, &ps, &opts)))
+		goto out;
 	if (!rc)
-		rc = job_repo(j, &ref, &client, &repo, &e);
+		rc = job_repo(j, &ref, &ps, &opts, &client, &repo, &e);
 	if (!rc)
 		rc = oci_repo_fetch_image(repo, oci_ref_reference(&ref), NULL, &img, &e);
 	if (rc) {
@@ -584,6 +631,7 @@ out:
 	oci_image_clear(&img);
 	oci_repo_free(repo);
 	client_give(j->a, client, rc == 0);
+	pull_secret_clear(&ps);
 	oci_ref_clear(&ref);
 }
 
@@ -594,20 +642,31 @@ static void pull_work(void *ud)
 	struct job *j = ud;
 	struct oci_err e;
 	struct store_entry_info info;
-	struct oci_pull_opts o = {.registry = &j->a->reg, .keys = j->a->o.keys};
+	struct oci_registry_opts opts;
+	struct oci_pull_opts o = {.registry = &opts, .keys = j->a->o.keys};
 	struct oci_ref ref;
+	struct pull_secret ps;
 	struct client *client = NULL;
 	memset(&e, 0, sizeof(e));
 	memset(&ref, 0, sizeof(ref));
-	if (oci_ref_parse(j->ref, &ref, &e) == 0 && ref.kind == OCI_REF_REGISTRY)
-		client = client_take(j->a, oci_ref_api_host(&ref));
+	memset(&ps, 0, sizeof(ps));
+	int rc = oci_ref_parse(j->ref, &ref, &e);
+	if (rc == 0 && job_registry(j, &ref, &ps, &opts) != 0) {
+		oci_ref_clear(&ref);
+		return;
+	}
+	if (rc == 0 && ref.kind == OCI_REF_REGISTRY)
+		client = client_take(j->a, oci_ref_api_host(&ref), ps.key, &opts);
 	oci_ref_clear(&ref);
 	o.client = client ? client->reg : NULL;
 	uint64_t t0 = loop_now_ms();
-	int rc = oci_pull_to_store(j->a->store, j->ref, &o, NULL, j->store_digest, &info,
-	                           &j->present, &e);
+	/* the cache's own credentials reach its own source (manifest and
+	 * config) before any byte of the store is handed to it */
+	rc = oci_pull_to_store(j->a->store, j->ref, &o, NULL, j->store_digest, &info, &j->present,
+	                       &e);
 	j->seconds = (double)(loop_now_ms() - t0) / 1000.0;
 	client_give(j->a, client, rc == 0);
+	pull_secret_clear(&ps);
 	if (rc) {
 		job_fail(j, rc, pull_reason(rc), oci_err_str(&e, rc));
 		return;
@@ -823,6 +882,11 @@ static void start_job(struct agent *a, struct cache *c, enum pull_sched_lane lan
 		snprintf(j->ref, sizeof(j->ref), "%s", c->ref);
 		snprintf(j->digest, sizeof(j->digest), "%s", c->digest);
 		j->want_targets_from_tree = c->targets_need_pull;
+		snprintf(j->secrets_ns, sizeof(j->secrets_ns), "%s",
+		         *c->ns ? c->ns : a->namespace_);
+		if (pull_secret_names(c->obj, j->secrets, sizeof(j->secrets), j->secrets_err,
+		                      sizeof(j->secrets_err)) == 0)
+			j->secrets_err[0] = '\0';
 	}
 	if (j && workers_submit(a->pool, lane == PULL_SCHED_FETCH ? fetch_image_work : pull_work,
 	                        lane == PULL_SCHED_FETCH ? fetch_image_done : pull_done, j) == 0) {
@@ -1878,6 +1942,11 @@ int agent_start(struct loop *l, struct workers *w, struct objstore *os,
 	snprintf(a->root, sizeof(a->root), "%s", o->root);
 	snprintf(a->run_dir, sizeof(a->run_dir), "%s", o->run_dir);
 	snprintf(a->manager, sizeof(a->manager), MANAGER_PREFIX "%s", o->node);
+	const char *pod_ns = getenv("POD_NAMESPACE");
+	snprintf(a->namespace_, sizeof(a->namespace_), "%s",
+	         o->namespace_       ? o->namespace_
+	         : pod_ns && *pod_ns ? pod_ns
+	                             : "gkm");
 	a->o.node = a->node;
 	a->o.root = a->root;
 	a->o.run_dir = a->run_dir;

@@ -33,6 +33,9 @@ struct agent_opts {
 	const struct sig_keyset *keys; /* non-empty: verify signatures before extracting */
 	const struct oci_registry_opts *registry; /* NULL: defaults */
 	bool owner_node_refs; /* give node objects an ownerReference to their Node */
+	/* gkm's namespace, where a ClusterGKMCache's pull Secrets are (NULL:
+	 * $POD_NAMESPACE, else "gkm") */
+	const char *namespace_;
 };
 
 struct agent;

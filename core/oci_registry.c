@@ -70,7 +70,8 @@ struct oci_registry {
 	 * back to it with front) */
 	struct oci_mirrors *mirrors;
 	struct oci_registry *front;
-	char *auth_json, *auth_file, *username, *password; /* for endpoint clients */
+	char *auth_json, *auth_file, *username, *password, *auth_source; /* endpoint clients' */
+	bool creds_named; /* credentials come from auth_json: messages name it */
 	struct endpoint_client {
 		char key[1400];
 		struct oci_registry *reg;
@@ -186,7 +187,9 @@ static void load_creds(struct oci_registry *r, const struct oci_registry_opts *o
 		snprintf(r->creds_source, sizeof(r->creds_source), "explicit credentials");
 	} else if (o->auth_json) {
 		rc = oci_creds_lookup(o->auth_json, strlen(o->auth_json), key, &r->creds, &e);
-		snprintf(r->creds_source, sizeof(r->creds_source), "the pull secret");
+		snprintf(r->creds_source, sizeof(r->creds_source), "%s",
+		         o->auth_source ? o->auth_source : "the pull secret");
+		r->creds_named = true;
 	} else {
 		const char *files[4] = {o->auth_file, NULL, NULL, NULL};
 		char xdg[512] = "", dock[512] = "";
@@ -244,6 +247,7 @@ int oci_registry_new(const char *host, const struct oci_registry_opts *opts,
 	r->o = *opts;
 	/* only keep the numbers and flags; strings we need are copied */
 	r->o.username = r->o.password = r->o.auth_json = r->o.auth_file = r->o.plain_http = NULL;
+	r->o.auth_source = NULL;
 	r->o.ca_file = r->o.hosts_dir = r->o.registries_conf = NULL;
 	snprintf(r->api_path, sizeof(r->api_path), "/v2");
 	if (!(r->host = strdup(host)) || !(r->multi = curl_multi_init()) ||
@@ -260,7 +264,8 @@ int oci_registry_new(const char *host, const struct oci_registry_opts *opts,
 	if (r->mirrors && ((opts->auth_json && !(r->auth_json = strdup(opts->auth_json))) ||
 	                   (opts->auth_file && !(r->auth_file = strdup(opts->auth_file))) ||
 	                   (opts->username && !(r->username = strdup(opts->username))) ||
-	                   (opts->password && !(r->password = strdup(opts->password))))) {
+	                   (opts->password && !(r->password = strdup(opts->password))) ||
+	                   (opts->auth_source && !(r->auth_source = strdup(opts->auth_source))))) {
 		oci_registry_free(r);
 		return -ENOMEM;
 	}
@@ -292,8 +297,8 @@ void oci_registry_free(struct oci_registry *r)
 	for (size_t i = 0; i < r->n_eps; i++)
 		oci_registry_free(r->eps[i].reg);
 	oci_mirrors_free(r->mirrors);
-	char *secrets[] = {r->auth_json, r->auth_file, r->username, r->password};
-	for (size_t i = 0; i < 4; i++) {
+	char *secrets[] = {r->auth_json, r->auth_file, r->username, r->password, r->auth_source};
+	for (size_t i = 0; i < 5; i++) {
 		if (secrets[i])
 			explicit_bzero(secrets[i], strlen(secrets[i]));
 		free(secrets[i]);
@@ -970,11 +975,12 @@ static int on_unauthorized(struct oci_registry *r, const struct xfer *x, const c
 		bool had = r->auth == OCI_AUTH_BASIC;
 		r->auth = OCI_AUTH_BASIC;
 		if (!r->have_creds || !r->creds.username) {
-			oci_errf(
-			    err,
-			    "registry %s requires a login and no credentials were found for it "
-			    "(use --authfile, --creds or a pull secret)",
-			    r->host);
+			oci_errf(err,
+			         "registry %s requires a login and no credentials were found for "
+			         "it %s%s",
+			         r->host, r->creds_named ? "in " : "",
+			         r->creds_named ? r->creds_source
+			                        : "(use --authfile, --creds or a pull secret)");
 			rc = -EACCES;
 		} else if (had && sent_auth) {
 			oci_errf(err, "registry %s rejected the credentials from %s", r->host,
@@ -1852,6 +1858,7 @@ static int endpoint_client(struct oci_registry *r, const struct oci_endpoint *ep
 	o.auth_file = r->auth_file;
 	o.username = r->username;
 	o.password = r->password;
+	o.auth_source = r->auth_source;
 	o.plain_http = ep->plain_http ? ep->host : NULL;
 	o.ca_file = r->ca_file;
 	o.tls_no_verify = r->o.tls_no_verify || ep->skip_verify || ep->insecure;

@@ -54,6 +54,7 @@ struct oci_registry_opts {
 	 * $DOCKER_CONFIG/config.json or ~/.docker/config.json. */
 	const char *username, *password;
 	const char *auth_json;
+	const char *auth_source; /* names auth_json in messages ("Secret ns/name") */
 	const char *auth_file;
 	bool no_default_auth_files;  /* daemons: only what was configured */
 	const char *plain_http;      /* "host[:port],..." or "*" */

@@ -1,0 +1,133 @@
+#include "pull_secret.h"
+
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "oci_auth.h"
+
+#define DOCKERCONFIGJSON "kubernetes.io/dockerconfigjson"
+
+int pull_secret_names(const cJSON *obj, char *buf, size_t len, char *err, size_t errlen)
+{
+	const cJSON *spec = cJSON_GetObjectItemCaseSensitive(obj, "spec");
+	const cJSON *list = cJSON_GetObjectItemCaseSensitive(spec, "pullSecrets");
+	size_t used = 0, n = 0;
+	buf[0] = '\0';
+	if (!list)
+		return 0;
+	if (!cJSON_IsArray(list)) {
+		snprintf(err, errlen, "spec.pullSecrets must be a list of {name: SECRET}");
+		return -EINVAL;
+	}
+	const cJSON *it;
+	cJSON_ArrayForEach(it, list)
+	{
+		const cJSON *name = cJSON_GetObjectItemCaseSensitive(it, "name");
+		if (!cJSON_IsString(name) || !obj_valid_name(name->valuestring)) {
+			snprintf(err, errlen,
+			         "spec.pullSecrets[%zu] needs a name that is a Secret name", n);
+			return -EINVAL;
+		}
+		if (++n > PULL_SECRET_MAX) {
+			snprintf(err, errlen, "spec.pullSecrets: at most %d Secrets",
+			         PULL_SECRET_MAX);
+			return -EINVAL;
+		}
+		int w =
+		    snprintf(buf + used, len - used, "%s%s", used ? "," : "", name->valuestring);
+		if (w < 0 || (size_t)w >= len - used) {
+			snprintf(err, errlen, "spec.pullSecrets: names too long");
+			return -EINVAL;
+		}
+		used += (size_t)w;
+	}
+	return 0;
+}
+
+void pull_secret_clear(struct pull_secret *ps)
+{
+	if (ps->auth_json) {
+		explicit_bzero(ps->auth_json, strlen(ps->auth_json));
+		free(ps->auth_json);
+	}
+	memset(ps, 0, sizeof(*ps));
+}
+
+int pull_secret_read(struct objstore *os, const char *ns, const char *names, const char *host,
+                     struct pull_secret *out, char *err, size_t errlen)
+{
+	struct pull_secret best;
+	char list[1024], missing[512] = "";
+	int rc = 0;
+	bool best_has_host = false;
+	memset(&best, 0, sizeof(best));
+	snprintf(list, sizeof(list), "%s", names);
+	for (char *save = NULL, *name = strtok_r(list, ",", &save); name && !best_has_host;
+	     name = strtok_r(NULL, ",", &save)) {
+		cJSON *s = NULL;
+		char e[256] = "";
+		rc = os->ops->get(os, "v1", "Secret", ns, name, &s, e, sizeof(e));
+		if (rc == -ENOENT) {
+			size_t m = strlen(missing);
+			snprintf(missing + m, sizeof(missing) - m, "%s%s/%s", m ? ", " : "", ns,
+			         name);
+			rc = 0;
+			continue;
+		}
+		if (rc) {
+			snprintf(err, errlen, "cannot read pull Secret %s/%s: %s", ns, name, e);
+			goto out;
+		}
+		if (strcmp(obj_str(s, "type"), DOCKERCONFIGJSON) != 0) {
+			snprintf(err, errlen, "pull Secret %s/%s is of type '%s', not %s", ns, name,
+			         obj_str(s, "type"), DOCKERCONFIGJSON);
+			cJSON_Delete(s);
+			rc = -EACCES;
+			goto out;
+		}
+		char *json = cJSON_PrintUnformatted(s);
+		struct oci_creds c;
+		struct oci_err oe;
+		memset(&c, 0, sizeof(c));
+		memset(&oe, 0, sizeof(oe));
+		int lrc = json ? oci_creds_lookup(json, strlen(json), host, &c, &oe) : -ENOMEM;
+		oci_creds_clear(&c);
+		if (lrc && lrc != -ENOENT) {
+			snprintf(err, errlen, "pull Secret %s/%s: %s", ns, name,
+			         lrc == -ENOMEM ? "out of memory" : oe.msg);
+			if (json)
+				explicit_bzero(json, strlen(json));
+			free(json);
+			cJSON_Delete(s);
+			rc = lrc == -ENOMEM ? -ENOMEM : -EACCES;
+			goto out;
+		}
+		if (!best.auth_json || lrc == 0) {
+			pull_secret_clear(&best);
+			best.auth_json = json;
+			json = NULL;
+			best_has_host = lrc == 0;
+			snprintf(best.source, sizeof(best.source), "Secret %s/%s", ns, name);
+			snprintf(best.key, sizeof(best.key), "%s/%s@%s", ns, name,
+			         obj_str(s, "metadata.resourceVersion"));
+		}
+		if (json) {
+			explicit_bzero(json, strlen(json));
+			free(json);
+		}
+		cJSON_Delete(s);
+	}
+	if (!best.auth_json && names[0]) {
+		snprintf(err, errlen, "pull Secret%s %s not found", strchr(names, ',') ? "s" : "",
+		         missing);
+		rc = -EACCES;
+		goto out;
+	}
+	*out = best;
+	memset(&best, 0, sizeof(best));
+out:
+	pull_secret_clear(&best);
+	return rc;
+}

@@ -1,0 +1,156 @@
+#!/usr/bin/env bash
+# Credentials per namespace on a real API server (GKM_KUBE_ASSETS) with a
+# real docker-registry behind htpasswd: a GKMCache names pull Secrets of its
+# own namespace, a ClusterGKMCache Secrets of gkm's namespace. Two namespaces
+# name the same digest; the node already holds it for the one with the
+# credentials, and the other is still refused (Unauthorized, naming the
+# registry and the Secret) until its own credentials reach the registry.
+set -u
+. "$(dirname "$0")/../lib/tap.sh"
+. "$(dirname "$0")/../lib/registry.sh"
+. "$(dirname "$0")/../lib/kubeenv.sh"
+. "$(dirname "$0")/../lib/poll.sh"
+. "$(dirname "$0")/../lib/daemon.sh"
+cd "$GKM_ROOT"
+G=$GKM_BIN
+FX=spec/fixtures/caches/triton/cuda-sm75-vector-add
+W=$(mktemp -d "${TMPDIR:-/tmp}/gkm-secrets-e2e.XXXXXX")
+cleanup() {
+	daemon_stop_all
+	kubeenv_stop
+	registry_stop_all
+	rm -rf "$W"
+}
+trap cleanup EXIT
+unset REGISTRY_AUTH_FILE DOCKER_CONFIG
+export HOME=$W
+
+if why=$(kubeenv_unavailable); then
+	skip "pull Secrets per namespace" "$why"
+	finish
+	exit
+fi
+if ! registry_available || ! command -v htpasswd >/dev/null || ! command -v kubectl >/dev/null; then
+	skip "pull Secrets per namespace" "docker-registry, htpasswd or kubectl missing"
+	finish
+	exit
+fi
+htpasswd -Bbn dana 'p4ss' >"$W/htpasswd" 2>/dev/null
+registry_start auth htpasswd "$W/htpasswd" || { ok 1 "htpasswd registry starts"; finish; exit; }
+A=$REG_auth_ADDR
+$G cache build "$FX" -t "$A/private/cache:v1" --creds dana:p4ss -o json >"$W/b.json" 2>/dev/null
+ok $? "a private image in a registry that wants a login"
+D=$(/usr/bin/python3 -c "import json; print(json.load(open('$W/b.json'))['digest'])")
+
+kubeenv_start || { ok 1 "the control plane starts"; finish; exit; }
+trap cleanup EXIT
+
+secret() { # ns name user:pass [host]
+	local host=${4:-$A}
+	kubectl create secret docker-registry "$2" -n "$1" --docker-server="$host" \
+		--docker-username="${3%%:*}" --docker-password="${3#*:}" --dry-run=client -o yaml |
+		kubectl apply -f - >/dev/null
+}
+cache() { # ns name secret...: a GKMCache pinned to the digest, naming the Secrets
+	local ns=$1 name=$2 list="" s
+	shift 2
+	for s in "$@"; do list="$list{name: $s},"; done
+	kubectl apply -f - >/dev/null <<EOF
+apiVersion: gkm.io/v1alpha1
+kind: GKMCache
+metadata:
+  name: $name
+  namespace: $ns
+  annotations: {gkm.io/resolvedDigest: "$D"}
+spec:
+  image: $A/private/cache:v1
+  pullSecrets: [${list%,}]
+EOF
+}
+kubectl create namespace team-a >/dev/null && kubectl create namespace team-b >/dev/null &&
+	kubectl create namespace gkm-system >/dev/null
+ok $? "namespaces team-a, team-b and gkm's own"
+secret team-a regcred dana:p4ss && secret team-b regcred dana:wrong &&
+	secret team-b elsewhere dana:p4ss other.example:5000
+ok $? "team-a's Secret holds the credentials; team-b's a wrong password, and one for another registry"
+kubectl get gkmc -n team-a -o name >/dev/null && cache team-a c regcred &&
+	[ "$(kubectl get gkmc c -n team-a -o jsonpath='{.spec.pullSecrets[0].name}')" = regcred ]
+ok $? "the CRD keeps spec.pullSecrets"
+
+POD_NAMESPACE=gkm-system $G agent --node n1 --kubeconfig "$KUBECONFIG" \
+	--gpu-file spec/fixtures/gpu/inventory/t4.json --root "$W/root" --run-dir "$W/run" \
+	--health-listen "" >"$W/agent.log" 2>&1 &
+PID[agent]=$!
+
+entry() { # ns cache field
+	kubectl get gkmcn n1 -n "$1" -o jsonpath="{.status.caches.$2.$3}" 2>/dev/null
+}
+wait_for 60 is Ready entry team-a c state
+ok $? "team-a: the cache becomes Ready with its namespace's Secret"
+
+cache team-b c regcred
+wait_for 60 is Unauthorized entry team-b c reason
+ok $? "team-b, same digest, already on the node: refused, Unauthorized"
+msg=$(entry team-b c message)
+case "$msg" in *"$A"*"Secret team-b/regcred"*) r=0 ;; *) r=1 ;; esac
+ok $r "the message names the registry and the Secret ($msg)"
+[ ! -e "$W/root/caches/team-b/c/data" ]
+ok $? "team-b's view is not published: the node's bytes are not handed over"
+sleep 3
+[ "$(entry team-b c state)" != Ready ] && [ ! -e "$W/root/caches/team-b/c/data" ]
+ok $? "still refused a while later (sampled again)"
+
+cache team-b d elsewhere
+wait_for 60 is Unauthorized entry team-b d reason
+ok $? "a Secret without credentials for the registry: Unauthorized"
+case "$(entry team-b d message)" in *"no credentials were found for it in Secret team-b/elsewhere"*) r=0 ;; *) r=1 ;; esac
+ok $r "the message says the Secret has none for this registry ($(entry team-b d message))"
+cache team-b e nosuch
+wait_for 60 is Unauthorized entry team-b e reason
+case "$(entry team-b e message)" in *"pull Secret team-b/nosuch not found"*) r=0 ;; *) r=1 ;; esac
+ok $r "a Secret that does not exist: Unauthorized, naming it ($(entry team-b e message))"
+
+secret team-b regcred dana:p4ss
+wait_for 90 is Ready entry team-b c state
+ok $? "team-b's Secret fixed: its own credentials succeed and the cache becomes Ready"
+[ -L "$W/root/caches/team-b/c/data" ]
+ok $? "team-b's view is published now"
+
+secret gkm-system clustercred dana:p4ss
+kubectl apply -f - >/dev/null <<EOF
+apiVersion: gkm.io/v1alpha1
+kind: ClusterGKMCache
+metadata:
+  name: shared
+  annotations: {gkm.io/resolvedDigest: "$D"}
+spec:
+  image: $A/private/cache:v1
+  pullSecrets: [{name: clustercred}]
+EOF
+wait_for 60 is Ready kubectl get cgkmcn n1 -o jsonpath='{.status.caches.shared.state}'
+ok $? "a ClusterGKMCache reads its Secret in gkm's namespace"
+kubectl apply -f - >/dev/null <<EOF
+apiVersion: gkm.io/v1alpha1
+kind: ClusterGKMCache
+metadata:
+  name: other
+  annotations: {gkm.io/resolvedDigest: "$D"}
+spec:
+  image: $A/private/cache:v1
+  pullSecrets: [{name: regcred}]
+EOF
+wait_for 60 is Unauthorized kubectl get cgkmcn n1 -o jsonpath='{.status.caches.other.reason}'
+ok $? "a ClusterGKMCache never reads a team's Secret (regcred is not in gkm's namespace)"
+kubectl apply -f - >/dev/null 2>"$W/bad.err" <<EOF
+apiVersion: gkm.io/v1alpha1
+kind: GKMCache
+metadata: {name: bad, namespace: team-a}
+spec:
+  image: $A/private/cache:v1
+  pullSecrets: [{name: "Not A Name"}]
+EOF
+[ $? -ne 0 ] && grep -q "pullSecrets" "$W/bad.err"
+ok $? "the API server refuses a pullSecrets name that is no Secret name"
+daemon_stop agent
+ok $? "the agent stops cleanly"
+finish
