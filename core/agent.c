@@ -1,12 +1,14 @@
 #include "agent.h"
 
 #include <errno.h>
+#include <limits.h>
 #include <pthread.h>
 #include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
+#include <unistd.h>
 
 #include "backoff.h"
 #include "cache_view.h"
@@ -14,6 +16,7 @@
 #include "fallback_notice.h"
 #include "gpu_probe.h"
 #include "kube_workqueue.h"
+#include "local_model.h"
 #include "log.h"
 #include "metrics.h"
 #include "oci_pull.h"
@@ -87,6 +90,10 @@ struct cache {
 	cJSON *entry;             /* last node status entry, NULL if none */
 	bool extracted;           /* a pull of this cache extracted digest: its link is no hit */
 	struct cache_view_usage_stamp usage_seen; /* the usage file the usage pass last saw */
+	/* a LocalModelCache's kernel cache (local_model.h): not for this node
+	 * (handled as deleted here), and where its tree was placed */
+	bool away;
+	char *placed, placed_name[254], placed_digest[80];
 };
 
 /* One node object: ClusterGKMCacheNode (ns "") or GKMCacheNode in ns. */
@@ -126,6 +133,7 @@ struct agent {
 	uint64_t seed;                  /* for backoff jitter */
 	bool synced_caches, synced_cluster, probed, stopping;
 	char node_uid[64];
+	cJSON *node_labels;     /* this node's Node's labels, once read */
 	int node_rc;            /* reading this node's Node: 0, -ENOENT, -EACCES, ... */
 	char node_err[256];     /* why it cannot be read */
 	char node_since[32];    /* when node_rc last changed */
@@ -196,6 +204,7 @@ static void cache_free(struct cache *c)
 	cJSON_Delete(c->obj);
 	cJSON_Delete(c->targets);
 	cJSON_Delete(c->entry);
+	free(c->placed);
 	free(c);
 }
 
@@ -306,6 +315,15 @@ static void recheck_permanent(struct cache *c)
 	c->pull.recheck = c->pull.failures && c->pull.permanent;
 }
 
+/* A LocalModelCache's kernel cache whose node groups leave this node out
+ * (or before the Node's labels are known). */
+static bool local_model_away(const struct agent *a, const cJSON *obj)
+{
+	char path[PATH_MAX];
+	return *local_model_name(obj) &&
+	       !local_model_here(obj, a->node, a->node_labels, path, sizeof(path));
+}
+
 static void on_cache_event(void *ud, enum objstore_event_type t, const cJSON *obj)
 {
 	struct agent *a = ud;
@@ -344,7 +362,8 @@ static void on_cache_event(void *ud, enum objstore_event_type t, const cJSON *ob
 		recheck_permanent(c);
 	cJSON_Delete(c->obj);
 	c->obj = t == OBJSTORE_DELETED ? NULL : cJSON_Duplicate(obj, 1);
-	if (!c->obj) {
+	c->away = c->obj && local_model_away(a, c->obj);
+	if (!c->obj || c->away) {
 		pull_sched_cancel(a->sched, &c->fetch.job);
 		pull_sched_cancel(a->sched, &c->pull.job);
 	} else {
@@ -1248,6 +1267,7 @@ struct node_job {
 	struct agent *a;
 	int rc;
 	char uid[64], err[256];
+	cJSON *labels;
 };
 
 static void node_set(struct agent *a, int rc, const char *uid, const char *err);
@@ -1258,9 +1278,28 @@ static void node_lookup_work(void *ud)
 	struct objstore *os = nj->a->os;
 	cJSON *node = NULL;
 	nj->rc = os->ops->get(os, "v1", "Node", NULL, nj->a->node, &node, nj->err, sizeof(nj->err));
-	if (!nj->rc)
+	if (!nj->rc) {
 		snprintf(nj->uid, sizeof(nj->uid), "%s", obj_str(node, "metadata.uid"));
+		const cJSON *l = cJSON_GetObjectItemCaseSensitive(
+		    cJSON_GetObjectItemCaseSensitive(node, "metadata"), "labels");
+		nj->labels = l ? cJSON_Duplicate(l, 1) : cJSON_CreateObject();
+	}
 	cJSON_Delete(node);
+}
+
+/* The Node's labels: which LocalModelCaches' node groups take this node. */
+static void node_labels_seen(struct agent *a, cJSON *labels)
+{
+	if (!labels || (a->node_labels && cJSON_Compare(a->node_labels, labels, 1))) {
+		cJSON_Delete(labels);
+		return;
+	}
+	cJSON_Delete(a->node_labels);
+	a->node_labels = labels;
+	for (struct cache *c = a->caches; c; c = c->next) {
+		c->away = c->obj && local_model_away(a, c->obj);
+		enqueue(a, c->key, 0);
+	}
 }
 
 static void node_lookup_done(struct loop *l, void *ud)
@@ -1268,8 +1307,12 @@ static void node_lookup_done(struct loop *l, void *ud)
 	struct node_job *nj = ud;
 	(void)l;
 	nj->a->jobs--;
-	if (!nj->a->stopping)
+	if (!nj->a->stopping) {
+		node_labels_seen(nj->a, nj->labels);
+		nj->labels = NULL;
 		node_set(nj->a, nj->rc, nj->uid, nj->err);
+	}
+	cJSON_Delete(nj->labels);
 	free(nj);
 }
 
@@ -1529,7 +1572,7 @@ static cJSON *decide_input(struct agent *a, struct cache *c, const struct cache_
 	cJSON *in = cJSON_CreateObject();
 	cJSON_AddStringToObject(in, "node", a->node);
 	cJSON_AddStringToObject(in, "now", now);
-	if (c->obj) {
+	if (c->obj && !c->away) {
 		cJSON *cache = cJSON_AddObjectToObject(in, "cache");
 		cJSON_AddStringToObject(cache, "kind", obj_str(c->obj, "kind"));
 		cJSON_AddStringToObject(cache, "namespace", c->ns);
@@ -1705,6 +1748,53 @@ static void entry_lists(cJSON *entry)
 	}
 }
 
+/* A LocalModelCache's kernel cache: its tree copied into the node group's
+ * storage while it is Ready here, removed when it is not; a failure makes
+ * the entry Failed with the reason. */
+static void place_local_model(struct agent *a, struct cache *c, cJSON *entry)
+{
+	char path[PATH_MAX] = "", err[640];
+	const char *name = c->obj ? local_model_name(c->obj) : "";
+	bool want = *name && !c->away && entry && !strcmp(obj_str(entry, "state"), "Ready") &&
+	            *c->view_digest && !strcmp(c->view_digest, c->digest) &&
+	            local_model_here(c->obj, a->node, a->node_labels, path, sizeof(path));
+	if (c->placed && (!want || strcmp(c->placed, path) || strcmp(c->placed_name, name))) {
+		if (local_model_remove(c->placed, c->placed_name, err, sizeof(err)) != 0)
+			log_warn("cannot remove a kernel cache from local model storage", "cache",
+			         c->key, "error", err);
+		else
+			log_info("removed a kernel cache from local model storage", "cache", c->key,
+			         "path", c->placed);
+		free(c->placed);
+		c->placed = NULL;
+	}
+	if (!want || (c->placed && !strcmp(c->placed_digest, c->view_digest)))
+		return;
+	int fd = -1;
+	char *real = NULL;
+	int rc = cache_view_open_data(a->root, c->ns, c->name, c->view_digest, &fd, &real, err,
+	                              sizeof(err));
+	if (rc == 0)
+		rc = local_model_place(path, name, fd, err, sizeof(err));
+	if (fd >= 0)
+		close(fd);
+	free(real);
+	if (rc) {
+		count_error("view");
+		log_warn("cannot place a kernel cache in local model storage", "cache", c->key,
+		         "error", err);
+		obj_set(entry, "state", cJSON_CreateString("Failed"));
+		obj_set(entry, "reason", cJSON_CreateString("LocalModelPathUnusable"));
+		obj_set(entry, "message", cJSON_CreateString(err));
+		return;
+	}
+	c->placed = strdup(path);
+	snprintf(c->placed_name, sizeof(c->placed_name), "%s", name);
+	snprintf(c->placed_digest, sizeof(c->placed_digest), "%s", c->view_digest);
+	log_info("placed a kernel cache in local model storage", "cache", c->key, "path", path,
+	         "localModelCache", name);
+}
+
 static void reconcile(struct agent *a, const char *key)
 {
 	struct cache *c = find_cache(a, key);
@@ -1762,6 +1852,7 @@ static void reconcile(struct agent *a, const char *key)
 			}
 		}
 	}
+	place_local_model(a, c, entry);
 	write_record(a, c, entry, linked);
 	schedule(a);
 	const cJSON *ra = cJSON_GetObjectItemCaseSensitive(out, "requeue_after");
@@ -1988,6 +2079,7 @@ int agent_start(struct loop *l, struct workers *w, struct objstore *os,
 		struct node_job nj = {.a = a};
 		node_lookup_work(&nj); /* before the first status write */
 		a->node_rc = 1;        /* so that the first result counts as a change */
+		node_labels_seen(a, nj.labels);
 		node_set(a, nj.rc, nj.uid, nj.err);
 	}
 	agent_reprobe(a);
@@ -2069,6 +2161,7 @@ void agent_stop(struct agent *a)
 		free(n);
 	}
 	cJSON_Delete(a->gpus);
+	cJSON_Delete(a->node_labels);
 	fallback_notice_free(a->notice);
 	pull_sched_free(a->sched);
 	kube_workqueue_free(a->queue);

@@ -41,7 +41,7 @@ struct dflags {
 	const char *trust_dir;
 	bool verify;
 	/* operator */
-	bool leader_elect, resolve_digests, resolve_set;
+	bool leader_elect, resolve_digests, resolve_set, kserve;
 	const char *identity, *lease_name;
 	struct cli_registry reg;
 };
@@ -89,6 +89,7 @@ enum {
 	OPT_IDENTITY,
 	OPT_LEASE,
 	OPT_RESOLVE,
+	OPT_KSERVE,
 };
 
 static const struct option all_opts[] = {
@@ -117,6 +118,7 @@ static const struct option all_opts[] = {
     {"identity", required_argument, 0, OPT_IDENTITY},
     {"lease-name", required_argument, 0, OPT_LEASE},
     {"resolve-digests", required_argument, 0, OPT_RESOLVE},
+    {"kserve", required_argument, 0, OPT_KSERVE},
     {0, 0, 0, 0},
 };
 
@@ -172,7 +174,11 @@ static const char usage_operator[] =
     "                         signature itself and Verified says what it found\n"
     "  --resolve-digests BOOL resolve tags to digests here, for clusters without the\n"
     "                         admission webhook (default: true when --verify-enabled "
-    "false)\n" CLI_KEY_HELP HELP_KUBE HELP_COMMON CLI_REGISTRY_HELP;
+    "false)\n"
+    "  --kserve BOOL          kernel caches of KServe LocalModelCaches (annotation\n"
+    "                         gkm.io/kernel-cache-image): a ClusterGKMCache each, placed\n"
+    "                         in the node groups' storage (default false)\n" CLI_KEY_HELP HELP_KUBE
+        HELP_COMMON CLI_REGISTRY_HELP;
 
 static const char usage_up[] =
     "Usage: gkm up [--state DIR] [flags]\n\n"
@@ -239,6 +245,7 @@ static bool role_takes(enum role r, int opt)
 	case OPT_IDENTITY:
 	case OPT_LEASE:
 	case OPT_RESOLVE:
+	case OPT_KSERVE:
 		return r == ROLE_OPERATOR;
 	default:
 		return true;
@@ -359,6 +366,10 @@ static int parse(struct dflags *f, int argc, char **argv, const char *usage)
 			                     &f->resolve_digests)))
 				return rc;
 			f->resolve_set = true;
+			break;
+		case OPT_KSERVE:
+			if ((rc = parse_bool(f->cmd, "--kserve", optarg, &f->kserve)))
+				return rc;
 			break;
 		case OPT_LEASE:
 			if (!obj_valid_name(optarg))
@@ -535,6 +546,7 @@ static void start_operator_on_loop(struct loop *l, void *ud)
 	                               d->f->resolve_set ? d->f->resolve_digests : !d->f->verify,
 	                           .verification_enabled = d->f->verify,
 	                           .watch_nodes = true,
+	                           .kserve = d->f->kserve,
 	                           .registry = &d->f->reg.reg,
 	                           .keys = d->f->verify ? d->keys : NULL};
 	if (d->op)

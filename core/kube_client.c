@@ -278,6 +278,8 @@ static const struct {
     {"v1", "ServiceAccount", "serviceaccounts", true},
     {"v1", "PersistentVolume", "persistentvolumes", false},
     {"v1", "PersistentVolumeClaim", "persistentvolumeclaims", true},
+    {"serving.kserve.io/v1alpha1", "LocalModelCache", "localmodelcaches", false},
+    {"serving.kserve.io/v1alpha1", "LocalModelNodeGroup", "localmodelnodegroups", false},
     {"events.k8s.io/v1", "Event", "events", true},
     {"coordination.k8s.io/v1", "Lease", "leases", true},
     {"apiextensions.k8s.io/v1", "CustomResourceDefinition", "customresourcedefinitions", false},

@@ -9,6 +9,7 @@
 #include "cache_label.h"
 #include "cache_view.h"
 #include "claims.h"
+#include "kserve.h"
 #include "log.h"
 #include "metrics.h"
 #include "node_labels.h"
@@ -67,6 +68,7 @@ struct operator_ {
 	struct strmap nodes;          /* Kubernetes Node names (owned), when watched */
 	struct node_labels *labels;   /* the cache labels of Nodes, when watched */
 	struct claims *claims;        /* spec.claim (Kubernetes) */
+	struct kserve *kserve;        /* LocalModelCaches (--kserve) */
 	bool labels_started;
 	struct soon_timer flush_timer;
 	uint64_t resync_timer;
@@ -606,6 +608,7 @@ struct write_job {
 	char key[320];
 	cJSON *obj;
 	cJSON *events; /* [{type, reason, message}] */
+	cJSON *owner;  /* a LocalModelCache the Events go to as well, or NULL */
 	bool refusal;  /* obj is refusal_status(): it says why the status is missing */
 	int rc;
 	char err[512];
@@ -669,6 +672,9 @@ static void write_work(void *ud)
 	{
 		os->ops->event(os, j->obj, obj_str(ev, "type"), obj_str(ev, "reason"),
 		               obj_str(ev, "message"), MANAGER);
+		if (j->owner)
+			os->ops->event(os, j->owner, obj_str(ev, "type"), obj_str(ev, "reason"),
+			               obj_str(ev, "message"), MANAGER);
 	}
 }
 
@@ -748,6 +754,7 @@ static void write_done(struct loop *l, void *ud)
 	}
 	cJSON_Delete(j->obj);
 	cJSON_Delete(j->events);
+	cJSON_Delete(j->owner);
 	free(j);
 }
 
@@ -796,15 +803,18 @@ struct input_nodes {
 	struct operator_ *op;
 	const struct ocache *c;
 	cJSON *nodes;
+	bool reporting_only; /* only nodes whose report has the cache */
 };
 
 static void add_input_node(const char *ns, const char *node, void *ud)
 {
 	(void)ns;
 	struct input_nodes *x = ud;
+	cJSON *e = node_reports_entry(x->op->reports, x->c->ns, node, x->c->name);
+	if (!e && x->reporting_only)
+		return;
 	cJSON *n = cJSON_CreateObject();
 	cJSON_AddStringToObject(n, "name", node);
-	cJSON *e = node_reports_entry(x->op->reports, x->c->ns, node, x->c->name);
 	if (e)
 		cJSON_AddItemToObject(n, "entry", e);
 	cJSON_AddItemToArray(x->nodes, n);
@@ -835,8 +845,11 @@ static cJSON *aggregate_input(struct operator_ *op, struct ocache *c, const char
 	if (mine)
 		cJSON_AddItemToObject(v, "operator", mine);
 	cJSON_AddStringToObject(in, "now", now);
-	struct input_nodes ctx = {op, c, cJSON_AddArrayToObject(in, "nodes")};
-	/* every node that runs an agent has a ClusterGKMCacheNode */
+	/* every node that runs an agent has a ClusterGKMCacheNode; the kernel
+	 * cache of a LocalModelCache is only for the nodes of its node groups,
+	 * which are those that report it */
+	struct input_nodes ctx = {op, c, cJSON_AddArrayToObject(in, "nodes"),
+	                          *obj_str(c->obj, "spec.localModel.cacheName") != '\0'};
 	node_reports_foreach(op->reports, "", add_input_node, &ctx);
 	return in;
 }
@@ -922,6 +935,7 @@ static void reconcile(struct operator_ *op, struct ocache *c)
 	snprintf(j->key, sizeof(j->key), "%s", c->key);
 	j->events = transitions(
 	    c->applied ? c->applied : cJSON_GetObjectItemCaseSensitive(c->obj, "status"), status);
+	j->owner = kserve_owner(c->obj);
 	j->obj = cJSON_CreateObject();
 	cJSON_AddStringToObject(j->obj, "apiVersion", GKM_API_VERSION);
 	cJSON_AddStringToObject(j->obj, "kind", obj_str(c->obj, "kind"));
@@ -943,6 +957,7 @@ static void reconcile(struct operator_ *op, struct ocache *c)
 		c->writing = false;
 		cJSON_Delete(j->obj);
 		cJSON_Delete(j->events);
+		cJSON_Delete(j->owner);
 		free(j);
 	}
 }
@@ -994,6 +1009,8 @@ static void resync_tick(struct loop *l, void *ud)
 	remove_orphans(op);
 	if (op->claims)
 		claims_resync(op->claims);
+	if (op->kserve)
+		kserve_resync(op->kserve);
 	if (op->labels_started)
 		node_labels_resync(op->labels);
 	op->resync_timer = loop_add_timer(l, (uint64_t)op->o.resync_s * 1000, resync_tick, op);
@@ -1038,7 +1055,10 @@ int operator_start(struct loop *l, struct workers *w, struct objstore *os,
 		rc = node_labels_new(l, w, os, op->o.debounce_ms, &op->labels);
 	if (!rc && o->watch_nodes)
 		rc = claims_new(w, os, MANAGER, mark_key, op, &op->claims);
+	if (!rc && o->kserve)
+		rc = kserve_new(w, os, MANAGER, &op->kserve);
 	if (rc) {
+		claims_free(op->claims);
 		node_labels_free(op->labels);
 		node_reports_free(op->reports);
 		free(op);
@@ -1092,6 +1112,7 @@ void operator_stop(struct operator_ *op)
 	node_reports_free(op->reports);
 	node_labels_free(op->labels);
 	claims_free(op->claims);
+	kserve_free(op->kserve);
 	size_t pos = 0;
 	void *name;
 	while (strmap_next(&op->nodes, &pos, NULL, &name))

@@ -25,6 +25,7 @@ struct operator_opts {
 	bool verification_enabled;
 	bool watch_nodes;     /* Kubernetes: remove node objects of deleted Nodes,
 	                       * and set the cache labels of Nodes */
+	bool kserve;          /* Kubernetes: kernel caches of LocalModelCaches (kserve.h) */
 	unsigned debounce_ms; /* default 250 */
 	unsigned resync_s;    /* default 60 */
 	const struct oci_registry_opts *registry;
