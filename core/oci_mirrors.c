@@ -212,16 +212,23 @@ static int host_settings(const cJSON *t, const char *url, const char *dir, struc
 	return 0;
 }
 
+/* m->file as TOML into *t. */
+static int parse_file(const struct oci_mirrors *m, cJSON **t, struct oci_err *err)
+{
+	char e[768];
+	int rc = toml_parse_file(m->file, t, e, sizeof(e));
+	if (rc)
+		oci_errf(err, "%s", e);
+	return rc;
+}
+
 static int load_hosts(struct oci_mirrors *m, const char *name, const char *dir, bool own,
                       struct oci_err *err)
 {
 	cJSON *t = NULL;
-	char e[768];
-	int rc = toml_parse_file(m->file, &t, e, sizeof(e));
-	if (rc) {
-		oci_errf(err, "%s", e);
+	int rc = parse_file(m, &t, err);
+	if (rc)
 		return rc;
-	}
 	const char *f = m->file;
 	static const char top[] = "server\0capabilities\0ca\0skip_verify\0override_path\0host\0";
 	static const char host_keys[] = "capabilities\0ca\0skip_verify\0override_path\0";
@@ -350,12 +357,9 @@ static int conf_registry(const cJSON *t, struct conf_registry *cr, const char *f
 static int load_conf(struct oci_mirrors *m, struct oci_err *err)
 {
 	cJSON *t = NULL;
-	char e[768];
-	int rc = toml_parse_file(m->file, &t, e, sizeof(e));
-	if (rc) {
-		oci_errf(err, "%s", e);
+	int rc = parse_file(m, &t, err);
+	if (rc)
 		return rc;
-	}
 	const char *f = m->file;
 	static const char top[] =
 	    "unqualified-search-registries\0short-name-mode\0credential-helpers\0"

@@ -116,29 +116,23 @@ ok $? "team-b's Secret fixed: its own credentials succeed and the cache becomes 
 [ -L "$W/root/caches/team-b/c/data" ]
 ok $? "team-b's view is published now"
 
-secret gkm-system clustercred dana:p4ss
-kubectl apply -f - >/dev/null <<EOF
+cluster_cache() { # name secret
+	kubectl apply -f - >/dev/null <<EOF
 apiVersion: gkm.io/v1alpha1
 kind: ClusterGKMCache
 metadata:
-  name: shared
+  name: $1
   annotations: {gkm.io/resolvedDigest: "$D"}
 spec:
   image: $A/private/cache:v1
-  pullSecrets: [{name: clustercred}]
+  pullSecrets: [{name: $2}]
 EOF
+}
+secret gkm-system clustercred dana:p4ss
+cluster_cache shared clustercred
 wait_for 60 is Ready kubectl get cgkmcn n1 -o jsonpath='{.status.caches.shared.state}'
 ok $? "a ClusterGKMCache reads its Secret in gkm's namespace"
-kubectl apply -f - >/dev/null <<EOF
-apiVersion: gkm.io/v1alpha1
-kind: ClusterGKMCache
-metadata:
-  name: other
-  annotations: {gkm.io/resolvedDigest: "$D"}
-spec:
-  image: $A/private/cache:v1
-  pullSecrets: [{name: regcred}]
-EOF
+cluster_cache other regcred
 wait_for 60 is Unauthorized kubectl get cgkmcn n1 -o jsonpath='{.status.caches.other.reason}'
 ok $? "a ClusterGKMCache never reads a team's Secret (regcred is not in gkm's namespace)"
 kubectl apply -f - >/dev/null 2>"$W/bad.err" <<EOF
