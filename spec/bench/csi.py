@@ -6,7 +6,9 @@ Each run publishes and unpublishes 1,000 volumes one after the other (after
 20 warm-up pairs) and takes p50/p99 of the client-side call time; the figures
 are the median over GKM_BENCH_RUNS runs (default 5) with min..max, for a
 read-only bind mount and for a writable overlay, with the run directory on a
-tmpfs (as /run is on a node). One more run puts the run directory on the
+tmpfs (as /run is on a node), and for a persistent volume (the PersistentVolume
+of a cache's claim: one volume id, MULTI_NODE_READER_ONLY, a target per pod)
+while 50 other pods of the node hold the same volume. One more run puts the run directory on the
 temp dir's disk file system instead, where the fsyncs of the state and usage
 files dominate. A last run fires 1,000 publishes and then 1,000 unpublishes
 from 16 client threads for throughput. Nothing is asserted."""
@@ -54,29 +56,42 @@ def main():
         lay.view("bench", "cache", lay.store_entry(files))
         seq = [0]
 
-        def pair(node, writable):
+        rox = pb.VolumeCapability.AccessMode.MULTI_NODE_READER_ONLY
+
+        def request(i, writable, persistent):
+            """Pod i's publish request: its own inline volume, or its target
+            of the one persistent volume."""
+            os.makedirs(os.path.join(pods, "p%d" % i), exist_ok=True)
+            return cc.publish_request(pb, "gkm-pv" if persistent else "vol-%d" % i,
+                                      os.path.join(pods, "p%d" % i, "mount"), "cache", ns="bench",
+                                      pod_ns="bench", pod="pod-%d" % i, uid="u%d" % i, writable=writable,
+                                      mode=rox if persistent else None)
+
+        def unpublish(node, req):
+            node.NodeUnpublishVolume(pb.NodeUnpublishVolumeRequest(volume_id=req.volume_id,
+                                                                   target_path=req.target_path), timeout=60)
+
+        def pair(node, writable, persistent=False):
             i = seq[0]
             seq[0] += 1
-            os.makedirs(os.path.join(pods, "p%d" % i), exist_ok=True)
-            tgt = os.path.join(pods, "p%d" % i, "mount")
-            req = cc.publish_request(pb, "vol-%d" % i, tgt, "cache", ns="bench", pod_ns="bench",
-                                     pod="pod-%d" % i, uid="u%d" % i, writable=writable)
+            req = request(i, writable, persistent)
             t0 = time.perf_counter()
             node.NodePublishVolume(req, timeout=60)
             t1 = time.perf_counter()
-            node.NodeUnpublishVolume(pb.NodeUnpublishVolumeRequest(volume_id="vol-%d" % i, target_path=tgt),
-                                     timeout=60)
+            unpublish(node, req)
             t2 = time.perf_counter()
             return (t1 - t0) * 1000, (t2 - t1) * 1000
 
-        def measure(node, writable, runs, results, where):
+        def measure(node, writable, runs, results, where, persistent=False):
             mode = ("writable overlay" if writable else "read-only bind") + ", run dir on " + where
+            if persistent:
+                mode = "persistent, 50 held; " + mode
             for _ in range(runs):
                 for _ in range(WARMUP):
-                    pair(node, writable)
+                    pair(node, writable, persistent)
                 pub, unpub = [], []
                 for _ in range(CALLS):
-                    a, b = pair(node, writable)
+                    a, b = pair(node, writable, persistent)
                     pub.append(a)
                     unpub.append(b)
                 for name, vals in (("NodePublishVolume", pub), ("NodeUnpublishVolume", unpub)):
@@ -92,13 +107,19 @@ def main():
         node = pbg.NodeStub(ch)
         for writable in (False, True):
             measure(node, writable, RUNS, results, "tmpfs")
+        held = [request(10 ** 6 + i, False, True) for i in range(50)]
+        for req in held:
+            node.NodePublishVolume(req, timeout=60)
+        measure(node, False, RUNS, results, "tmpfs", persistent=True)
+        for req in held:
+            unpublish(node, req)
 
         print("gkm csi: %d sequential calls per run, client-side latency in ms "
               "(median of runs, min..max)" % CALLS)
         for (name, mode), runs in results.items():
             p50 = [x[0] for x in runs]
             p99 = [x[1] for x in runs]
-            print("  %-20s %-37s %d run%s  p50 %6.2f (%.2f..%.2f)   p99 %6.2f (%.2f..%.2f)" % (
+            print("  %-20s %-53s %d run%s  p50 %6.2f (%.2f..%.2f)   p99 %6.2f (%.2f..%.2f)" % (
                 name, mode, len(runs), "s" if len(runs) > 1 else " ", statistics.median(p50), min(p50),
                 max(p50), statistics.median(p99), min(p99), max(p99)))
 
