@@ -27,28 +27,43 @@ static int sub(char *buf, const char *root, const char *name)
 	return (size_t)snprintf(buf, PATH_MAX, "%s/%s", root, name) >= PATH_MAX ? -ENAMETOOLONG : 0;
 }
 
-/* Overlay of lower with upper at target; -errno where the kernel or our
+/* Overlay of lower at ws->cache: with upper (and work) writable, else a
+ * read-only view of top over lower. -errno where the kernel or our
  * privileges refuse (the caller copies then). */
-static int mount_overlay(const struct cache_capture_ws *ws, const char *upper, const char *work)
+static int mount_overlay(const struct cache_capture_ws *ws, const char *upper, const char *work,
+                         const char *top)
 {
 	char opts[3 * PATH_MAX + 64];
-	if (strpbrk(ws->lower, ",:") || strpbrk(upper, ",:") || strpbrk(work, ",:"))
-		return -EINVAL; /* the option syntax has no escapes */
-	if ((size_t)snprintf(opts, sizeof(opts), "lowerdir=%s,upperdir=%s,workdir=%s", ws->lower,
-	                     upper, work) >= sizeof(opts))
+	size_t n;
+	const char *paths[] = {ws->lower, upper ? upper : top, upper ? work : ""};
+	for (size_t i = 0; i < 3; i++)
+		if (strpbrk(paths[i], ",:"))
+			return -EINVAL; /* the option syntax has no escapes */
+	if (upper)
+		n = (size_t)snprintf(opts, sizeof(opts), "lowerdir=%s,upperdir=%s,workdir=%s",
+		                     ws->lower, upper, work);
+	else
+		n = (size_t)snprintf(opts, sizeof(opts), "lowerdir=%s:%s", top, ws->lower);
+	if (n >= sizeof(opts))
 		return -ENAMETOOLONG;
-	if (mount("overlay", ws->cache, "overlay", MS_NOSUID | MS_NODEV, opts) != 0)
+	unsigned long flags = MS_NOSUID | MS_NODEV | (upper ? 0 : MS_RDONLY);
+	if (mount("overlay", ws->cache, "overlay", flags, opts) != 0)
 		return -errno;
 	return 0;
 }
 
-int cache_capture_ws_open(const char *root, const char *lower, bool overlay,
+int cache_capture_ws_open(const char *root, const char *lower, const char *top, bool overlay,
                           struct cache_capture_ws *ws, struct oci_err *err)
 {
 	char upper[PATH_MAX], work[PATH_MAX];
 	int rc;
 	memset(ws, 0, sizeof(*ws));
 	snprintf(ws->root, sizeof(ws->root), "%s", root);
+	if (top && !lower) {
+		snprintf(ws->cache, sizeof(ws->cache), "%s", top);
+		snprintf(ws->added, sizeof(ws->added), "%s", top);
+		return 0;
+	}
 	if ((rc = sub(ws->cache, root, "cache")) || (rc = sub(upper, root, "upper")) ||
 	    (rc = sub(work, root, "work"))) {
 		oci_errf(err, "workspace path too long under %s", root);
@@ -63,13 +78,23 @@ int cache_capture_ws_open(const char *root, const char *lower, bool overlay,
 	if (!lower)
 		return 0;
 	snprintf(ws->lower, sizeof(ws->lower), "%s", lower);
+	if (top) {
+		snprintf(ws->added, sizeof(ws->added), "%s", top);
+		if (overlay && (rc = mount_overlay(ws, NULL, NULL, top)) == 0) {
+			ws->mounted = true;
+			return 0;
+		}
+		if ((rc = cache_tree_unite(lower, ws->cache, "the base cache", err)))
+			return rc;
+		return cache_tree_unite(top, ws->cache, "the captured files", err);
+	}
 	if (overlay) {
 		if (mkdir(upper, 0755) < 0 || mkdir(work, 0700) < 0) {
 			rc = -errno;
 			oci_errf(err, "cannot create the overlay's layers: %s", strerror(errno));
 			return rc;
 		}
-		rc = mount_overlay(ws, upper, work);
+		rc = mount_overlay(ws, upper, work, NULL);
 		if (rc == 0) {
 			ws->mounted = true;
 			memcpy(ws->added, upper, sizeof(ws->added));

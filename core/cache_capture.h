@@ -10,7 +10,10 @@
  *   - on a base cache (an extracted image): an overlay mount of the base
  *     with a private upper layer (as root), where the upper layer is exactly
  *     what the command added, or else a copy of the base, where the added
- *     files are those that differ from the base. */
+ *     files are those that differ from the base;
+ *   - for files added elsewhere (the upper layers of pods' writable
+ *     volumes): no command runs, the workspace is a view of them over the
+ *     base. */
 #ifndef GKM_CACHE_CAPTURE_H
 #define GKM_CACHE_CAPTURE_H
 
@@ -37,10 +40,15 @@ struct cache_capture_ws {
 	bool mounted;         /* cache is an overlay mount */
 };
 
-/* Make the workspace under root (a new directory), on the base cache
- * directory lower (NULL: none). overlay false: copy even as root. */
+/* Make the workspace under root (a directory that exists), on the base
+ * cache directory lower (NULL: none). overlay false: copy even as root.
+ * top (NULL: none) is what was added already, written elsewhere (a pod's
+ * overlay upper layer, already checked with untrusted rules): then cache is
+ * a read-only view of top over lower (a read-only overlay of the two as
+ * root, else both copied, a file of top that differs from lower's being a
+ * conflict), and added is top. */
 __attribute__((warn_unused_result)) int cache_capture_ws_open(const char *root, const char *lower,
-                                                              bool overlay,
+                                                              const char *top, bool overlay,
                                                               struct cache_capture_ws *ws,
                                                               struct oci_err *err);
 /* Unmount and remove the workspace. 0 or -errno (the path is then logged). */

@@ -670,18 +670,18 @@ static int admit(struct walk_ctx *w, struct walk_entry *e)
 			return rc;
 		}
 		e->link[n] = '\0';
-		if (!extract_symlink_inside(e->rel, e->link)) {
-			oci_errf(w->err,
-			         "cannot package %s: symlink to '%s' leaves the cache directory",
-			         e->full, e->link);
-			return -EPERM;
-		}
 		if (r) {
 			oci_errf(
 			    w->err,
 			    "cannot capture %s: a symlink (to '%s'); a capture takes only regular "
 			    "files",
 			    e->full, e->link);
+			return -EPERM;
+		}
+		if (!extract_symlink_inside(e->rel, e->link)) {
+			oci_errf(w->err,
+			         "cannot package %s: symlink to '%s' leaves the cache directory",
+			         e->full, e->link);
 			return -EPERM;
 		}
 		return 0;

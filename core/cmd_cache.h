@@ -47,6 +47,7 @@ enum {
 	OPT_CACHE,
 	OPT_COPY,
 	OPT_SETTLE,
+	OPT_FROM,
 };
 
 /* The registry flags every command shares (core/cli_registry.h), plus the
@@ -80,6 +81,9 @@ struct cli {
 	const char *gpu_file, *policy_dir, *workdir, *cache_name;
 	struct cache_walk_rules rules;
 	unsigned long long settle_ms;
+#define CMD_CACHE_MAX_FROM 64
+	const char *from[CMD_CACHE_MAX_FROM]; /* capture --from */
+	unsigned nfrom;
 };
 
 /* Print "CMD: WHAT: reason" and return EXIT_FAIL. */

@@ -15,6 +15,7 @@
 #include <unistd.h>
 
 #include "cache_capture.h"
+#include "cache_tree.h"
 #include "cmd.h"
 #include "cmd_cache.h"
 #include "fstree.h"
@@ -22,7 +23,8 @@
 #include "oci_image.h"
 
 const char cmd_cache_capture_usage[] =
-    "Usage: gkm cache capture -t REF [--base REF] [flags] -- COMMAND [ARG...]\n\n"
+    "Usage: gkm cache capture -t REF [--base REF] [flags] -- COMMAND [ARG...]\n"
+    "       gkm cache capture -t REF [--base REF] --from DIR [--from DIR...] [flags]\n\n"
     "Run COMMAND (a warm-up script) with its kernel cache pointed at a fresh\n"
     "directory, or at a base image's cache (an overlay as root, else a copy), then\n"
     "package what it compiled and store it at REF: on a base, by default only the\n"
@@ -33,7 +35,12 @@ const char cmd_cache_capture_usage[] =
     "output goes to stderr. What it wrote is untrusted: only regular files are taken\n"
     "(no symlinks, devices, set-id bits), within the caps, unchanged while read,\n"
     "with kernels for the GPUs of this machine only. The image is a candidate:\n"
-    "sign it with a trusted key (gkm cache promote) before any cache uses it.\n\n"
+    "sign it with a trusted key (gkm cache promote) before any cache uses it.\n"
+    "With --from, no command runs: the files were added elsewhere, in the cache\n"
+    "directory of the upper layers of pods' writable volumes (DIR, e.g.\n"
+    "<upper>/io.triton.cache); several are united, a path with two contents being\n"
+    "a conflict that names it. Give --source-date-epoch so that captures of the\n"
+    "same files on several nodes get one digest.\n\n"
     "  -t, --tag REF           where to store the image (required)\n"
     "  --base REF              start from this cache image\n"
     "  --squash                one layer holding the whole cache, base included\n"
@@ -44,12 +51,15 @@ const char cmd_cache_capture_usage[] =
     "  --max-files N           cap on files and directories captured (default 200000)\n"
     "  --max-bytes N           cap on bytes captured (default 8 GiB)\n"
     "  --workdir DIR           where the workspace is made (default $TMPDIR)\n"
+    "  --from DIR              capture the files in DIR instead of running a command\n"
+    "                          (repeatable)\n"
     "  --copy                  copy the base even as root (no overlay mount)\n"
     "  --settle-ms N           the time the cache must stay unchanged after COMMAND\n"
     "                          returns, or the capture is refused (default 1000)\n"
     "  --key FILE              sign the image with this private key\n"
     "  --passphrase-file FILE  passphrase of an encrypted key\n"
     "  --label KEY=VALUE       an extra config label (repeatable)\n"
+    "  --source-date-epoch N   clamp file times and set the creation time to N\n"
     "  -o json                 print the result as JSON\n\n" REGISTRY_HELP;
 
 const struct option cmd_cache_capture_opts[] = {
@@ -65,6 +75,8 @@ const struct option cmd_cache_capture_opts[] = {
     {"max-bytes", required_argument, 0, OPT_MAX_BYTES},
     {"workdir", required_argument, 0, OPT_WORKDIR},
     {"copy", no_argument, 0, OPT_COPY},
+    {"from", required_argument, 0, OPT_FROM},
+    {"source-date-epoch", required_argument, 0, OPT_SDE},
     {"settle-ms", required_argument, 0, OPT_SETTLE},
     {"key", required_argument, 0, CLI_OPT_KEY},
     {"passphrase-file", required_argument, 0, OPT_PASSFILE},
@@ -85,6 +97,13 @@ int cmd_cache_capture_flag(struct cli *c, int opt, const char *arg)
 		return 1;
 	case OPT_COPY:
 		c->copy = true;
+		return 1;
+	case OPT_FROM:
+		if (c->nfrom == CMD_CACHE_MAX_FROM) {
+			cli_usage_error(c->cmd, "at most %d --from", CMD_CACHE_MAX_FROM);
+			return -1;
+		}
+		c->from[c->nfrom++] = arg;
 		return 1;
 	case OPT_SETTLE:
 		if (cli_parse_u64(arg, 600000, &v)) {
@@ -181,6 +200,7 @@ struct capture {
 	struct cache_build_result res;
 	cJSON *gpus;
 	char root[PATH_MAX / 2];
+	char staged[PATH_MAX / 2 + 16];
 };
 
 static void capture_clear(struct capture *k)
@@ -263,6 +283,40 @@ static bool same_walk(const struct cache_meta *a, const struct cache_meta *b)
 	return a->files == b->files && a->bytes == b->bytes && a->stamp == b->stamp;
 }
 
+/* --from: check each directory with the untrusted rules; several are
+ * united into ROOT/added, where a path with two contents is a conflict. */
+static int stage_from(struct cli *c, struct capture *k, enum cache_format fmt,
+                      const struct cache_walk_rules *rules, const char **top)
+{
+	struct oci_err e = {{0}};
+	for (unsigned i = 0; i < c->nfrom; i++) {
+		struct cache_meta m;
+		int rc = cache_scan_dir(c->from[i], fmt, rules, true, &m, &e);
+		cache_meta_clear(&m);
+		if (rc)
+			return cmd_cache_fail(c->cmd, "nothing captured", &e, rc);
+	}
+	if (c->nfrom == 1) {
+		*top = c->from[0];
+		return 0;
+	}
+	snprintf(k->staged, sizeof(k->staged), "%s/added", k->root);
+	if (mkdir(k->staged, 0755) < 0) {
+		fprintf(stderr, "%s: cannot create %s: %s\n", c->cmd, k->staged, strerror(errno));
+		return EXIT_FAIL;
+	}
+	for (unsigned i = 0; i < c->nfrom; i++) {
+		int rc = cache_tree_unite(c->from[i], k->staged, c->from[i], &e);
+		if (rc) {
+			fprintf(stderr, "%s: nothing captured: conflict: %s\n", c->cmd,
+			        oci_err_str(&e, rc));
+			return EXIT_FAIL;
+		}
+	}
+	*top = k->staged;
+	return 0;
+}
+
 int cmd_cache_capture(struct cli *c, int argc, char **argv)
 {
 	struct capture k = {0};
@@ -270,8 +324,8 @@ int cmd_cache_capture(struct cli *c, int argc, char **argv)
 	enum cache_format fmt = c->build.format;
 	char lower[PATH_MAX] = "";
 	int rc = 0;
-	if (optind >= argc || !c->tag_ref) {
-		rc = cli_usage_error(c->cmd, "want -t REF and a command to run");
+	if (!c->tag_ref || (c->nfrom == 0) == (optind >= argc)) {
+		rc = cli_usage_error(c->cmd, "want -t REF and either a command to run or --from");
 		goto out;
 	}
 	if (c->r.nkeys > 1) {
@@ -301,22 +355,27 @@ int cmd_cache_capture(struct cli *c, int argc, char **argv)
 		goto out;
 	if (fmt == CACHE_AUTO)
 		fmt = CACHE_TRITON;
+	/* what was added, checked before anything is packaged; in an upper
+	 * layer, files only touched were copied up: they are left out */
+	struct cache_walk_rules added_rules = c->rules;
+	if (c->base_ref)
+		added_rules.unchanged_from = lower;
+	const char *top = NULL;
+	if (c->nfrom && (rc = stage_from(c, &k, fmt, &added_rules, &top)))
+		goto out;
 	char wsdir[PATH_MAX / 2 + 16];
 	snprintf(wsdir, sizeof(wsdir), "%s/ws", k.root);
-	if (mkdir(wsdir, 0755) < 0 ||
-	    (rc = cache_capture_ws_open(wsdir, c->base_ref ? lower : NULL,
-	                                geteuid() == 0 && !c->copy, &k.ws, &e))) {
-		rc = cmd_cache_fail(c->cmd, "workspace", &e, rc ? rc : -errno);
+	int wrc = mkdir(wsdir, 0755) < 0 ? -errno : 0;
+	if (wrc == 0)
+		wrc = cache_capture_ws_open(wsdir, c->base_ref ? lower : NULL, top,
+		                            geteuid() == 0 && !c->copy, &k.ws, &e);
+	if (wrc) {
+		rc = cmd_cache_fail(c->cmd, "workspace", &e, wrc);
 		goto out;
 	}
 	k.ws_open = true;
-	if ((rc = run_command(c, argv + optind, fmt, k.ws.cache)))
+	if (!c->nfrom && (rc = run_command(c, argv + optind, fmt, k.ws.cache)))
 		goto out;
-
-	/* what the command added, checked before anything is packaged */
-	struct cache_walk_rules added_rules = c->rules;
-	if (c->base_ref) /* in an upper layer too: files only touched were copied up */
-		added_rules.unchanged_from = lower;
 	int src = cache_scan_dir(k.ws.added, fmt, &added_rules, c->base_ref != NULL, &k.added, &e);
 	if (src) {
 		rc = cmd_cache_fail(c->cmd, "nothing captured", &e, src);
@@ -324,7 +383,7 @@ int cmd_cache_capture(struct cli *c, int argc, char **argv)
 	}
 	if (k.added.files == 0) {
 		fprintf(stderr, "%s: %s added no files to the cache; nothing captured\n", c->cmd,
-		        argv[optind]);
+		        c->nfrom ? "the --from directories" : argv[optind]);
 		rc = EXIT_FAIL;
 		goto out;
 	}
