@@ -24,6 +24,7 @@
 #include "fstree.h"
 #include "log.h"
 #include "oci_auth.h"
+#include "oci_mirrors.h"
 #include "oci_pull.h"
 #include "oci_ref.h"
 #include "oci_repo.h"
@@ -998,10 +999,9 @@ static int extract_to_store(struct cli *c, struct oci_repo *repo, const struct o
                             struct oci_image *img, const char *refstr)
 {
 	struct store *st = NULL;
-	struct store_txn *txn = NULL;
 	struct store_entry_info info = {0};
 	struct oci_err e = {{0}};
-	char path[PATH_MAX], errbuf[512] = "";
+	char path[PATH_MAX];
 	int rc = store_open(c->store_root, &st);
 	if (rc) {
 		fprintf(stderr, "%s: cannot open store %s: %s\n", c->cmd, c->store_root,
@@ -1021,34 +1021,13 @@ static int extract_to_store(struct cli *c, struct oci_repo *repo, const struct o
 			rc = EXIT_FAIL;
 			goto out;
 		}
-		rc = store_begin(st, digest, NULL, 0, &txn);
-		if (rc == -EEXIST) {
-			if ((rc = store_lookup(st, digest, &info))) {
-				fprintf(stderr, "%s: store entry %s: %s\n", c->cmd, digest,
-				        strerror(-rc));
-				rc = EXIT_FAIL;
-				goto out;
-			}
-		} else if (rc) {
-			fprintf(stderr, "%s: store: %s\n", c->cmd, strerror(-rc));
-			rc = EXIT_FAIL;
+		bool present = false;
+		if ((rc = oci_pull_into_store(st, repo, img, NULL, &info, &present, &e))) {
+			rc = cmd_cache_fail(c->cmd, refstr, &e, rc);
 			goto out;
-		} else {
-			rc = oci_pull_extract(repo, img, store_txn_extract(txn), &e);
-			if (rc) {
-				store_abort(txn);
-				rc = cmd_cache_fail(c->cmd, refstr, &e, rc);
-				goto out;
-			}
-			rc = store_commit(txn, &info, errbuf, sizeof(errbuf));
-			if (rc) {
-				fprintf(stderr, "%s: %s: %s\n", c->cmd, refstr,
-				        errbuf[0] ? errbuf : strerror(-rc));
-				rc = EXIT_FAIL;
-				goto out;
-			}
-			log_info("extracted into the store", "digest", digest);
 		}
+		if (!present)
+			log_info("extracted into the store", "digest", digest);
 	}
 	if (store_entry_path(st, digest, path, sizeof(path))) {
 		rc = EXIT_FAIL;
@@ -1082,23 +1061,34 @@ int cmd_cache_pull_dir(struct cli *c, struct oci_repo *repo, const struct oci_re
 		        dest);
 		return EXIT_FAIL;
 	}
-	/* extract beside dest, rename when complete: a half-extracted tree is never at dest */
-	if ((size_t)snprintf(tmp, sizeof(tmp), "%s.partial-%d", dest, (int)getpid()) >=
-	        sizeof(tmp) ||
-	    mkdir(tmp, 0755) < 0 || (dfd = open(tmp, O_RDONLY | O_DIRECTORY | O_CLOEXEC)) < 0) {
-		fprintf(stderr, "%s: cannot create %s: %s\n", c->cmd, tmp, strerror(errno));
-		return EXIT_FAIL;
-	}
-	rc = extract_new(dfd, NULL, &x);
-	if (rc == 0)
-		rc = oci_pull_extract(repo, img, x, &e);
-	if (rc == 0 && (rc = extract_finish(x)))
-		oci_errf(&e, "%s", extract_error(x));
 	struct extract_stats stats = {0};
-	if (x)
-		extract_get_stats(x, &stats);
-	extract_free(x);
-	close(dfd);
+	/* a layer a mirror sent wrong (-ESTALE): the tree is made again, from the
+	 * next source */
+	for (int tries = 0;; tries++) {
+		/* extract beside dest, rename when complete: a half-extracted tree
+		 * is never at dest */
+		if ((size_t)snprintf(tmp, sizeof(tmp), "%s.partial-%d", dest, (int)getpid()) >=
+		        sizeof(tmp) ||
+		    mkdir(tmp, 0755) < 0 ||
+		    (dfd = open(tmp, O_RDONLY | O_DIRECTORY | O_CLOEXEC)) < 0) {
+			fprintf(stderr, "%s: cannot create %s: %s\n", c->cmd, tmp, strerror(errno));
+			return EXIT_FAIL;
+		}
+		x = NULL;
+		rc = extract_new(dfd, NULL, &x);
+		if (rc == 0)
+			rc = oci_pull_extract(repo, img, x, &e);
+		if (rc == 0 && (rc = extract_finish(x)))
+			oci_errf(&e, "%s", extract_error(x));
+		if (x)
+			extract_get_stats(x, &stats);
+		extract_free(x);
+		close(dfd);
+		if (rc != -ESTALE || tries >= OCI_MIRRORS_MAX || fstree_remove(AT_FDCWD, tmp))
+			break;
+		log_warn("pull retried from the next source", "digest", img->desc.digest, "error",
+		         oci_err_str(&e, rc));
+	}
 	if (rc == 0 && rename(tmp, dest) < 0) {
 		rc = -errno;
 		oci_errf(&e, "cannot rename %s to %s: %s", tmp, dest, strerror(errno));

@@ -92,6 +92,48 @@ int oci_pull_extract(struct oci_repo *repo, const struct oci_image *img, struct 
 	return 0;
 }
 
+int oci_pull_into_store(struct store *st, struct oci_repo *repo, const struct oci_image *img,
+                        const struct extract_limits *limits, struct store_entry_info *info,
+                        bool *present, struct oci_err *err)
+{
+	const char *digest = img->desc.digest;
+	struct store_txn *txn = NULL;
+	char errbuf[512] = "";
+	int rc;
+	*present = false;
+	bool begun = false;
+	/* a mirror's layer that proved wrong is passed over: once more, from the
+	 * next source (the origin at the latest) */
+	for (int tries = 0;; tries++) {
+		if ((rc = store_begin(st, digest, limits, 0, &txn))) {
+			begun = false;
+			break;
+		}
+		begun = true;
+		if ((rc = oci_pull_extract(repo, img, store_txn_extract(txn), err)) == 0)
+			break;
+		store_abort(txn);
+		if (rc != -ESTALE || tries >= OCI_MIRRORS_MAX)
+			break;
+		log_warn("pull retried from the next source", "digest", digest, "error",
+		         oci_err_str(err, rc));
+	}
+	if (rc == -EEXIST) { /* another pull finished it while we waited */
+		*present = true;
+		if ((rc = store_lookup(st, digest, info)))
+			oci_errf(err, "store entry %s: %s", digest, strerror(-rc));
+		return rc;
+	}
+	if (rc) {
+		if (!begun)
+			oci_errf(err, "store: %s", strerror(-rc));
+		return rc;
+	}
+	if ((rc = store_commit(txn, info, errbuf, sizeof(errbuf))))
+		oci_errf(err, "%s", errbuf[0] ? errbuf : strerror(-rc));
+	return rc;
+}
+
 int oci_pull_to_store(struct store *st, const char *refstr, const struct oci_pull_opts *o,
                       struct oci_image *img_out, char *digest_out, struct store_entry_info *info,
                       bool *already_present, struct oci_err *err)
@@ -99,9 +141,7 @@ int oci_pull_to_store(struct store *st, const char *refstr, const struct oci_pul
 	struct oci_ref ref;
 	struct oci_repo *repo = NULL;
 	struct oci_image img;
-	struct store_txn *txn = NULL;
 	struct sig_verdict verdict;
-	char errbuf[512] = "";
 	bool present = false;
 	int rc;
 	memset(&img, 0, sizeof(img));
@@ -123,40 +163,7 @@ int oci_pull_to_store(struct store *st, const char *refstr, const struct oci_pul
 		present = true;
 		goto done;
 	}
-	/* a mirror's layer that proved wrong is passed over: once more, from the
-	 * next source (the origin at the latest) */
-	for (int tries = 0; tries < OCI_MIRRORS_MAX + 1; tries++) {
-		if ((rc = store_begin(st, digest, o->limits, 0, &txn))) {
-			txn = NULL;
-			break;
-		}
-		rc = oci_pull_extract(repo, &img, store_txn_extract(txn), err);
-		if (rc != -ESTALE)
-			break;
-		store_abort(txn);
-		txn = NULL;
-		log_warn("pull retried from the next source", "digest", digest, "error",
-		         oci_err_str(err, rc));
-	}
-	if (rc == -EEXIST) { /* another pull finished it while we waited */
-		present = true;
-		rc = store_lookup(st, digest, info);
-		if (rc)
-			oci_errf(err, "store entry %s: %s", digest, strerror(-rc));
-		goto done;
-	}
-	if (rc && !txn) {
-		oci_errf(err, "store: %s", strerror(-rc));
-		goto out;
-	}
-	if (rc) {
-		store_abort(txn);
-		goto out;
-	}
-	if ((rc = store_commit(txn, info, errbuf, sizeof(errbuf)))) {
-		oci_errf(err, "%s", errbuf[0] ? errbuf : strerror(-rc));
-		goto out;
-	}
+	rc = oci_pull_into_store(st, repo, &img, o->limits, info, &present, err);
 done:
 	if (rc)
 		goto out;

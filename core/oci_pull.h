@@ -39,6 +39,16 @@ __attribute__((warn_unused_result)) int oci_pull_extract(struct oci_repo *repo,
                                                          const struct oci_image *img,
                                                          struct extract *x, struct oci_err *err);
 
+/* Extract img (fetched from repo) into a new store entry: *present and 0
+ * when another pull made the entry meanwhile. A layer a mirror sent wrong
+ * (-ESTALE, see oci_registry_blob_open) is pulled again from the next
+ * source. info gets the entry. */
+__attribute__((warn_unused_result)) int oci_pull_into_store(struct store *st, struct oci_repo *repo,
+                                                            const struct oci_image *img,
+                                                            const struct extract_limits *limits,
+                                                            struct store_entry_info *info,
+                                                            bool *present, struct oci_err *err);
+
 /* Fetch ref (a reference with a tag or, for the agent, a digest), verify it
  * when o->keys is non-empty, and extract it into st unless the store already
  * holds its manifest digest (then nothing is downloaded but, when verifying,
