@@ -20,7 +20,6 @@ while a pod holds its claim (kept until the pod is gone)."""
 import json
 import os
 import shutil
-import signal
 import sys
 import tempfile
 import urllib.request
@@ -29,10 +28,11 @@ ROOT = os.environ.get("GKM_ROOT") or os.path.abspath(os.path.join(os.path.dirnam
 BUILD = os.environ.get("GKM_BUILD") or os.path.join(ROOT, "build")
 sys.path.insert(0, os.path.join(ROOT, "spec", "lib"))
 import csi_client as cc  # noqa: E402
+import kube_e2e  # noqa: E402
 import kubeenv  # noqa: E402
 import kubenode  # noqa: E402
 from kubelet_csi import chart_node_paths, findmnt, tree  # noqa: E402
-from proc import Child, free_port, registry, sh, wait_for  # noqa: E402
+from proc import Child, free_port, wait_for  # noqa: E402
 from tap import Tap  # noqa: E402
 
 GKM = os.environ.get("GKM_BIN") or os.path.join(BUILD, "gkm")
@@ -104,25 +104,15 @@ def main():
         return kube.kubectl(*args, input=input)
 
     def get(*args):
-        p = kubectl("get", *args, "-o", "json")
-        return json.loads(p.stdout) if p.returncode == 0 else None
+        return kube_e2e.get(kube, *args)
 
     def apply(obj):
-        return kubectl("apply", "-f", "-", input=json.dumps(obj))
+        return kube_e2e.apply(kube, obj)
 
     # ---- a signed cache in a real registry ----
-    reg, stop_registry = registry(ROOT)
-    cleanups.append(stop_registry)
+    reg, digests, trust = kube_e2e.signed_caches(GKM, ROOT, tmp, cleanups, {FIXTURE: "caches/cuda:v1"})
     ref = reg + "/caches/cuda:v1"
-    sh(GKM, "cache", "keygen", "--output-key-prefix", path("trusted"))
-    os.makedirs(path("trust"))
-    shutil.copy(path("trusted.pub"), path("trust"))
-    sh(GKM, "cache", "build", FIXTURE, "-t", ref)
-    sh(GKM, "cache", "sign", ref, "--key", path("trusted.key"))
-    out = sh("curl", "-sfI", "-H", "Accept: application/vnd.oci.image.manifest.v1+json",
-             "http://%s/v2/caches/cuda/manifests/v1" % reg)
-    digest = next(line.split(":", 1)[1].strip() for line in out.splitlines()
-                  if line.lower().startswith("docker-content-digest:"))
+    digest = digests[ref]
 
     # ---- control plane, node, gkm ----
     kube = kubeenv.KubeEnv(controller_manager=True, cm_controllers=CONTROLLERS)
@@ -140,11 +130,11 @@ def main():
     for ns in (NS, OTHER):
         kube.make_namespace(ns)
     agent = Child([GKM, "agent", "--node", NODE, "--kubeconfig", kube.kubeconfig, "--gpu-file", T4,
-                   "--root", state, "--run-dir", run, "--trust-dir", path("trust"),
+                   "--root", state, "--run-dir", run, "--trust-dir", trust,
                    "--health-listen", "127.0.0.1:%d" % free_port()], path("agent.log"))
     cleanups.append(agent.stop)
     operator = Child([GKM, "operator", "--kubeconfig", kube.kubeconfig, "--leader-elect", "false",
-                      "--trust-dir", path("trust"), "--health-listen", "127.0.0.1:%d" % free_port()],
+                      "--trust-dir", trust, "--health-listen", "127.0.0.1:%d" % free_port()],
                      path("operator.log"))
     cleanups.append(operator.stop)
     os.makedirs(os.path.dirname(chart["socket"]), exist_ok=True)
@@ -365,16 +355,4 @@ def main():
     t.ok(not left, "nothing stays mounted", diag="".join(left))
 
 
-signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
-try:
-    main()
-except Exception:  # noqa: BLE001 - reported as a failure, then everything stops
-    import traceback
-    t.ok(False, "the test ran to its end", diag=traceback.format_exc())
-finally:
-    for fn in reversed(cleanups):
-        try:
-            fn()
-        except Exception as err:  # noqa: BLE001 - the other clean-ups still run
-            print("# clean-up: %s" % err)
-sys.exit(t.finish())
+kube_e2e.run(t, main, cleanups)

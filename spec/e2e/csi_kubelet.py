@@ -22,7 +22,6 @@ mounted: what is tested is the kubelet's use of the plugin, not the pod."""
 import json
 import os
 import shutil
-import signal
 import sys
 import tempfile
 import time
@@ -32,10 +31,11 @@ ROOT = os.environ.get("GKM_ROOT") or os.path.abspath(os.path.join(os.path.dirnam
 BUILD = os.environ.get("GKM_BUILD") or os.path.join(ROOT, "build")
 sys.path.insert(0, os.path.join(ROOT, "spec", "lib"))
 import csi_client as cc  # noqa: E402
+import kube_e2e  # noqa: E402
 import kubeenv  # noqa: E402
 import kubenode  # noqa: E402
 from kubelet_csi import chart_node_paths, findmnt, tree  # noqa: E402
-from proc import Child, free_port, registry, sh, wait_for  # noqa: E402
+from proc import Child, free_port, wait_for  # noqa: E402
 from tap import Tap  # noqa: E402
 
 GKM = os.environ.get("GKM_BIN") or os.path.join(BUILD, "gkm")
@@ -96,31 +96,16 @@ def main():
     def path(*p):
         return os.path.join(tmp, *p)
 
-    def image_digest(ref):
-        reg_, repo_tag = ref.split("/", 1)
-        repo, tag = repo_tag.rsplit(":", 1)
-        out = sh("curl", "-sfI", "-H", "Accept: application/vnd.oci.image.manifest.v1+json",
-                 "http://%s/v2/%s/manifests/%s" % (reg_, repo, tag))
-        return next(line.split(":", 1)[1].strip() for line in out.splitlines()
-                    if line.lower().startswith("docker-content-digest:"))
-
     def kubectl(*args, input=None):
         return kube.kubectl(*args, input=input)
 
     def get(*args):
-        p = kubectl("get", *args, "-o", "json")
-        return json.loads(p.stdout) if p.returncode == 0 else None
+        return kube_e2e.get(kube, *args)
 
     # ---- a signed cache in a real registry ----
-    reg, stop_registry = registry(ROOT)
-    cleanups.append(stop_registry)
-    sh(GKM, "cache", "keygen", "--output-key-prefix", path("trusted"))
-    os.makedirs(path("trust"))
-    shutil.copy(path("trusted.pub"), path("trust"))
-    for fixture, ref in ((FIXTURE, reg + "/caches/cuda:v1"), (HIP_FIXTURE, reg + "/caches/rocm:v1")):
-        sh(GKM, "cache", "build", fixture, "-t", ref)
-        sh(GKM, "cache", "sign", ref, "--key", path("trusted.key"))
-    digest, hip_digest = image_digest(reg + "/caches/cuda:v1"), image_digest(reg + "/caches/rocm:v1")
+    reg, digests, trust = kube_e2e.signed_caches(GKM, ROOT, tmp, cleanups,
+                                                 {FIXTURE: "caches/cuda:v1", HIP_FIXTURE: "caches/rocm:v1"})
+    digest, hip_digest = digests[reg + "/caches/cuda:v1"], digests[reg + "/caches/rocm:v1"]
     t.ok(digest.startswith("sha256:") and hip_digest.startswith("sha256:"),
          "cache images (CUDA, HIP) built with gkm cache build, signed, in a real registry")
 
@@ -153,7 +138,7 @@ def main():
         kube.make_namespace(ns)
     agent_port = free_port()
     agent = Child([GKM, "agent", "--node", NODE, "--kubeconfig", kube.kubeconfig, "--gpu-file", T4,
-                   "--root", state, "--run-dir", run, "--trust-dir", path("trust"),
+                   "--root", state, "--run-dir", run, "--trust-dir", trust,
                    "--health-listen", "127.0.0.1:%d" % agent_port], path("agent.log"))
     cleanups.append(agent.stop)
     os.makedirs(os.path.dirname(chart["socket"]), exist_ok=True)
@@ -381,16 +366,4 @@ def main():
 
 
 # a run stopped from outside (SIGTERM, ^C) still cleans up
-signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
-try:
-    main()
-except Exception:  # noqa: BLE001 - reported as a failure, then everything stops
-    import traceback
-    t.ok(False, "the test ran to its end", diag=traceback.format_exc())
-finally:
-    for fn in reversed(cleanups):
-        try:
-            fn()
-        except Exception as err:  # noqa: BLE001 - the other clean-ups still run
-            print("# clean-up: %s" % err)
-sys.exit(t.finish())
+kube_e2e.run(t, main, cleanups)

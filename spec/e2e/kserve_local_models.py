@@ -17,19 +17,18 @@ Warning Event, nothing pulled), a storage path that is a symlink and a
 kernel-caches that is a symlink (the node's entry Failed with the reason,
 nothing written where the links point)."""
 import glob
-import json
 import os
 import shutil
-import signal
 import sys
 import tempfile
 
 ROOT = os.environ.get("GKM_ROOT") or os.path.abspath(os.path.join(os.path.dirname(__file__), "..", ".."))
 BUILD = os.environ.get("GKM_BUILD") or os.path.join(ROOT, "build")
 sys.path.insert(0, os.path.join(ROOT, "spec", "lib"))
+import kube_e2e  # noqa: E402
 import kubeenv  # noqa: E402
 from kubelet_csi import tree  # noqa: E402
-from proc import Child, free_port, registry, sh, wait_for  # noqa: E402
+from proc import Child, free_port, wait_for  # noqa: E402
 from tap import Tap  # noqa: E402
 
 GKM = os.environ.get("GKM_BIN") or os.path.join(BUILD, "gkm")
@@ -75,20 +74,13 @@ def main():
         return kube.kubectl(*args, input=input)
 
     def get(*args):
-        p = kubectl("get", *args, "-o", "json")
-        return json.loads(p.stdout) if p.returncode == 0 else None
+        return kube_e2e.get(kube, *args)
 
     def apply(obj):
-        return kubectl("apply", "-f", "-", input=json.dumps(obj))
+        return kube_e2e.apply(kube, obj)
 
-    reg, stop_registry = registry(ROOT)
-    cleanups.append(stop_registry)
+    reg, _, trust = kube_e2e.signed_caches(GKM, ROOT, tmp, cleanups, {FIXTURE: "caches/cuda:v1"})
     ref = reg + "/caches/cuda:v1"
-    sh(GKM, "cache", "keygen", "--output-key-prefix", path("trusted"))
-    os.makedirs(path("trust"))
-    shutil.copy(path("trusted.pub"), path("trust"))
-    sh(GKM, "cache", "build", FIXTURE, "-t", ref)
-    sh(GKM, "cache", "sign", ref, "--key", path("trusted.key"))
 
     kube = kubeenv.KubeEnv(controller_manager=True)
     cleanups.append(kube.stop)
@@ -124,11 +116,11 @@ def main():
     for node in ("gpu-1", "cpu-1"):
         agents[node] = Child([GKM, "agent", "--node", node, "--kubeconfig", kube.kubeconfig, "--gpu-file", T4,
                               "--root", path(node, "state"), "--run-dir", path(node, "run"),
-                              "--trust-dir", path("trust"), "--health-listen", "127.0.0.1:%d" % free_port()],
+                              "--trust-dir", trust, "--health-listen", "127.0.0.1:%d" % free_port()],
                              path(node + ".log"))
         cleanups.append(agents[node].stop)
     operator = Child([GKM, "operator", "--kubeconfig", kube.kubeconfig, "--leader-elect", "false",
-                      "--kserve", "true", "--resolve-digests", "true", "--trust-dir", path("trust"),
+                      "--kserve", "true", "--resolve-digests", "true", "--trust-dir", trust,
                       "--health-listen", "127.0.0.1:%d" % free_port()], path("operator.log"))
     cleanups.append(operator.stop)
 
@@ -211,16 +203,4 @@ def main():
     t.eq(rc, {"gpu-1": 0, "cpu-1": 0, "operator": 0}, "gkm exits cleanly on SIGTERM")
 
 
-signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
-try:
-    main()
-except Exception:  # noqa: BLE001 - reported as a failure, then everything stops
-    import traceback
-    t.ok(False, "the test ran to its end", diag=traceback.format_exc())
-finally:
-    for fn in reversed(cleanups):
-        try:
-            fn()
-        except Exception as err:  # noqa: BLE001 - the other clean-ups still run
-            print("# clean-up: %s" % err)
-sys.exit(t.finish())
+kube_e2e.run(t, main, cleanups)

@@ -14,6 +14,8 @@
 
 #include <cmocka.h>
 
+#include "shell.h"
+
 #include "cache_view.h"
 
 #define HEX "0123456789abcdef0123456789abcdef0123456789abcdef0123456789abcdef"
@@ -21,17 +23,6 @@
 #define HEX2 "fedcba9876543210fedcba9876543210fedcba9876543210fedcba9876543210"
 
 static char root[512];
-
-static void sh(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
-static void sh(const char *fmt, ...)
-{
-	char cmd[4 * PATH_MAX];
-	va_list ap;
-	va_start(ap, fmt);
-	vsnprintf(cmd, sizeof(cmd), fmt, ap);
-	va_end(ap);
-	assert_int_equal(system(cmd), 0);
-}
 
 static int setup(void **state)
 {

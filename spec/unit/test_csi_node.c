@@ -17,6 +17,8 @@
 
 #include <cmocka.h>
 
+#include "shell.h"
+
 #include "cache_view.h"
 #include "csi.pb-c.h"
 #include "csi_node.h"
@@ -29,17 +31,6 @@
 
 static char dir[256], root[300], run[300];
 static struct csi_node *node;
-
-static void sh(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
-static void sh(const char *fmt, ...)
-{
-	char cmd[2048];
-	va_list ap;
-	va_start(ap, fmt);
-	vsnprintf(cmd, sizeof(cmd), fmt, ap);
-	va_end(ap);
-	assert_int_equal(system(cmd), 0);
-}
 
 static int new_node(void)
 {

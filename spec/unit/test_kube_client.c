@@ -539,12 +539,12 @@ static void test_discovery(void **state)
 	/* cached: no second request */
 	assert_int_equal(kube_client_resource(e->c, "example.com/v1", "Widget", &r, &err), 0);
 	assert_int_equal(e->srv->nreq, 1);
-	assert_int_equal(kube_client_resource(e->c, "v1", "PersistentVolume", &r, &err), 0);
-	assert_string_equal(r.plural, "persistentvolumes");
+	assert_int_equal(kube_client_resource(e->c, "v1", "ComponentStatus", &r, &err), 0);
+	assert_string_equal(r.plural, "componentstatuses");
 	assert_false(r.namespaced);
 	char path[256];
-	assert_int_equal(kube_resource_path(&r, "ignored", "pv1", NULL, path, sizeof(path)), 0);
-	assert_string_equal(path, "/api/v1/persistentvolumes/pv1");
+	assert_int_equal(kube_resource_path(&r, "ignored", "cs1", NULL, path, sizeof(path)), 0);
+	assert_string_equal(path, "/api/v1/componentstatuses/cs1");
 	/* built-ins need no server */
 	assert_int_equal(kube_client_resource(e->c, "gkm.io/v1alpha1", "GKMCacheNode", &r, &err),
 	                 0);

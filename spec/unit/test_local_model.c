@@ -16,6 +16,8 @@
 
 #include <cmocka.h>
 
+#include "shell.h"
+
 #include "local_model.h"
 
 static char dir[256];
@@ -88,16 +90,6 @@ static void test_affinity(void **state)
 	cJSON *plain = cJSON_Parse("{\"spec\":{\"image\":\"r/c:v1\"}}");
 	assert_string_equal(local_model_name(plain), "");
 	cJSON_Delete(plain);
-}
-
-static void sh(const char *fmt, ...)
-{
-	char cmd[2048];
-	va_list ap;
-	va_start(ap, fmt);
-	vsnprintf(cmd, sizeof(cmd), fmt, ap);
-	va_end(ap);
-	assert_int_equal(system(cmd), 0);
 }
 
 static int src_fd(const char *name)
