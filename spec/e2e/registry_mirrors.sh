@@ -65,6 +65,24 @@ expect 0 "hosts.toml: with resolve, the tag resolves on the mirror" "" \
 	$G cache extract "$O/team/cache:v1" "$W/x3" --registry-hosts-dir "$HD"
 expect 0 "hosts.toml: the signature is found on the mirror and verifies" "" \
 	$G cache verify "$O/team/cache@$D" --key "$W/k.pub" --registry-hosts-dir "$HD"
+# the whole node pipeline with the origin down: the operator resolves the
+# tag and the agent pulls and verifies the signature, all through the mirror
+cat >"$W/tag.yaml" <<EOF
+apiVersion: gkm.io/v1alpha1
+kind: ClusterGKMCache
+metadata: {name: by-tag}
+spec: {image: "$O/team/cache:v1"}
+EOF
+$G apply --state "$W/up0" -f "$W/tag.yaml" >/dev/null 2>&1
+$GKM_BIN up --state "$W/up0" --node node-1 --gpu-source file --gpu-file spec/fixtures/gpu/inventory/t4.json \
+	--poll-ms 100 --key "$W/k.pub" --registry-hosts-dir "$HD" --health-listen "" >"$W/up0.log" 2>&1 &
+UP_PID=$!
+wait_for 60 is Ready eval "$G get --state '$W/up0' cgkmcn node-1 -o json 2>/dev/null | /usr/bin/python3 -c \"import json,sys; print(json.load(sys.stdin)['status']['caches']['by-tag']['state'])\""
+ok $? "standalone, origin down: a cache by tag resolves, verifies and becomes Ready through the mirror" || tail -5 "$W/up0.log"
+[ "$($G get --state "$W/up0" cgkmc by-tag -o json 2>/dev/null | py "import json,sys; print(json.load(sys.stdin)['status']['resolvedDigest'])")" = "$D" ]
+ok $? "standalone, origin down: the digest the mirror resolved is the origin's"
+kill $UP_PID 2>/dev/null; wait $UP_PID 2>/dev/null
+UP_PID=""
 mv "$HD/$O" "$HD/_default"
 expect 0 "hosts.toml: _default applies to a registry without its own directory" "" \
 	$G cache extract "$O/team/cache@$D" "$W/x4" --registry-hosts-dir "$HD"
