@@ -240,6 +240,11 @@ $G cache merge "$R/caches/vector-add:base" "$R/caches/vllm:v1" -t "$R/caches/mix
 [ $? -eq 1 ] && grep -q "is a vllm cache, the images before it triton caches" "$W/neg.out"
 show $? "caches of two formats do not merge" "$W/neg.out"
 
+$G cache sign "$R/caches/vector-add:base" --key "$W/ci.key" >/dev/null 2>&1
+$G cache merge --key "$W/ci.pub" "$R/caches/vector-add:base" "$R/caches/rocm:v1" -t "$R/caches/mixed:unsigned" >"$W/neg.out" 2>&1
+[ $? -eq 1 ] && grep -q "refusing .*: image is not signed" "$W/neg.out" && no_tag caches/mixed unsigned
+show $? "merge --key: an input without a trusted signature is refused" "$W/neg.out"
+
 # the merged image's verdicts where nodes use them: gkm up with a GPU file
 $G cache sign "$R/caches/mixed:v1" --key "$W/ci.key" >/dev/null 2>&1
 mkdir -p "$W/policies" && cp policies/*.lua "$W/policies/"
