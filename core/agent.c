@@ -654,6 +654,30 @@ out:
 	oci_ref_clear(&ref);
 }
 
+/* The pull Secrets a cache names: their namespace (the cache's; gkm's for a
+ * ClusterGKMCache) and names ("a,b"; "" for none: the daemon's credentials),
+ * or why spec.pullSecrets cannot be read (err, "" when it can). */
+static void cache_secrets(const struct agent *a, const struct cache *c, char ns[64],
+                          char names[600], char err[256])
+{
+	snprintf(ns, 64, "%s", *c->ns ? c->ns : a->namespace_);
+	if (pull_secret_names(c->obj, names, 600, err, 256) == 0)
+		err[0] = '\0';
+}
+
+/* Whether two caches read their images with the same credentials: what
+ * one learns about an image serves the other only then (a namespace without
+ * access learns nothing from another's read). */
+static bool same_access(const struct agent *a, const struct cache *c, const struct cache *o)
+{
+	char ns1[64], ns2[64], n1[600], n2[600], e1[256], e2[256];
+	cache_secrets(a, c, ns1, n1, e1);
+	cache_secrets(a, o, ns2, n2, e2);
+	if (e1[0] || e2[0])
+		return false;
+	return !strcmp(n1, n2) && (!n1[0] || !strcmp(ns1, ns2));
+}
+
 /* Pull through this cache's reference: its signatures are verified even when
  * the store already holds the digest (then nothing else is downloaded). */
 static void pull_work(void *ud)
@@ -845,7 +869,7 @@ static void fetch_image_done(struct loop *l, void *ud)
 		image_facts(a, c, j);
 		for (struct cache *o = a->caches; o; o = o->next) {
 			if (o == c || strcmp(o->digest, j->digest) != 0 || !o->fetch.job.queued ||
-			    o->fetch.failures)
+			    o->fetch.failures || !same_access(a, c, o))
 				continue;
 			pull_sched_cancel(a->sched, &o->fetch.job);
 			image_facts(a, o, j);
@@ -901,11 +925,7 @@ static void start_job(struct agent *a, struct cache *c, enum pull_sched_lane lan
 		snprintf(j->ref, sizeof(j->ref), "%s", c->ref);
 		snprintf(j->digest, sizeof(j->digest), "%s", c->digest);
 		j->want_targets_from_tree = c->targets_need_pull;
-		snprintf(j->secrets_ns, sizeof(j->secrets_ns), "%s",
-		         *c->ns ? c->ns : a->namespace_);
-		if (pull_secret_names(c->obj, j->secrets, sizeof(j->secrets), j->secrets_err,
-		                      sizeof(j->secrets_err)) == 0)
-			j->secrets_err[0] = '\0';
+		cache_secrets(a, c, j->secrets_ns, j->secrets, j->secrets_err);
 	}
 	if (j && workers_submit(a->pool, lane == PULL_SCHED_FETCH ? fetch_image_work : pull_work,
 	                        lane == PULL_SCHED_FETCH ? fetch_image_done : pull_done, j) == 0) {

@@ -145,6 +145,18 @@ spec:
 EOF
 [ $? -ne 0 ] && grep -q "pullSecrets" "$W/bad.err"
 ok $? "the API server refuses a pullSecrets name that is no Secret name"
+# a node where the cache fits no GPU: what team-a's read of the image says
+# (Incompatible) is not told to team-b's caches, which cannot read it
+POD_NAMESPACE=gkm-system $G agent --node n2 --kubeconfig "$KUBECONFIG" \
+	--gpu-file spec/fixtures/gpu/inventory/mi210.json --root "$W/root2" --run-dir "$W/run2" \
+	--health-listen "" >"$W/agent2.log" 2>&1 &
+PID[agent2]=$!
+entry2() { kubectl get gkmcn n2 -n "$1" -o jsonpath="{.status.caches.$2.$3}" 2>/dev/null; }
+wait_for 60 is Incompatible entry2 team-a c state
+ok $? "node n2 (MI210s): team-a's cache, read with its Secret, is Incompatible"
+wait_for 60 is Unauthorized entry2 team-b d reason && wait_for 60 is Unauthorized entry2 team-b e reason
+ok $? "node n2: team-b's caches without access say Unauthorized, not what team-a's read found"
+daemon_stop agent2
 daemon_stop agent
 ok $? "the agent stops cleanly"
 finish
