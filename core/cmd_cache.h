@@ -48,6 +48,8 @@ enum {
 	OPT_COPY,
 	OPT_SETTLE,
 	OPT_FROM,
+	OPT_APPLY,
+	OPT_KUBECONFIG,
 };
 
 /* The registry flags every command shares (core/cli_registry.h), plus the
@@ -84,6 +86,8 @@ struct cli {
 #define CMD_CACHE_MAX_FROM 64
 	const char *from[CMD_CACHE_MAX_FROM]; /* capture --from */
 	unsigned nfrom;
+	bool apply; /* promote: patch the cache through the API server */
+	const char *kubeconfig;
 };
 
 /* Print "CMD: WHAT: reason" and return EXIT_FAIL. */

@@ -20,6 +20,8 @@
 #include "cmd_cache.h"
 #include "fstree.h"
 #include "gpu_probe.h"
+#include "kube_client.h"
+#include "kube_config.h"
 #include "oci_image.h"
 
 const char cmd_cache_capture_usage[] =
@@ -454,16 +456,21 @@ out:
 /* ---- promote ------------------------------------------------------------- */
 
 const char cmd_cache_promote_usage[] =
-    "Usage: gkm cache promote CANDIDATE --key PRIVATE.pem [-t REF] [--cache [NS/]NAME]\n\n"
+    "Usage: gkm cache promote CANDIDATE --key PRIVATE.pem [-t REF] [--cache [NS/]NAME\n"
+    "                         [--apply]]\n\n"
     "Make a captured candidate the cache: sign it (by digest) with a trusted key the\n"
     "cluster verifies with (--key, given by a person or CI: gkm never signs what it\n"
     "captured by itself), copied first to REF when -t is given, and print the\n"
-    "spec.image the cache must name, with the kubectl command that sets it.\n\n"
+    "spec.image the cache must name, with the kubectl command that sets it; with\n"
+    "--apply, set it through the API server (a merge patch of spec.image).\n\n"
     "  --key FILE              the private signing key\n"
     "  --passphrase-file FILE  passphrase of an encrypted key\n"
     "  --bundle                sign with a sigstore bundle\n"
     "  -t, --tag REF           copy the candidate here first (a release tag)\n"
     "  --cache [NS/]NAME       the GKMCache (NS/NAME) or ClusterGKMCache (NAME)\n"
+    "  --apply                 set the cache's spec.image (needs --cache)\n"
+    "  --kubeconfig FILE       kubeconfig for --apply (default: in-cluster, else\n"
+    "                          $KUBECONFIG)\n"
     "  -o json                 print the result as JSON\n\n" REGISTRY_HELP;
 
 const struct option cmd_cache_promote_opts[] = {
@@ -474,6 +481,8 @@ const struct option cmd_cache_promote_opts[] = {
     {"bundle", no_argument, 0, OPT_BUNDLE},
     {"tag", required_argument, 0, 't'},
     {"cache", required_argument, 0, OPT_CACHE},
+    {"apply", no_argument, 0, OPT_APPLY},
+    {"kubeconfig", required_argument, 0, OPT_KUBECONFIG},
     {"output", required_argument, 0, 'o'},
     {0, 0, 0, 0},
 };
@@ -493,9 +502,56 @@ int cmd_cache_promote_flag(struct cli *c, int opt, const char *arg)
 	case OPT_CACHE:
 		c->cache_name = arg;
 		return 1;
+	case OPT_APPLY:
+		c->apply = true;
+		return 1;
+	case OPT_KUBECONFIG:
+		c->kubeconfig = arg;
+		return 1;
 	default:
 		return 0;
 	}
+}
+
+/* Set spec.image of the GKMCache ns/name (ClusterGKMCache name when ns is
+ * empty) with a merge patch: only that field changes. */
+static int apply_image(struct cli *c, const char *ns, const char *name, const char *image)
+{
+	struct kube_config *cfg = NULL;
+	struct kube_client *kc = NULL;
+	struct kube_resource r;
+	struct kube_error ke = {0};
+	char err[512] = "", path[1024];
+	char *body = NULL;
+	cJSON *patch = cJSON_CreateObject();
+	int rc = -ENOMEM;
+	if (!patch ||
+	    !cJSON_AddStringToObject(cJSON_AddObjectToObject(patch, "spec"), "image", image) ||
+	    !(body = cJSON_PrintUnformatted(patch)))
+		goto out;
+	if ((rc = kube_config_load(c->kubeconfig, NULL, &cfg, err, sizeof(err))) ||
+	    (rc = kube_client_new(cfg, NULL, &kc)))
+		goto out;
+	if ((rc = kube_resource_builtin("gkm.io/v1alpha1", ns[0] ? "GKMCache" : "ClusterGKMCache",
+	                                &r)) ||
+	    (rc = kube_resource_path(&r, ns, name, NULL, path, sizeof(path))))
+		goto out;
+	struct kube_request rq = {.method = "PATCH",
+	                          .path = path,
+	                          .content_type = "application/merge-patch+json",
+	                          .body = body,
+	                          .body_len = strlen(body)};
+	if ((rc = kube_client_do(kc, &rq, NULL, &ke)))
+		snprintf(err, sizeof(err), "%.500s", ke.message);
+out:
+	if (rc)
+		fprintf(stderr, "%s: signed, but spec.image of %s%s%s was not set: %s\n", c->cmd,
+		        ns, ns[0] ? "/" : "", name, err[0] ? err : strerror(-rc));
+	kube_client_free(kc);
+	kube_config_free(cfg);
+	cJSON_Delete(patch);
+	free(body);
+	return rc ? EXIT_FAIL : 0;
 }
 
 int cmd_cache_promote(struct cli *c, int argc, char **argv)
@@ -508,6 +564,10 @@ int cmd_cache_promote(struct cli *c, int argc, char **argv)
 	int rc;
 	if (optind + 1 != argc || c->r.nkeys != 1) {
 		rc = cli_usage_error(c->cmd, "want one candidate image and one --key");
+		goto out;
+	}
+	if (c->apply && !c->cache_name) {
+		rc = cli_usage_error(c->cmd, "--apply needs --cache");
 		goto out;
 	}
 	if ((rc = cmd_cache_open_resolved(c, argv[optind], &ref, &repo, &desc)))
@@ -536,9 +596,12 @@ int cmd_cache_promote(struct cli *c, int argc, char **argv)
 			         c->cache_name);
 		snprintf(nm, sizeof(nm), "%s", slash ? slash + 1 : c->cache_name);
 	}
+	if (c->apply && (rc = apply_image(c, ns, nm, image)))
+		goto out;
 	if (strcmp(c->output, "json") == 0) {
 		cJSON *o = cJSON_CreateObject();
 		cJSON_AddStringToObject(o, "candidate", argv[optind]);
+		cJSON_AddBoolToObject(o, "applied", c->apply);
 		cJSON_AddStringToObject(o, "image", image);
 		cJSON_AddStringToObject(o, "digest", desc.digest);
 		cJSON *p = cJSON_AddObjectToObject(o, "patch");
@@ -550,7 +613,10 @@ int cmd_cache_promote(struct cli *c, int argc, char **argv)
 		cJSON_Delete(o);
 	} else {
 		printf("Promoted %s\nspec.image: %s\n", image, image);
-		if (nm[0])
+		if (c->apply)
+			printf("Set spec.image of %s %s%s%s\n",
+			       ns[0] ? "GKMCache" : "ClusterGKMCache", ns, ns[0] ? "/" : "", nm);
+		else if (nm[0])
 			printf("kubectl patch %s %s%s%s --type merge -p "
 			       "'{\"spec\":{\"image\":\"%s\"}}'\n",
 			       ns[0] ? "gkmcache" : "clustergkmcache", nm, ns[0] ? " -n " : "", ns,
