@@ -19,23 +19,13 @@
 #include "cache_capture.h"
 #include "cache_image.h"
 #include "cache_tree.h"
+#include "shell.h"
 
 #define KERNEL                                                                                     \
 	"{\"hash\":\"h\",\"name\":\"k\",\"target\":{\"backend\":\"cuda\",\"arch\":75,\"warp_"      \
 	"size\":32}}"
 
 static char root[512], dir[600], base[600];
-
-static void sh(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
-static void sh(const char *fmt, ...)
-{
-	char cmd[4 * PATH_MAX];
-	va_list ap;
-	va_start(ap, fmt);
-	vsnprintf(cmd, sizeof(cmd), fmt, ap);
-	va_end(ap);
-	assert_int_equal(system(cmd), 0);
-}
 
 static int setup(void **state)
 {
