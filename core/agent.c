@@ -1977,11 +1977,24 @@ static void probe_tick(struct loop *l, void *ud)
 }
 
 /* Pod usage changes (CSI) and store state are picked up by a periodic pass. */
+/* Does a cache depend on this node's labels (a LocalModelCache's node
+ * groups select nodes by them)? */
+static bool wants_node_labels(const struct agent *a)
+{
+	for (const struct cache *c = a->caches; c; c = c->next)
+		if (c->obj && *local_model_name(c->obj))
+			return true;
+	return false;
+}
+
 static void resync_tick(struct loop *l, void *ud)
 {
 	struct agent *a = ud;
 	enqueue_all(a);
 	gc_request(a);
+	/* labels change: read them again (a lookup that failed retries anyway) */
+	if (a->o.owner_node_refs && !a->node_timer && wants_node_labels(a))
+		node_tick(l, a);
 	fallback_notice_scan(a->notice, a->run_dir);
 	a->resync_timer = loop_add_timer(l, (uint64_t)a->o.resync_s * 1000, resync_tick, a);
 }

@@ -38,6 +38,7 @@ from tap import Tap  # noqa: E402
 GKM = os.environ.get("GKM_BIN") or os.path.join(BUILD, "gkm")
 RENDER = os.path.join(BUILD, "spec", "gkm-chart-render")
 FIXTURE = os.path.join(ROOT, "spec", "fixtures", "caches", "triton", "cuda-sm75-vector-add")
+HIP_FIXTURE = os.path.join(ROOT, "spec", "fixtures", "caches", "triton", "hip-gfx90a-vector-add")
 T4 = os.path.join(ROOT, "spec", "fixtures", "gpu", "inventory", "t4.json")
 DRIVER = "csi.gkm.io"
 NODE = "node-1"
@@ -110,7 +111,8 @@ def main():
         return kube_e2e.apply(kube, obj)
 
     # ---- a signed cache in a real registry ----
-    reg, digests, trust = kube_e2e.signed_caches(GKM, ROOT, tmp, cleanups, {FIXTURE: "caches/cuda:v1"})
+    reg, digests, trust = kube_e2e.signed_caches(GKM, ROOT, tmp, cleanups,
+                                                 {FIXTURE: "caches/cuda:v1", HIP_FIXTURE: "caches/rocm:v1"})
     ref = reg + "/caches/cuda:v1"
     digest = digests[ref]
 
@@ -264,7 +266,36 @@ def main():
     usage = json.load(open(os.path.join(run, "usage", NS, "vector-add", "usage.json")))["pods"]
     t.eq([u["name"] for u in usage], ["p2"], "the usage record lists p2 only")
 
-    # ---- the same checks as inline volumes: a hand-made volume for a cache of another namespace ----
+    def failed_mount(name, ns):
+        ev = get("events", "-n", ns, "--field-selector", "involvedObject.name=%s,reason=FailedMount" % name)
+        return [x["message"] for x in (ev or {}).get("items", [])]
+
+    # ---- the same checks as inline volumes: a cache not Ready here (built for HIP, the node has a T4) ----
+    hip = reg + "/caches/rocm:v1"
+    for obj in (cache("hip-add", hip, digests[hip], {"name": "hip-kernels", "onMiss": "empty"}),
+                cache("hip-strict", hip, digests[hip], {"name": "hip-strict"})):
+        apply(obj)
+    wait_for(lambda: (entry("hip-add") or {}).get("state") == "Incompatible"
+             and get("pvc", "hip-kernels", "-n", NS)["status"]["phase"] == "Bound"
+             and get("pvc", "hip-strict", "-n", NS)["status"]["phase"] == "Bound", 60)
+    apply({"apiVersion": "v1", "kind": "List", "items": [pod("fb", NS, "hip-kernels"), pod("stuck", NS, "hip-strict")]})
+    puid.update({n: get("pod", n, "-n", NS)["metadata"]["uid"] for n in ("fb", "stuck")})
+    pvs.update({n: "gkm-" + get("gkmcache", c, "-n", NS)["metadata"]["uid"]
+                for n, c in (("fb", "hip-add"), ("stuck", "hip-strict"))})
+    fb = wait_for(lambda: findmnt(target("fb")), 60)
+    t.ok(fb and fb["fstype"] != "overlay" and fb["options"].split(",")[0] == "rw" and os.listdir(target("fb")) == [],
+         'a claim with onMiss: "empty" of a cache Incompatible here: the pod gets an empty, writable directory',
+         diag=(fb, entry("hip-add"), csi.tail()))
+    why_not = "GKMCache %s/hip-strict is incompatible with this node's GPUs (BackendMismatch" % NS
+    msgs = wait_for(lambda: [m for m in failed_mount("stuck", NS) if why_not in m], 60)
+    t.ok(msgs and not findmnt(target("stuck")),
+         "a claim without onMiss: FailedMount with the cache's reason on this node, nothing mounted",
+         diag=failed_mount("stuck", NS))
+    kubectl("delete", "pod", "fb", "-n", NS, "--wait=false")
+    kubectl("delete", "pod", "stuck", "-n", NS, "--grace-period=0", "--force")
+    t.ok(wait_for(lambda: findmnt(target("fb")) is None, 40), "the fallback volume is unpublished with its pod")
+
+    # ---- the same checks: a hand-made volume for a cache of another namespace ----
     apply({"apiVersion": "v1", "kind": "PersistentVolume", "metadata": {"name": "by-hand"},
            "spec": {"capacity": {"storage": "1Mi"}, "accessModes": ["ReadOnlyMany"], "storageClassName": "",
                     "claimRef": {"namespace": OTHER, "name": "stolen"},
@@ -275,9 +306,6 @@ def main():
                     "resources": {"requests": {"storage": "1Mi"}}}})
     apply(pod("thief", OTHER, "stolen"))
 
-    def failed_mount(name, ns):
-        ev = get("events", "-n", ns, "--field-selector", "involvedObject.name=%s,reason=FailedMount" % name)
-        return [x["message"] for x in (ev or {}).get("items", [])]
     why_not = "a pod in namespace %s may not mount GKMCache %s/vector-add" % (OTHER, NS)
     msgs = wait_for(lambda: [m for m in failed_mount("thief", OTHER) if why_not in m], 60)
     t.ok(msgs, "a hand-made volume naming a GKMCache of another namespace: FailedMount, PermissionDenied",

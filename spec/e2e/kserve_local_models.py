@@ -11,8 +11,9 @@ ClusterGKMCache kserve-<name> owned by it; only the agent of the node
 group's node pulls it (verified, GPU-checked, reported in its
 ClusterGKMCacheNode), and copies the tree into the group's storage path
 under kernel-caches/<name>/, next to the models, which stay untouched;
-Events go to the LocalModelCache, whose status gkm never writes. Deleting
-it removes the copy. Bad input: a node group that does not exist (a
+Events go to the LocalModelCache, whose status gkm never writes. A Node
+relabelled into a node group later gets the cache (its agent reads its
+labels again at resync). Deleting the LocalModelCache removes the copy. Bad input: a node group that does not exist (a
 Warning Event, nothing pulled), a storage path that is a symlink and a
 kernel-caches that is a symlink (the node's entry Failed with the reason,
 nothing written where the links point)."""
@@ -186,6 +187,20 @@ def main():
              "%s: the node's entry is Failed, LocalModelPathUnusable, saying why" % group,
              diag=(entry("gpu-1", "kserve-" + name), agents["gpu-1"].tail()))
     t.eq(os.listdir(path("outside")), [], "nothing is written where the symlinks point")
+
+    # ---- a node that joins a group later (its labels are read again at resync) ----
+    os.makedirs(path("models-late"))
+    apply(node_group("late-group", path("models-late"), "late"))
+    apply(model_cache("late", ["late-group"], ref))
+    wait_for(lambda: get("clustergkmcache", "kserve-late"), 30)
+    t.ok(entry("cpu-1", "kserve-late") is None and entry("gpu-1", "kserve-late") is None,
+         "a node group no node is in: no agent takes its cache")
+    kubectl("label", "node", "cpu-1", "pool=late", "--overwrite")
+    late = os.path.join(path("models-late"), "kernel-caches", "late")
+    got = wait_for(lambda: (entry("cpu-1", "kserve-late") or {}).get("state") == "Ready"
+                   and tree(late) == want and tree(late), 120)
+    t.ok(got, "cpu-1 relabelled into it: its agent reads the labels again, pulls and places the cache",
+         diag=(entry("cpu-1", "kserve-late"), agents["cpu-1"].tail()))
 
     # ---- removal follows the LocalModelCache ----
     kubectl("delete", "localmodelcache", "llama")
