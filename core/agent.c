@@ -120,7 +120,6 @@ struct agent {
 	struct engine_slot *policies;
 	struct agent_opts o;
 	char node[254], root[512], run_dir[512], manager[300];
-	char namespace_[64]; /* gkm's: where a ClusterGKMCache's pull Secrets are */
 	struct store *store;
 	struct kube_workqueue *queue;
 	struct cache *caches;
@@ -413,10 +412,7 @@ struct job {
 	bool present;
 	uint64_t bytes;
 	double seconds;
-	/* the pull Secrets the cache names (spec.pullSecrets), and where */
-	char secrets_ns[64];
-	char secrets[600];
-	char secrets_err[256]; /* spec.pullSecrets malformed */
+	struct pull_secret_ref secrets; /* the pull Secrets the cache names */
 };
 
 static void job_fail(struct job *j, int rc, const char *reason, const char *msg)
@@ -577,24 +573,12 @@ static int job_registry(struct job *j, const struct oci_ref *ref, struct pull_se
                         struct oci_registry_opts *o)
 {
 	char err[512];
-	*o = j->a->reg;
-	memset(ps, 0, sizeof(*ps));
-	if (j->secrets_err[0]) {
-		job_fail(j, -EINVAL, "InvalidPullSecrets", j->secrets_err);
-		return -EINVAL;
-	}
-	if (!j->secrets[0] || ref->kind != OCI_REF_REGISTRY)
-		return 0;
-	int rc = pull_secret_read(j->a->os, j->secrets_ns, j->secrets, ref->registry, ps, err,
-	                          sizeof(err));
-	if (rc) {
-		job_fail(j, rc, pull_reason(rc), err);
-		return rc;
-	}
-	o->username = o->password = o->auth_file = NULL;
-	o->auth_json = ps->auth_json;
-	o->auth_source = ps->source;
-	return 0;
+	int rc = pull_secret_opts(j->a->os, &j->secrets,
+	                          ref->kind == OCI_REF_REGISTRY ? ref->registry : NULL, &j->a->reg,
+	                          ps, o, err, sizeof(err));
+	if (rc)
+		job_fail(j, rc, rc == -EINVAL ? "InvalidPullSecrets" : pull_reason(rc), err);
+	return rc;
 }
 
 /* Open the repository of a job's reference, on a kept client (*client,
@@ -654,28 +638,15 @@ out:
 	oci_ref_clear(&ref);
 }
 
-/* The pull Secrets a cache names: their namespace (the cache's; gkm's for a
- * ClusterGKMCache) and names ("a,b"; "" for none: the daemon's credentials),
- * or why spec.pullSecrets cannot be read (err, "" when it can). */
-static void cache_secrets(const struct agent *a, const struct cache *c, char ns[64],
-                          char names[600], char err[256])
-{
-	snprintf(ns, 64, "%s", *c->ns ? c->ns : a->namespace_);
-	if (pull_secret_names(c->obj, names, 600, err, 256) == 0)
-		err[0] = '\0';
-}
-
 /* Whether two caches read their images with the same credentials: what
  * one learns about an image serves the other only then (a namespace without
  * access learns nothing from another's read). */
 static bool same_access(const struct agent *a, const struct cache *c, const struct cache *o)
 {
-	char ns1[64], ns2[64], n1[600], n2[600], e1[256], e2[256];
-	cache_secrets(a, c, ns1, n1, e1);
-	cache_secrets(a, o, ns2, n2, e2);
-	if (e1[0] || e2[0])
-		return false;
-	return !strcmp(n1, n2) && (!n1[0] || !strcmp(ns1, ns2));
+	struct pull_secret_ref rc, ro;
+	pull_secret_ref_of(c->obj, a->o.namespace_, &rc);
+	pull_secret_ref_of(o->obj, a->o.namespace_, &ro);
+	return pull_secret_ref_same(&rc, &ro);
 }
 
 /* Pull through this cache's reference: its signatures are verified even when
@@ -925,7 +896,7 @@ static void start_job(struct agent *a, struct cache *c, enum pull_sched_lane lan
 		snprintf(j->ref, sizeof(j->ref), "%s", c->ref);
 		snprintf(j->digest, sizeof(j->digest), "%s", c->digest);
 		j->want_targets_from_tree = c->targets_need_pull;
-		cache_secrets(a, c, j->secrets_ns, j->secrets, j->secrets_err);
+		pull_secret_ref_of(c->obj, a->o.namespace_, &j->secrets);
 	}
 	if (j && workers_submit(a->pool, lane == PULL_SCHED_FETCH ? fetch_image_work : pull_work,
 	                        lane == PULL_SCHED_FETCH ? fetch_image_done : pull_done, j) == 0) {
@@ -2066,11 +2037,6 @@ int agent_start(struct loop *l, struct workers *w, struct objstore *os,
 	snprintf(a->root, sizeof(a->root), "%s", o->root);
 	snprintf(a->run_dir, sizeof(a->run_dir), "%s", o->run_dir);
 	snprintf(a->manager, sizeof(a->manager), MANAGER_PREFIX "%s", o->node);
-	const char *pod_ns = getenv("POD_NAMESPACE");
-	snprintf(a->namespace_, sizeof(a->namespace_), "%s",
-	         o->namespace_       ? o->namespace_
-	         : pod_ns && *pod_ns ? pod_ns
-	                             : "gkm");
 	a->o.node = a->node;
 	a->o.root = a->root;
 	a->o.run_dir = a->run_dir;

@@ -16,6 +16,7 @@
 #include "node_reports.h"
 #include "oci_pull.h"
 #include "oci_repo.h"
+#include "pull_secret.h"
 #include "soon_timer.h"
 #include "strmap.h"
 
@@ -364,7 +365,27 @@ struct resolve_job {
 	struct operator_ *op;
 	char key[320], image[600], digest[144], err[512];
 	int rc;
+	struct pull_secret_ref secrets; /* the cache's: its registry is read with them */
 };
+
+/* Open the repository of ref for a registry job of a cache, with the
+ * credentials of the pull Secrets the cache names (else the operator's). */
+static int open_repo(struct operator_ *op, const struct pull_secret_ref *secrets,
+                     const struct oci_ref *ref, struct oci_repo **repo, struct oci_err *e)
+{
+	struct pull_secret ps;
+	struct oci_registry_opts opts;
+	char err[512];
+	int rc =
+	    pull_secret_opts(op->os, secrets, ref->kind == OCI_REF_REGISTRY ? ref->registry : NULL,
+	                     op->o.registry, &ps, &opts, err, sizeof(err));
+	if (rc)
+		oci_errf(e, "%s", err);
+	else
+		rc = oci_repo_open(ref, &opts, false, repo, e);
+	pull_secret_clear(&ps);
+	return rc;
+}
 
 static void resolve_work(void *ud)
 {
@@ -382,7 +403,7 @@ static void resolve_work(void *ud)
 		goto out;
 	}
 	if (!j->rc)
-		j->rc = oci_repo_open(&ref, j->op->o.registry, false, &repo, &e);
+		j->rc = open_repo(j->op, &j->secrets, &ref, &repo, &e);
 	if (!j->rc)
 		j->rc = oci_repo_resolve(repo, oci_ref_reference(&ref), &d, &e);
 	if (j->rc)
@@ -467,6 +488,7 @@ static const char *digest_for(struct operator_ *op, struct ocache *c)
 			j->op = op;
 			snprintf(j->key, sizeof(j->key), "%s", c->key);
 			snprintf(j->image, sizeof(j->image), "%s", image);
+			pull_secret_ref_of(c->obj, NULL, &j->secrets);
 			c->resolving = true;
 			if (workers_submit(op->workers, resolve_work, resolve_done, j) != 0) {
 				c->resolving = false;
@@ -486,6 +508,7 @@ struct verify_job {
 	int rc;
 	struct sig_verdict v;
 	char err[512];
+	struct pull_secret_ref secrets;
 };
 
 static void verify_work(void *ud)
@@ -499,7 +522,7 @@ static void verify_work(void *ud)
 	memset(&j->v, 0, sizeof(j->v));
 	j->rc = oci_ref_parse(j->image, &ref, &e);
 	if (!j->rc)
-		j->rc = oci_repo_open(&ref, j->op->o.registry, false, &repo, &e);
+		j->rc = open_repo(j->op, &j->secrets, &ref, &repo, &e);
 	if (!j->rc)
 		j->rc = oci_pull_verify(repo, j->digest, j->op->o.keys, &j->v, &e);
 	if (j->rc)
@@ -587,6 +610,7 @@ static cJSON *verification_of(struct operator_ *op, struct ocache *c, const char
 			snprintf(j->key, sizeof(j->key), "%s", c->key);
 			snprintf(j->image, sizeof(j->image), "%s", image);
 			snprintf(j->digest, sizeof(j->digest), "%s", digest);
+			pull_secret_ref_of(c->obj, NULL, &j->secrets);
 			c->verifying = true;
 			if (workers_submit(op->workers, verify_work, verify_done, j) != 0) {
 				c->verifying = false;

@@ -46,6 +46,46 @@ int pull_secret_names(const cJSON *obj, char *buf, size_t len, char *err, size_t
 	return 0;
 }
 
+void pull_secret_ref_of(const cJSON *cache, const char *home, struct pull_secret_ref *out)
+{
+	const char *ns = obj_str(cache, "metadata.namespace");
+	const char *env = getenv("POD_NAMESPACE");
+	if (!*ns)
+		ns = home ? home : env && *env ? env : "gkm";
+	snprintf(out->ns, sizeof(out->ns), "%s", ns);
+	if (pull_secret_names(cache, out->names, sizeof(out->names), out->err, sizeof(out->err)) ==
+	    0)
+		out->err[0] = '\0';
+}
+
+bool pull_secret_ref_same(const struct pull_secret_ref *a, const struct pull_secret_ref *b)
+{
+	if (a->err[0] || b->err[0])
+		return false;
+	return !strcmp(a->names, b->names) && (!a->names[0] || !strcmp(a->ns, b->ns));
+}
+
+int pull_secret_opts(struct objstore *os, const struct pull_secret_ref *ref, const char *registry,
+                     const struct oci_registry_opts *base, struct pull_secret *ps,
+                     struct oci_registry_opts *out, char *err, size_t errlen)
+{
+	*out = *base;
+	memset(ps, 0, sizeof(*ps));
+	if (ref->err[0]) {
+		snprintf(err, errlen, "%s", ref->err);
+		return -EINVAL;
+	}
+	if (!ref->names[0] || !registry)
+		return 0;
+	int rc = pull_secret_read(os, ref->ns, ref->names, registry, ps, err, errlen);
+	if (rc)
+		return rc;
+	out->username = out->password = out->auth_file = NULL;
+	out->auth_json = ps->auth_json;
+	out->auth_source = ps->source;
+	return 0;
+}
+
 void pull_secret_clear(struct pull_secret *ps)
 {
 	if (ps->auth_json) {

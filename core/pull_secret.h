@@ -13,11 +13,20 @@
 #define GKM_PULL_SECRET_H
 
 #include <cjson/cJSON.h>
+#include <stdbool.h>
 #include <stddef.h>
 
 #include "objstore.h"
+#include "oci_registry.h"
 
 #define PULL_SECRET_MAX 8
+
+/* The Secrets a cache names, as a registry job takes them to its worker. */
+struct pull_secret_ref {
+	char ns[64];     /* the cache's namespace; gkm's for a ClusterGKMCache */
+	char names[600]; /* "a,b"; "" for none: the daemon's own credentials */
+	char err[256];   /* why spec.pullSecrets cannot be read ("" when it can) */
+};
 
 struct pull_secret {
 	char *auth_json;  /* the Secret as JSON (oci_registry_opts.auth_json); NULL: none named */
@@ -30,6 +39,23 @@ struct pull_secret {
  * not a Secret name, more than PULL_SECRET_MAX). */
 __attribute__((warn_unused_result)) int pull_secret_names(const cJSON *obj, char *buf, size_t len,
                                                           char *err, size_t errlen);
+
+/* The Secrets cache (a GKMCache or ClusterGKMCache object) names; home is
+ * gkm's namespace (NULL: $POD_NAMESPACE, else "gkm"). */
+void pull_secret_ref_of(const cJSON *cache, const char *home, struct pull_secret_ref *out);
+
+/* Whether two caches read their images with the same credentials. */
+bool pull_secret_ref_same(const struct pull_secret_ref *a, const struct pull_secret_ref *b);
+
+/* The registry options of a registry job for a cache: base, with the
+ * credentials of the Secret chosen for registry (the reference's registry
+ * name) instead of the daemon's own when ref names any. ps keeps the
+ * strings *out points to (clear it after the job). 0, or -EINVAL (a
+ * malformed list) / pull_secret_read's -errno with err set. */
+__attribute__((warn_unused_result)) int
+pull_secret_opts(struct objstore *os, const struct pull_secret_ref *ref, const char *registry,
+                 const struct oci_registry_opts *base, struct pull_secret *ps,
+                 struct oci_registry_opts *out, char *err, size_t errlen);
 
 /* Read the Secrets names ("a,b") of ns and choose one for host (see above).
  * names "": out empty, 0. -EACCES with err naming the Secrets when none of

@@ -157,6 +157,30 @@ ok $? "node n2 (MI210s): team-a's cache, read with its Secret, is Incompatible"
 wait_for 60 is Unauthorized entry2 team-b d reason && wait_for 60 is Unauthorized entry2 team-b e reason
 ok $? "node n2: team-b's caches without access say Unauthorized, not what team-a's read found"
 daemon_stop agent2
+# the operator resolves tags (no webhook here) with each cache's own Secret
+$G operator --kubeconfig "$KUBECONFIG" --identity op --namespace gkm-system --leader-elect false \
+	--resolve-digests true --verify-enabled false --health-listen "" >"$W/operator.log" 2>&1 &
+PID[operator]=$!
+tag_cache() { # ns name secret
+	kubectl apply -f - >/dev/null <<EOF
+apiVersion: gkm.io/v1alpha1
+kind: GKMCache
+metadata: {name: $2, namespace: $1}
+spec:
+  image: $A/private/cache:v1
+  pullSecrets: [{name: $3}]
+EOF
+}
+tag_cache team-a bytag regcred
+tag_cache team-b bytag elsewhere
+wait_for 60 is "$D" kubectl get gkmc bytag -n team-a -o jsonpath='{.status.resolvedDigest}'
+ok $? "operator: team-a's tag resolves with team-a's Secret"
+ready_msg() { kubectl get gkmc bytag -n "$1" -o jsonpath='{.status.conditions[?(@.type=="Ready")].message}' 2>/dev/null; }
+wait_for 60 eval 'ready_msg team-b | grep -q "in Secret team-b/elsewhere"'
+ok $? "operator: team-b's tag does not resolve with a Secret lacking the registry, and says so ($(ready_msg team-b))"
+[ -z "$(kubectl get gkmc bytag -n team-b -o jsonpath='{.status.resolvedDigest}')" ]
+ok $? "operator: team-b's cache gets no digest from team-a's resolution"
+daemon_stop operator
 daemon_stop agent
 ok $? "the agent stops cleanly"
 finish
