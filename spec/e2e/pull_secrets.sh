@@ -180,6 +180,8 @@ wait_for 60 eval 'ready_msg team-b | grep -q "in Secret team-b/elsewhere"'
 ok $? "operator: team-b's tag does not resolve with a Secret lacking the registry, and says so ($(ready_msg team-b))"
 [ -z "$(kubectl get gkmc bytag -n team-b -o jsonpath='{.status.resolvedDigest}')" ]
 ok $? "operator: team-b's cache gets no digest from team-a's resolution"
+wait_for 60 eval "kubectl get gkmc d -n team-b -o jsonpath='{.status.failedNodeConditions.Unauthorized}' | grep -q n1"
+ok $? "operator: the cache's status groups the node under Unauthorized ($(kubectl get gkmc d -n team-b -o jsonpath='{.status.failedNodeConditions}'))"
 daemon_stop operator
 daemon_stop agent
 ok $? "the agent stops cleanly"
