@@ -13,6 +13,7 @@
 # never asserted.
 #
 #   GKM_BENCH_NODES=N  GKM_BENCH_MIRROR_MB=MB  GKM_BENCH_DIR (default $GKM_BUILD/bench)
+#   KEEP=1 keeps the last round's node directories and the run directory
 set -u
 cd "$GKM_ROOT"
 . spec/lib/registry.sh
@@ -90,7 +91,7 @@ round() { # name [extra gkm up flags]: N nodes from empty stores; prints the fig
 				ready=$((ready + 1))
 		done
 		[ "$ready" -eq "$N" ] && break
-		if [ "$(echo "$(date +%s.%N) - $t0 > 1800" | bc)" = 1 ]; then
+		if awk -v a="$(date +%s.%N)" -v b="$t0" 'BEGIN { exit !(a - b > 1800) }'; then
 			echo "$name: only $ready of $N nodes Ready after 30 minutes"
 			break
 		fi
@@ -99,9 +100,9 @@ round() { # name [extra gkm up flags]: N nodes from empty stores; prints the fig
 	t1=$(date +%s.%N)
 	b1=$(origin_bytes)
 	stop_nodes
-	printf '%-12s %3d nodes x %5d MB layer: all Ready in %7.1f s; origin served %8.1f MB (%.2f x the image)\n' \
-		"$name" "$N" "$layer_mb" "$(echo "$t1 - $t0" | bc)" "$(echo "($b1 - $b0) / 1048576" | bc -l)" \
-		"$(echo "($b1 - $b0) / 1048576 / $layer_mb" | bc -l)"
+	awk -v n="$name" -v N="$N" -v mb="$layer_mb" -v t0="$t0" -v t1="$t1" -v b0="$b0" -v b1="$b1" 'BEGIN {
+		printf "%-12s %3d nodes x %5d MB layer: all Ready in %7.1f s; origin served %8.1f MB (%.2f x the image)\n",
+			n, N, mb, t1 - t0, (b1 - b0) / 1048576, (b1 - b0) / 1048576 / mb }'
 	[ -n "${KEEP:-}" ] || rm -rf "$RUN/nodes"
 }
 
