@@ -4,6 +4,8 @@
 #include <stdio.h>
 #include <string.h>
 
+#include "cache_label.h"
+
 #define DRIVER "csi.gkm.io"
 /* A nominal size: the cache's size is known on nodes only, and nothing
  * provisions or expands these volumes. */
@@ -41,6 +43,8 @@ int cache_claim_plan(const cJSON *cache, struct cache_claim *out, char *err, siz
 	const char *pvc = obj_str(claim, "name"), *pvc_ns = obj_str(claim, "namespace");
 	const char *on_miss = obj_str(claim, "onMiss");
 	const cJSON *ro = cJSON_GetObjectItemCaseSensitive(claim, "readOnly");
+	const cJSON *placement = cJSON_GetObjectItemCaseSensitive(claim, "placement");
+	char label[CACHE_LABEL_KEY_MAX];
 	if (!*pvc)
 		pvc = name;
 	if (*ns && *pvc_ns && strcmp(ns, pvc_ns) != 0) {
@@ -61,7 +65,8 @@ int cache_claim_plan(const cJSON *cache, struct cache_claim *out, char *err, siz
 	const char *claim_ns = *ns ? ns : pvc_ns;
 	if (!obj_valid_name(pvc) || strlen(pvc) >= sizeof(out->pvc_name) ||
 	    !obj_valid_label(claim_ns) || !*uid || strlen(uid) >= sizeof(out->uid) ||
-	    (*on_miss && strcmp(on_miss, "fail") != 0 && strcmp(on_miss, "empty") != 0)) {
+	    (*on_miss && strcmp(on_miss, "fail") != 0 && strcmp(on_miss, "empty") != 0) ||
+	    cache_label_key(ns, name, label, sizeof(label)) != 0) {
 		snprintf(err, errlen, "spec.claim: not a usable claim name, namespace or onMiss");
 		return -EINVAL;
 	}
@@ -86,6 +91,18 @@ int cache_claim_plan(const cJSON *cache, struct cache_claim *out, char *err, siz
 	cJSON_AddStringToObject(spec, "persistentVolumeReclaimPolicy", "Retain");
 	cJSON_AddStringToObject(spec, "storageClassName", "");
 	cJSON_AddStringToObject(spec, "volumeMode", "Filesystem");
+	if (cJSON_IsTrue(placement)) { /* only where the operator labels it Ready */
+		cJSON *expr = cJSON_CreateObject();
+		const char *ready[] = {CACHE_LABEL_VALUE};
+		cJSON_AddStringToObject(expr, "key", label);
+		cJSON_AddStringToObject(expr, "operator", "In");
+		cJSON_AddItemToObject(expr, "values", cJSON_CreateStringArray(ready, 1));
+		cJSON *term = cJSON_CreateObject();
+		cJSON_AddItemToArray(cJSON_AddArrayToObject(term, "matchExpressions"), expr);
+		cJSON *req = cJSON_AddObjectToObject(cJSON_AddObjectToObject(spec, "nodeAffinity"),
+		                                     "required");
+		cJSON_AddItemToArray(cJSON_AddArrayToObject(req, "nodeSelectorTerms"), term);
+	}
 	cJSON *ref = cJSON_AddObjectToObject(spec, "claimRef");
 	cJSON_AddStringToObject(ref, "apiVersion", "v1");
 	cJSON_AddStringToObject(ref, "kind", "PersistentVolumeClaim");

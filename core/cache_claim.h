@@ -7,7 +7,10 @@
  *     Retain, csi {driver csi.gkm.io, volumeHandle = its name,
  *     volumeAttributes cacheName, cacheNamespace (GKMCache), readOnly,
  *     onMiss}, claimRef to the claim; label gkm.io/claim, annotations naming
- *     the cache (gkm.io/cache-namespace, -name, -uid).
+ *     the cache (gkm.io/cache-namespace, -name, -uid); with
+ *     spec.claim.placement, node affinity on the cache's Node label
+ *     (cache_label.h): the scheduler and the kubelet use it only where the
+ *     cache is Ready.
  *   PersistentVolumeClaim spec.claim.name (default: the cache's name) in the
  *     cache's namespace (ClusterGKMCache: spec.claim.namespace), volumeName
  *     the PV, owned by the cache (ownerReferences).

@@ -293,6 +293,35 @@ def main():
          diag=failed_mount("stuck", NS))
     kubectl("delete", "pod", "fb", "-n", NS, "--wait=false")
     kubectl("delete", "pod", "stuck", "-n", NS, "--grace-period=0", "--force")
+
+    # ---- placement: the volume's node affinity on the cache's Node label ----
+    for obj in (cache("placed", ref, digest, {"name": "placed", "placement": True}),
+                cache("hip-placed", hip, digests[hip], {"name": "hip-placed", "placement": True})):
+        apply(obj)
+
+    def affinity(claim):
+        pvc = get("pvc", claim, "-n", NS) or {}
+        pv = get("pv", pvc.get("spec", {}).get("volumeName", "-")) or {}
+        terms = pv.get("spec", {}).get("nodeAffinity", {}).get("required", {}).get("nodeSelectorTerms")
+        return pvc.get("status", {}).get("phase") == "Bound" and terms
+    label = wait_for(lambda: get("gkmcache", "placed", "-n", NS)["status"]["nodeLabel"], 60)
+    terms = wait_for(lambda: affinity("placed"), 60)
+    t.ok(label and terms == [{"matchExpressions": [{"key": label, "operator": "In", "values": ["ready"]}]}],
+         "placement: true: the volume requires the cache's Node label (%s=ready)" % label, diag=terms)
+    t.ok(wait_for(lambda: (get("node", NODE)["metadata"].get("labels") or {}).get(label) == "ready", 60),
+         "the operator labels %s where the cache is Ready" % NODE)
+    apply({"apiVersion": "v1", "kind": "List", "items": [pod("pl", NS, "placed"), pod("hp", NS, "hip-placed")]})
+    puid.update({n: get("pod", n, "-n", NS)["metadata"]["uid"] for n in ("pl", "hp")})
+    pvs.update({n: "gkm-" + get("gkmcache", c, "-n", NS)["metadata"]["uid"]
+                for n, c in (("pl", "placed"), ("hp", "hip-placed"))})
+    t.ok(wait_for(lambda: findmnt(target("pl")), 60) and tree(target("pl")) == want,
+         "a pod of the placed claim on a labelled node: mounted", diag=csi.tail())
+    msgs = wait_for(lambda: [m for m in failed_mount("hp", NS) if "affinity" in m.lower()], 60)
+    t.ok(msgs and not findmnt(target("hp")),
+         "the claim of a cache Ready on no node: the kubelet refuses the volume's node affinity "
+         "(the scheduler would not place the pod here)", diag=failed_mount("hp", NS))
+    kubectl("delete", "pod", "pl", "-n", NS, "--wait=false")
+    kubectl("delete", "pod", "hp", "-n", NS, "--grace-period=0", "--force")
     t.ok(wait_for(lambda: findmnt(target("fb")) is None, 40), "the fallback volume is unpublished with its pod")
 
     # ---- the same checks: a hand-made volume for a cache of another namespace ----
