@@ -218,6 +218,16 @@ static void condition(struct claims *cl, const struct rec *r, const struct cache
 		return;
 	}
 	const struct pv *p = strmap_get(&cl->pvs, plan->pv_name);
+	if (p && p->deleting) {
+		snprintf(
+		    msg, sizeof(msg),
+		    "PersistentVolume %s is being deleted (not by gkm): Kubernetes keeps it while "
+		    "PersistentVolumeClaim %s/%s is bound to it; delete the claim too and gkm "
+		    "makes both again",
+		    plan->pv_name, plan->pvc_ns, plan->pvc_name);
+		add_condition(status, cache, old, "False", "VolumeDeleting", msg);
+		return;
+	}
 	if (p && !strcmp(p->phase, "Bound") && !strcmp(r->pv_name, plan->pv_name)) {
 		snprintf(msg, sizeof(msg),
 		         "PersistentVolumeClaim %s/%s is bound to PersistentVolume %s",
@@ -372,12 +382,17 @@ static void on_pv(void *ud, enum objstore_event_type t, const cJSON *obj)
 	snprintf(p->phase, sizeof(p->phase), "%s", phase);
 	snprintf(p->ref_ns, sizeof(p->ref_ns), "%s", obj_str(obj, "spec.claimRef.namespace"));
 	snprintf(p->ref_name, sizeof(p->ref_name), "%s", obj_str(obj, "spec.claimRef.name"));
-	p->deleting = *obj_str(obj, "metadata.deletionTimestamp") != '\0';
+	bool deleting = *obj_str(obj, "metadata.deletionTimestamp") != '\0';
+	phase_changed = phase_changed || deleting != p->deleting;
+	p->deleting = deleting;
 	struct rec *r = strmap_get(&cl->recs, p->key);
-	if (r && !r->gone && !strcmp(r->uid, p->uid) && r->want_pv && !r->busy &&
-	    !cache_claim_pv_matches(r->want_pv, obj)) {
-		log_warn("the volume of a cache's claim was changed by hand: applying it again",
-		         "volume", p->name, "cache", p->key);
+	bool ours = r && !r->gone && !strcmp(r->uid, p->uid) && r->want_pv && !r->busy;
+	if (ours && !deleting &&
+	    (!cache_claim_pv_matches(r->want_pv, obj) || !strcmp(phase, "Released"))) {
+		/* edited, or its claim deleted by hand */
+		log_warn("the claim of a cache or its volume was changed by hand: applying them "
+		         "again",
+		         "volume", p->name, "cache", p->key, "phase", phase);
 		r->recheck = true;
 		cl->changed(p->key, cl->ud);
 	} else if (r && phase_changed) {

@@ -373,6 +373,31 @@ def main():
          diag=(p.stderr, get("pv", pv_name), operator.tail()))
     t.ok(findmnt(target("p2")), "p2's mount is unaffected")
 
+    # ---- the claim, then the volume, deleted by hand ----
+    apply(cache("handled", ref, digest, {"name": "handled"}))
+    h_pv = "gkm-" + wait_for(lambda: get("gkmcache", "handled", "-n", NS)["metadata"]["uid"], 30)
+
+    def bound():
+        pvc, pv = get("pvc", "handled", "-n", NS), get("pv", h_pv)
+        ok = pvc and pv and pvc["status"].get("phase") == "Bound" and pv["status"].get("phase") == "Bound" \
+            and (condition("gkmcache", "handled") or {}).get("reason") == "Bound"
+        return ok and (pvc["metadata"]["uid"], pv["metadata"]["uid"])
+    first = wait_for(bound, 60)
+    kubectl("delete", "pvc", "handled", "-n", NS)
+    again = wait_for(lambda: (bound() or (None,))[0] not in (None, first and first[0]) and bound(), 60)
+    t.ok(first and again and again[1] == first[1],
+         "the claim deleted by hand: the operator makes it again and the same volume is bound to it",
+         diag=(first, again, get("pv", h_pv), operator.tail()))
+    kubectl("delete", "pv", h_pv, "--wait=false")
+    cond = wait_for(lambda: (condition("gkmcache", "handled") or {}).get("reason") == "VolumeDeleting"
+                    and condition("gkmcache", "handled"), 30)
+    t.ok(cond and cond["status"] == "False" and "delete the claim too" in cond["message"],
+         "the volume deleted by hand (kept by pv-protection while bound): Claim False, VolumeDeleting, "
+         "saying what to do", diag=condition("gkmcache", "handled"))
+    kubectl("delete", "pvc", "handled", "-n", NS, "--wait=false")
+    fresh = wait_for(lambda: (bound() or (None, None))[1] not in (None, again and again[1]) and bound(), 60)
+    t.ok(fresh, "the claim deleted too: both are made again and bound", diag=(get("pv", h_pv), operator.tail()))
+
     # ---- the cache deleted while a pod holds its claim ----
     kubectl("delete", "gkmcache", "vector-add", "-n", NS, "--wait=false")
     held = wait_for(lambda: (get("pvc", "kernels", "-n", NS) or {}).get("metadata", {}).get("deletionTimestamp")
