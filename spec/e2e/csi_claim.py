@@ -21,13 +21,11 @@ import json
 import os
 import shutil
 import sys
-import tempfile
 import urllib.request
 
 ROOT = os.environ.get("GKM_ROOT") or os.path.abspath(os.path.join(os.path.dirname(__file__), "..", ".."))
 BUILD = os.environ.get("GKM_BUILD") or os.path.join(ROOT, "build")
 sys.path.insert(0, os.path.join(ROOT, "spec", "lib"))
-import csi_client as cc  # noqa: E402
 import kube_e2e  # noqa: E402
 import kubeenv  # noqa: E402
 import kubenode  # noqa: E402
@@ -90,10 +88,7 @@ def main():
     if why:
         t.skip("caches as PersistentVolumeClaims through a real kubelet", why)
         return
-    tmp = tempfile.mkdtemp(prefix="gkm-csi-claim.")
-    cleanups.append(lambda: shutil.rmtree(tmp, ignore_errors=True))
-    cleanups.append(lambda: cc.unmount_below(tmp))
-    why = cc.mount_permitted(tmp)
+    tmp, why = kube_e2e.mount_workdir("gkm-csi-claim.", cleanups)
     if why:
         t.skip("caches as PersistentVolumeClaims through a real kubelet", why)
         return

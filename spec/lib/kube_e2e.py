@@ -6,6 +6,7 @@ import os
 import shutil
 import signal
 import sys
+import tempfile
 import traceback
 
 from proc import registry, sh
@@ -34,6 +35,17 @@ def signed_caches(gkm, root, workdir, cleanups, images):
         digests[ref] = next(line.split(":", 1)[1].strip() for line in out.splitlines()
                             if line.lower().startswith("docker-content-digest:"))
     return reg, digests, trust
+
+
+def mount_workdir(prefix, cleanups):
+    """A temporary directory, removed at the end with all that is mounted
+    below it: (its path, None), or (None, why mounts cannot be made here)."""
+    import csi_client
+    tmp = tempfile.mkdtemp(prefix=prefix)
+    cleanups.append(lambda: shutil.rmtree(tmp, ignore_errors=True))
+    cleanups.append(lambda: csi_client.unmount_below(tmp))
+    why = csi_client.mount_permitted(tmp)
+    return (None, why) if why else (tmp, None)
 
 
 def get(kube, *args):
