@@ -19,6 +19,7 @@
 #include "local_model.h"
 #include "log.h"
 #include "metrics.h"
+#include "node_capture.h"
 #include "oci_pull.h"
 #include "oci_ref.h"
 #include "pull_sched.h"
@@ -94,6 +95,7 @@ struct cache {
 	 * (handled as deleted here), and where its tree was placed */
 	bool away;
 	char *placed, placed_name[254], placed_digest[80];
+	cJSON *captures; /* what captures of pods' volumes gave here (node_capture.h) */
 };
 
 /* One node object: ClusterGKMCacheNode (ns "") or GKMCacheNode in ns. */
@@ -140,6 +142,7 @@ struct agent {
 	uint64_t node_timer;    /* the next lookup while it fails */
 	unsigned jobs;          /* worker jobs in flight that point at this agent */
 	bool gc_running, gc_again;
+	bool capturing; /* a capture job runs (one at a time) */
 };
 
 static struct metric *m_reconciles, *m_errors, *m_pulls, *m_pull_bytes, *m_hits, *m_verdicts,
@@ -203,6 +206,7 @@ static void cache_free(struct cache *c)
 	cJSON_Delete(c->obj);
 	cJSON_Delete(c->targets);
 	cJSON_Delete(c->entry);
+	cJSON_Delete(c->captures);
 	free(c->placed);
 	free(c);
 }
@@ -1117,7 +1121,10 @@ static struct status_job *status_job_for(struct agent *a, struct nodeobj *n)
 	for (struct cache *c = a->caches; c; c = c->next) {
 		if (!c->entry || strcmp(c->ns, n->ns) != 0)
 			continue;
-		cJSON_AddItemToObject(caches, c->name, cJSON_Duplicate(c->entry, 1));
+		cJSON *e = cJSON_Duplicate(c->entry, 1);
+		if (c->captures)
+			cJSON_AddItemToObject(e, "captures", cJSON_Duplicate(c->captures, 1));
+		cJSON_AddItemToObject(caches, c->name, e);
 		const char *state = obj_str(c->entry, "state");
 		total++;
 		ready += !strcmp(state, "Ready");
@@ -1845,6 +1852,9 @@ static void reconcile(struct agent *a, const char *key)
 	}
 	place_local_model(a, c, entry);
 	write_record(a, c, entry, linked);
+	if (cache_view_capture_set(a->root, c->ns, c->name,
+	                           entry && c->obj && node_capture_wanted(c->obj, NULL, 0)) != 0)
+		count_error("view");
 	schedule(a);
 	const cJSON *ra = cJSON_GetObjectItemCaseSensitive(out, "requeue_after");
 	if (cJSON_IsNumber(ra) && ra->valuedouble > 0)
@@ -1974,6 +1984,82 @@ static void resync_tick(struct loop *l, void *ud)
  * unpublishes volumes. One stat per cache each USAGE_POLL_MS brings a change
  * into node status (and releases a deleted cache's last use) at once, not at
  * the next resync. */
+/* ---- captures of pods' writable volumes (node_capture.h) ---- */
+
+struct capture_job {
+	struct agent *a;
+	char key[320];
+	struct node_capture k;
+};
+
+static void capture_work(void *ud)
+{
+	struct capture_job *cj = ud;
+	node_capture_run(&cj->k);
+}
+
+static void captures_start(struct agent *a);
+
+static void capture_done(struct loop *l, void *ud)
+{
+	struct capture_job *cj = ud;
+	struct agent *a = cj->a;
+	(void)l;
+	a->jobs--;
+	a->capturing = false;
+	struct cache *c = find_cache(a, cj->key);
+	if (c && cj->k.record) {
+		if (!c->captures)
+			c->captures = cJSON_CreateArray();
+		cJSON_AddItemToArray(c->captures, cj->k.record);
+		cj->k.record = NULL;
+		while (cJSON_GetArraySize(c->captures) > NODE_CAPTURE_RECORDS)
+			cJSON_DeleteItemFromArray(c->captures, 0);
+		mark_dirty(a, c->ns);
+	}
+	node_capture_clear(&cj->k);
+	free(cj);
+	captures_start(a);
+}
+
+/* The next volume handed over by the CSI plugin, once the cache it belongs
+ * to is published here (its image is the capture's base). */
+static void captures_start(struct agent *a)
+{
+	char dir[PATH_MAX], repo[512];
+	for (struct cache *c = a->caches; c && !a->capturing && !a->stopping; c = c->next) {
+		if (node_capture_pending(a->root, c->ns, c->name, dir, sizeof(dir)) != 0)
+			continue;
+		if (!c->obj || !node_capture_wanted(c->obj, repo, sizeof(repo))) {
+			node_capture_discard(dir, "the cache does not capture");
+			continue;
+		}
+		if (!c->ref[0] || !c->view_digest[0] || strcmp(c->view_digest, c->digest) != 0)
+			continue;
+		struct capture_job *cj = calloc(1, sizeof(*cj));
+		if (!cj)
+			return;
+		cj->a = a;
+		snprintf(cj->key, sizeof(cj->key), "%s", c->key);
+		snprintf(cj->k.dir, sizeof(cj->k.dir), "%s", dir);
+		snprintf(cj->k.work, sizeof(cj->k.work), "%s/%s/.work-XXXXXX", a->root,
+		         CACHE_VIEW_CAPTURES);
+		snprintf(cj->k.base, sizeof(cj->k.base), "%s", c->ref);
+		snprintf(cj->k.repository, sizeof(cj->k.repository), "%s", repo);
+		cj->k.gpus_json = cJSON_PrintUnformatted(a->gpus);
+		cj->k.os = a->os;
+		pull_secret_ref_of(c->obj, a->o.namespace_, &cj->k.secrets);
+		a->capturing = true;
+		a->jobs++;
+		if (workers_submit(a->workers, capture_work, capture_done, cj) != 0) {
+			a->jobs--;
+			a->capturing = false;
+			node_capture_clear(&cj->k);
+			free(cj);
+		}
+	}
+}
+
 static void usage_tick(struct loop *l, void *ud)
 {
 	struct agent *a = ud;
@@ -1989,6 +2075,7 @@ static void usage_tick(struct loop *l, void *ud)
 	}
 	if (changed)
 		kick(a);
+	captures_start(a);
 	a->usage_timer = loop_add_timer(l, USAGE_POLL_MS, usage_tick, a);
 }
 

@@ -542,10 +542,51 @@ int cache_view_unpublish(const char *root, const char *ns, const char *name)
 		rc = -errno;
 	if (rc == 0 && unlinkat(dfd, CACHE_VIEW_DATA, 0) != 0 && errno != ENOENT)
 		rc = -errno;
+	if (rc == 0 && unlinkat(dfd, CACHE_VIEW_CAPTURE, 0) != 0 && errno != ENOENT)
+		rc = -errno;
 	close(dfd);
 	if (rc == 0 && rmdir(dir) != 0 && errno != ENOENT)
 		rc = -errno;
 	return rc;
+}
+
+/* ---- captures ---- */
+
+int cache_view_capture_set(const char *root, const char *ns, const char *name, bool on)
+{
+	char dir[PATH_MAX], path[PATH_MAX];
+	int rc = cache_view_dir(dir, sizeof(dir), root, "caches", ns, name);
+	if (rc || (rc = fmt_path(path, sizeof(path), "%s/%s", dir, CACHE_VIEW_CAPTURE)))
+		return rc;
+	bool is = access(path, F_OK) == 0;
+	if (is == on)
+		return 0;
+	if (!on)
+		return unlink(path) == 0 || errno == ENOENT ? 0 : -errno;
+	if ((rc = fsutil_mkdirs(dir, 0755)))
+		return rc;
+	return fsutil_write_atomic(path, "", 0, 0644);
+}
+
+bool cache_view_capture_on(const char *root, const char *ns, const char *name)
+{
+	char dir[PATH_MAX], path[PATH_MAX];
+	return cache_view_dir(dir, sizeof(dir), root, "caches", ns, name) == 0 &&
+	       fmt_path(path, sizeof(path), "%s/%s", dir, CACHE_VIEW_CAPTURE) == 0 &&
+	       access(path, F_OK) == 0;
+}
+
+int cache_view_capture_handover(const char *root, const char *ns, const char *name, const char *key,
+                                const char *vdir, const char *pod_json)
+{
+	char dir[PATH_MAX], path[PATH_MAX];
+	int rc = cache_view_dir(dir, sizeof(dir), root, CACHE_VIEW_CAPTURES, ns, name);
+	if (rc || (rc = fmt_path(path, sizeof(path), "%s/pod.json", vdir)) ||
+	    (rc = fsutil_write_atomic(path, pod_json, strlen(pod_json), 0600)) ||
+	    (rc = fsutil_mkdirs(dir, 0700)) ||
+	    (rc = fmt_path(path, sizeof(path), "%s/%s.%lld", dir, key, (long long)time(NULL))))
+		return rc;
+	return rename(vdir, path) == 0 ? 0 : -errno;
 }
 
 /* ---- usage.json ---- */

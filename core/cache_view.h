@@ -28,6 +28,15 @@
  *         refuses Ready, so no record can make a cache mountable without
  *         its data in place.
  *
+ *       capture     present (empty) while the cache captures what pods wrote
+ *                   (spec.capture, on pod exit): the CSI plugin then hands
+ *                   the upper layer of each writable volume it unpublishes
+ *                   to the agent instead of deleting it:
+ *   <root>/captures/<scope>/<name>/<key>.<seconds>/   one handed-over volume
+ *       upper/      the overlay's upper layer: what the pod added or changed
+ *       pod.json    {"name", "namespace", "uid", "node"} of the pod
+ *                   The agent packages it as a candidate image and removes it.
+ *
  *   <scope> is the namespace of a GKMCache, or "_cluster" for a
  *   ClusterGKMCache ("_" can never start a namespace: namespaces are DNS
  *   labels). <name> is the cache's object name (a DNS-1123 subdomain).
@@ -166,6 +175,26 @@ cache_view_linked_digest(const char *root, const char *ns, const char *name,
 /* Agent side: remove the view (ready.json first). 0 also when it was gone. */
 __attribute__((warn_unused_result)) int cache_view_unpublish(const char *root, const char *ns,
                                                              const char *name);
+
+/* ---- captures (spec.capture) ---- */
+
+#define CACHE_VIEW_CAPTURE "capture"
+#define CACHE_VIEW_CAPTURES "captures"
+
+/* Agent side: mark the view of (ns, name) as capturing (on) or not; the
+ * view directory is created when missing. Writes only what changes. */
+__attribute__((warn_unused_result)) int cache_view_capture_set(const char *root, const char *ns,
+                                                               const char *name, bool on);
+/* CSI side: whether the view of (ns, name) is marked as capturing. */
+bool cache_view_capture_on(const char *root, const char *ns, const char *name);
+/* CSI side: hand the private directory vdir of an unpublished writable
+ * volume (its upper/ inside) to the agent: pod.json is written into it
+ * (pod_json, one JSON object), then it is renamed to
+ * <root>/captures/<scope>/<name>/<key>.<now>. 0, or -errno (vdir is then
+ * left where it was, for the caller to remove). */
+__attribute__((warn_unused_result)) int
+cache_view_capture_handover(const char *root, const char *ns, const char *name, const char *key,
+                            const char *vdir, const char *pod_json);
 
 /* ---- usage.json ---- */
 

@@ -14,6 +14,8 @@
 #include <time.h>
 #include <unistd.h>
 
+#include <cjson/cJSON.h>
+
 #include "cache_view.h"
 #include "fsutil.h"
 #include "csi.pb-c.h"
@@ -971,6 +973,37 @@ out:
 
 /* ---- unpublish ---- */
 
+/* A writable volume of a cache that captures (cache_view.h): its upper
+ * layer goes to the agent, which packages what the pod added as a
+ * candidate image. false: not handed over (the caller removes it). */
+static bool hand_over(struct csi_node *n, const struct csi_volume *v, const char *key,
+                      const char *vdir)
+{
+	if (!v->writable || v->fallback ||
+	    !cache_view_capture_on(n->root, v->cache_namespace, v->cache_name))
+		return false;
+	cJSON *pod = cJSON_CreateObject();
+	cJSON_AddStringToObject(pod, "name", v->pod_name ? v->pod_name : "");
+	cJSON_AddStringToObject(pod, "namespace", v->pod_namespace ? v->pod_namespace : "");
+	cJSON_AddStringToObject(pod, "uid", v->pod_uid ? v->pod_uid : "");
+	cJSON_AddStringToObject(pod, "node", n->node_id);
+	char *text = cJSON_PrintUnformatted(pod);
+	cJSON_Delete(pod);
+	int rc = text ? cache_view_capture_handover(n->root, v->cache_namespace, v->cache_name, key,
+	                                            vdir, text)
+	              : -ENOMEM;
+	cJSON_free(text);
+	if (rc) {
+		log_warn(
+		    "cannot hand the volume's upper layer to the agent for capture; removing it",
+		    "volume", v->volume_id, "error", strerror(-rc));
+		return false;
+	}
+	log_info("handed the volume's upper layer to the agent for capture", "volume",
+	         v->volume_id);
+	return true;
+}
+
 static int teardown(struct csi_node *n, const struct csi_volume *v, struct csi_reply *r)
 {
 	int rc = csi_mount_unmount(v->target_path);
@@ -981,13 +1014,15 @@ static int teardown(struct csi_node *n, const struct csi_volume *v, struct csi_r
 	if (rmdir(v->target_path) != 0 && errno != ENOENT)
 		log_warn("target directory left in place", "target", v->target_path, "error",
 		         strerror(errno));
-	/* The overlay layers or the fallback directory, written by the pod. */
+	/* The overlay layers or the fallback directory, written by the pod:
+	 * handed to the agent where the cache captures, else removed. */
 	char vdir[PATH_MAX];
-	if (overlay_dir(n, v, NULL, vdir, sizeof(vdir)) == 0 && csi_mount_remove_tree(vdir) != 0)
-		log_warn("cannot remove the volume's directories (removed at next start)", "dir",
-		         vdir);
 	char key[CSI_VOLUME_KEY_MAX + 1];
 	csi_volume_key(v, key);
+	if (overlay_dir(n, v, NULL, vdir, sizeof(vdir)) == 0 && !hand_over(n, v, key, vdir) &&
+	    csi_mount_remove_tree(vdir) != 0)
+		log_warn("cannot remove the volume's directories (removed at next start)", "dir",
+		         vdir);
 	rc = cache_view_usage_remove(n->run_dir, v->cache_namespace, v->cache_name, key);
 	if (rc) {
 		fail(r, CSI_INTERNAL, "cannot release usage of volume %s: %s", v->volume_id,

@@ -31,6 +31,7 @@
 --     counts = { nodeCnt, nodeInUseCnt, nodeNotInUseCnt, nodeErrorCnt, podRunningCnt },
 --     conditions = { {type, status, reason, message, lastTransitionTime, observedGeneration} },
 --     lastUpdated,
+--     candidates, captureConflicts, captureRefusals (spec.capture: see M.captures),
 --     labeledNodes = { "node-1", ... } }
 --   labeledNodes is no part of the status: the nodes whose Node object gets the
 --   cache's label (key in status.nodeLabel, value "ready"), which pods select
@@ -94,6 +95,72 @@ local function condition(previous, now, generation, ctype, status, reason, messa
   end
   return { type = ctype, status = status, reason = reason, message = message,
            lastTransitionTime = since, observedGeneration = generation }
+end
+
+-- Captures (spec.capture): each node entry lists what captures of pods'
+-- writable volumes gave there (captures = { { digest, repository, baseDigest,
+-- files, bytes, targets, paths = { { path, digest } }, pod, capturedAt }
+-- or { refused = { reason, message }, pod, capturedAt } }). Candidates on
+-- top of the current digest are listed once per digest with every pod they
+-- came from; a path that candidates hold with different contents is a
+-- conflict (never merged); refusals are listed as they are.
+function M.captures(nodes, digest)
+  local by_digest, list, refusals, contents = {}, {}, {}, {}
+  for _, n in ipairs(nodes) do
+    local e = type(n) == "table" and type(n.entry) == "table" and n.entry or {}
+    for _, r in ipairs(type(e.captures) == "table" and e.captures or {}) do
+      r = type(r) == "table" and r or {}
+      local pod = type(r.pod) == "table" and r.pod or {}
+      local who = { name = pod.name, namespace = pod.namespace, uid = pod.uid, node = n.name }
+      if type(r.refused) == "table" then
+        refusals[#refusals + 1] = { reason = r.refused.reason, message = r.refused.message,
+                                    pod = who, capturedAt = r.capturedAt }
+      elseif type(r.digest) == "string" and (digest == "" or r.baseDigest == digest) then
+        local c = by_digest[r.digest]
+        if not c then
+          c = { digest = r.digest, repository = r.repository, files = r.files, bytes = r.bytes,
+                pods = {}, capturedAt = r.capturedAt }
+          if type(r.targets) == "table" and #r.targets > 0 then
+            c.targets = r.targets
+          end
+          by_digest[r.digest] = c
+          list[#list + 1] = c
+        end
+        c.pods[#c.pods + 1] = who
+        if tostring(r.capturedAt) > tostring(c.capturedAt) then
+          c.capturedAt = r.capturedAt
+        end
+        for _, f in ipairs(type(r.paths) == "table" and r.paths or {}) do
+          if type(f) == "table" and type(f.path) == "string" then
+            local at = contents[f.path] or {}
+            contents[f.path] = at
+            at[tostring(f.digest)] = at[tostring(f.digest)] or {}
+            at[tostring(f.digest)][r.digest] = true
+          end
+        end
+      end
+    end
+  end
+  table.sort(list, function(a, b) return a.digest < b.digest end)
+  local conflicts = {}
+  for path, at in pairs(contents) do
+    local kinds, digests = 0, {}
+    for _, cands in pairs(at) do
+      kinds = kinds + 1
+      for d in pairs(cands) do
+        digests[#digests + 1] = d
+      end
+    end
+    if kinds > 1 then
+      table.sort(digests)
+      conflicts[#conflicts + 1] = { path = path, digests = digests }
+    end
+  end
+  table.sort(conflicts, function(a, b) return a.path < b.path end)
+  local function some(t)
+    return #t > 0 and t or nil
+  end
+  return some(list), some(conflicts), some(refusals)
 end
 
 function M.evaluate(input)
@@ -232,7 +299,11 @@ function M.evaluate(input)
     conds[#conds + 1] = condition(previous, now, generation, "Error", "False", "NoErrors", msg)
   end
 
+  local candidates, conflicts, refusals = M.captures(nodes, digest)
   return {
+    candidates = candidates,
+    captureConflicts = conflicts,
+    captureRefusals = refusals,
     resolvedDigest = digest,
     totalNodes = total,
     readyNodes = ready,

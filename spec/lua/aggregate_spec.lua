@@ -236,4 +236,56 @@ describe('aggregate policy', function()
     assert.are.equal('bad return value', status)
     assert.truthy(msg:find('totalNodes', 1, true), msg)
   end)
+
+  describe('captures (spec.capture)', function()
+    local C1, C2 = 'sha256:' .. string.rep('1', 64), 'sha256:' .. string.rep('2', 64)
+    local K = 'io.triton.cache/H/mul_kernel.cubin'
+    local function cand(digest, pod, content, base)
+      return { digest = digest, repository = 'r/cand', baseDigest = base or D, files = 2, bytes = 9,
+               targets = { { backend = 'cuda', arch = 75, warp_size = 32 } },
+               paths = { { path = K, digest = content },
+                         { path = 'io.triton.cache/H/mul_kernel.json', digest = 'sha256:j' } },
+               pod = { name = pod, namespace = 'default', uid = 'u-' .. pod },
+               capturedAt = '2026-11-21T10:00:0' .. pod:sub(-1) .. 'Z' }
+    end
+    local function with(captures)
+      local en = entry('Ready')
+      en.captures = captures
+      return en
+    end
+
+    it('lists one candidate per digest with every pod and node it came from', function()
+      local r = aggregate({
+        { name = 'n1', entry = with({ cand(C1, 'p1', 'sha256:x') }) },
+        { name = 'n2', entry = with({ cand(C1, 'p2', 'sha256:x') }) },
+      })
+      assert.are.equal(1, #r.candidates)
+      local c = r.candidates[1]
+      assert.are.equal(C1, c.digest)
+      assert.are.same({ { name = 'p1', namespace = 'default', uid = 'u-p1', node = 'n1' },
+                        { name = 'p2', namespace = 'default', uid = 'u-p2', node = 'n2' } }, c.pods)
+      assert.are.equal('2026-11-21T10:00:02Z', c.capturedAt)
+      assert.is_nil(r.captureConflicts)
+      assert.is_nil(r.captureRefusals)
+    end)
+
+    it('reports a path two candidates hold with different contents as a conflict', function()
+      local r = aggregate({
+        { name = 'n1', entry = with({ cand(C1, 'p1', 'sha256:x'), cand(C2, 'p3', 'sha256:y') }) },
+      })
+      assert.are.equal(2, #r.candidates)
+      assert.are.same({ { path = K, digests = { C1, C2 } } }, r.captureConflicts)
+    end)
+
+    it('lists refusals, and leaves out candidates on another base', function()
+      local r = aggregate({
+        { name = 'n1', entry = with({ cand(C1, 'p1', 'sha256:x', 'sha256:' .. string.rep('b', 64)),
+          { refused = { reason = 'Symlink', message = 'x is a symlink' }, pod = { name = 'p4' },
+            capturedAt = 't' } }) },
+      })
+      assert.is_nil(r.candidates)
+      assert.are.same({ { reason = 'Symlink', message = 'x is a symlink', pod = { name = 'p4', node = 'n1' },
+                          capturedAt = 't' } }, r.captureRefusals)
+    end)
+  end)
 end)

@@ -1,0 +1,364 @@
+#include "node_capture.h"
+
+#include <dirent.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <ftw.h>
+#include <pthread.h>
+#include <spawn.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "cache_view.h"
+#include "fsutil.h"
+#include "fstree.h"
+#include "log.h"
+#include "oci_digest.h"
+
+#define CAPTURE_SOURCE_DATE "1" /* one date for every node: same files, same digest */
+#define CAPTURE_OUT_MAX (1u << 20)
+
+bool node_capture_wanted(const cJSON *cache, char *repo, size_t len)
+{
+	const cJSON *cap = cJSON_GetObjectItemCaseSensitive(
+	    cJSON_GetObjectItemCaseSensitive(cache, "spec"), "capture");
+	const cJSON *r = cJSON_GetObjectItemCaseSensitive(cap, "repository");
+	if (!cJSON_IsString(r) || !*r->valuestring ||
+	    cJSON_IsFalse(cJSON_GetObjectItemCaseSensitive(cap, "onPodExit")))
+		return false;
+	if (repo)
+		snprintf(repo, len, "%s", r->valuestring);
+	return true;
+}
+
+int node_capture_pending(const char *root, const char *ns, const char *name, char *path, size_t len)
+{
+	char dir[PATH_MAX], best[256] = "";
+	long long best_t = 0;
+	if (cache_view_dir(dir, sizeof(dir), root, CACHE_VIEW_CAPTURES, ns, name) != 0)
+		return -ENOENT;
+	DIR *d = opendir(dir);
+	if (!d)
+		return -ENOENT;
+	struct dirent *de;
+	while ((de = readdir(d)) != NULL) {
+		const char *dot = strrchr(de->d_name, '.');
+		if (de->d_name[0] == '.' || !dot || strlen(de->d_name) >= sizeof(best))
+			continue;
+		long long t = atoll(dot + 1);
+		if (!best[0] || t < best_t) {
+			best_t = t;
+			snprintf(best, sizeof(best), "%s", de->d_name);
+		}
+	}
+	closedir(d);
+	if (!best[0])
+		return -ENOENT;
+	int n = snprintf(path, len, "%s/%s", dir, best);
+	return n < 0 || (size_t)n >= len ? -ENAMETOOLONG : 0;
+}
+
+static int remove_path(const char *path)
+{
+	char parent[PATH_MAX];
+	snprintf(parent, sizeof(parent), "%s", path);
+	char *slash = strrchr(parent, '/');
+	if (!slash || slash == parent)
+		return -EINVAL;
+	*slash = '\0';
+	int fd = open(parent, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+	if (fd < 0)
+		return errno == ENOENT ? 0 : -errno;
+	int rc = fstree_remove(fd, slash + 1);
+	close(fd);
+	return rc;
+}
+
+void node_capture_discard(const char *path, const char *why)
+{
+	int rc = remove_path(path);
+	log_info("removed a volume handed over for capture", "dir", path, "why", why, "error",
+	         rc ? strerror(-rc) : "");
+}
+
+void node_capture_clear(struct node_capture *k)
+{
+	free(k->gpus_json);
+	k->gpus_json = NULL;
+	cJSON_Delete(k->record);
+	k->record = NULL;
+}
+
+/* ---- the record ---- */
+
+static cJSON *new_record(const char *dir)
+{
+	cJSON *rec = cJSON_CreateObject();
+	char path[PATH_MAX + 16], *text = NULL, now[40];
+	size_t len = 0;
+	snprintf(path, sizeof(path), "%s/pod.json", dir);
+	cJSON *pod = fsutil_read_file(path, 4096, &text, &len) == 0 ? cJSON_Parse(text) : NULL;
+	free(text);
+	cJSON_AddItemToObject(rec, "pod", cJSON_IsObject(pod) ? pod : cJSON_CreateObject());
+	if (pod && !cJSON_IsObject(pod))
+		cJSON_Delete(pod);
+	cache_view_rfc3339(time(NULL), now, sizeof(now));
+	cJSON_AddStringToObject(rec, "capturedAt", now);
+	return rec;
+}
+
+/* What the capture's refusal is about, from its message. */
+static const char *refusal_reason(const char *msg)
+{
+	static const struct {
+		const char *needle, *reason;
+	} table[] = {
+	    {"conflict", "Conflict"},          {"symlink", "Symlink"},
+	    {"device", "DeviceNode"},          {"more than", "CapExceeded"},
+	    {"changed while", "StillWriting"}, {"set-", "SetIDBit"},
+	    {"cannot push", "PushFailed"},     {"GPU", "TargetMismatch"},
+	};
+	for (size_t i = 0; i < sizeof(table) / sizeof(table[0]); i++)
+		if (strstr(msg, table[i].needle))
+			return table[i].reason;
+	return "CaptureRefused";
+}
+
+static void refuse(cJSON *rec, const char *reason, const char *msg)
+{
+	cJSON *r = cJSON_AddObjectToObject(rec, "refused");
+	cJSON_AddStringToObject(r, "reason", reason);
+	cJSON_AddStringToObject(r, "message", msg);
+}
+
+/* The added files and their digests, for conflict checks across
+ * candidates (at most NODE_CAPTURE_PATHS). */
+static cJSON *walk_paths;
+static size_t walk_skip;
+static int add_path(const char *p, const struct stat *st, int flag, struct FTW *f)
+{
+	(void)f;
+	if (flag != FTW_F || !S_ISREG(st->st_mode))
+		return 0;
+	if (cJSON_GetArraySize(walk_paths) >= NODE_CAPTURE_PATHS)
+		return 1;
+	char d[OCI_DIGEST_MAX];
+	uint64_t size;
+	if (oci_digest_file(p, NULL, d, &size) != 0)
+		return 0;
+	cJSON *e = cJSON_CreateObject();
+	cJSON_AddStringToObject(e, "path", p + walk_skip);
+	cJSON_AddStringToObject(e, "digest", d);
+	cJSON_AddItemToArray(walk_paths, e);
+	return 0;
+}
+
+static pthread_mutex_t walk_lock = PTHREAD_MUTEX_INITIALIZER;
+
+static cJSON *added_paths(const char *upper, const char *from)
+{
+	pthread_mutex_lock(&walk_lock);
+	walk_paths = cJSON_CreateArray();
+	walk_skip = strlen(upper) + 1;
+	nftw(from, add_path, 16, FTW_PHYS);
+	cJSON *out = walk_paths;
+	walk_paths = NULL;
+	pthread_mutex_unlock(&walk_lock);
+	return out;
+}
+
+/* ---- the run ---- */
+
+static int write_file(const char *dir, const char *name, const char *text, char *path, size_t len)
+{
+	snprintf(path, len, "%s/%s", dir, name);
+	return fsutil_write_atomic(path, text, strlen(text), 0600);
+}
+
+/* The cache directory in the upper layer ("" when the pod added none). */
+static void cache_dir_in(const char *upper, char *out, size_t len)
+{
+	static const char *const names[] = {"io.triton.cache", "io.vllm.cache"};
+	struct stat st;
+	out[0] = '\0';
+	for (size_t i = 0; i < 2; i++) {
+		snprintf(out, len, "%s/%s", upper, names[i]);
+		if (lstat(out, &st) == 0 && S_ISDIR(st.st_mode))
+			return;
+	}
+	out[0] = '\0';
+}
+
+/* Whether this process may mount (CAP_SYS_ADMIN): an agent that may not
+ * lets the capture copy the base instead of overlaying it. */
+static bool may_mount(void)
+{
+	char *text = NULL;
+	size_t len = 0;
+	bool yes = false;
+	if (fsutil_read_file("/proc/self/status", 1 << 16, &text, &len) == 0) {
+		const char *cap = strstr(text, "CapEff:");
+		yes = cap && (strtoull(cap + 7, NULL, 16) & (1ull << 21));
+	}
+	free(text);
+	return yes;
+}
+
+/* Run gkm cache capture; 0 with *out its JSON, else the last line of its
+ * errors in msg. */
+static int spawn_capture(struct node_capture *k, const char *from, const char *authfile,
+                         const char *gpufile, cJSON **out, char *msg, size_t msglen)
+{
+	char exe[PATH_MAX], tag[PATH_MAX + 700], outp[PATH_MAX + 16], errp[PATH_MAX + 16];
+	ssize_t n = readlink("/proc/self/exe", exe, sizeof(exe) - 1);
+	if (n <= 0) {
+		snprintf(msg, msglen, "cannot find the gkm binary: %s", strerror(errno));
+		return -errno;
+	}
+	exe[n] = '\0';
+	const char *base = strrchr(k->dir, '/');
+	snprintf(tag, sizeof(tag), "%s:candidate-%.100s", k->repository, base ? base + 1 : "x");
+	for (char *c = strrchr(tag, ':') + 1; *c; c++)
+		if (!((*c >= 'a' && *c <= 'z') || (*c >= 'A' && *c <= 'Z') ||
+		      (*c >= '0' && *c <= '9') || *c == '-' || *c == '.' || *c == '_'))
+			*c = '_';
+	snprintf(outp, sizeof(outp), "%s/out.json", k->work);
+	snprintf(errp, sizeof(errp), "%s/err.txt", k->work);
+	const char *argv[32];
+	int i = 0;
+	argv[i++] = exe;
+	argv[i++] = "cache";
+	argv[i++] = "capture";
+	argv[i++] = "-t";
+	argv[i++] = tag;
+	argv[i++] = "--base";
+	argv[i++] = k->base;
+	argv[i++] = "--from";
+	argv[i++] = from;
+	argv[i++] = "--gpu-file";
+	argv[i++] = gpufile;
+	argv[i++] = "--source-date-epoch";
+	argv[i++] = CAPTURE_SOURCE_DATE;
+	argv[i++] = "--workdir";
+	argv[i++] = k->work;
+	argv[i++] = "-o";
+	argv[i++] = "json";
+	if (!may_mount())
+		argv[i++] = "--copy";
+	if (authfile) {
+		argv[i++] = "--authfile";
+		argv[i++] = authfile;
+	}
+	argv[i] = NULL;
+	posix_spawn_file_actions_t fa;
+	posix_spawn_file_actions_init(&fa);
+	posix_spawn_file_actions_addopen(&fa, 0, "/dev/null", O_RDONLY, 0);
+	posix_spawn_file_actions_addopen(&fa, 1, outp, O_WRONLY | O_CREAT | O_TRUNC, 0600);
+	posix_spawn_file_actions_addopen(&fa, 2, errp, O_WRONLY | O_CREAT | O_TRUNC, 0600);
+	pid_t pid;
+	extern char **environ;
+	int rc = posix_spawn(&pid, exe, &fa, NULL, (char *const *)argv, environ);
+	posix_spawn_file_actions_destroy(&fa);
+	if (rc) {
+		snprintf(msg, msglen, "cannot run gkm cache capture: %s", strerror(rc));
+		return -rc;
+	}
+	int status = 0;
+	while (waitpid(pid, &status, 0) < 0 && errno == EINTR)
+		;
+	char *text = NULL;
+	size_t len = 0;
+	bool ok = WIFEXITED(status) && WEXITSTATUS(status) == 0;
+	if (fsutil_read_file(ok ? outp : errp, CAPTURE_OUT_MAX, &text, &len) != 0) {
+		snprintf(msg, msglen, "gkm cache capture failed and said nothing");
+		return -EIO;
+	}
+	if (ok) {
+		*out = cJSON_Parse(text);
+		free(text);
+		if (!*out) {
+			snprintf(msg, msglen, "gkm cache capture printed no JSON");
+			return -EIO;
+		}
+		return 0;
+	}
+	/* the last line that says something */
+	while (len && (text[len - 1] == '\n' || text[len - 1] == ' '))
+		text[--len] = '\0';
+	char *last = strrchr(text, '\n');
+	const char *line = last ? last + 1 : text;
+	const char *prefix = "gkm cache capture: ";
+	if (!strncmp(line, prefix, strlen(prefix)))
+		line += strlen(prefix);
+	snprintf(msg, msglen, "%s", *line ? line : "gkm cache capture failed");
+	free(text);
+	return -EPERM;
+}
+
+static void copy_item(cJSON *to, const char *as, const cJSON *from, const char *key)
+{
+	const cJSON *v = cJSON_GetObjectItemCaseSensitive(from, key);
+	if (v)
+		cJSON_AddItemToObject(to, as, cJSON_Duplicate(v, 1));
+}
+
+void node_capture_run(struct node_capture *k)
+{
+	char upper[PATH_MAX + 8], from[PATH_MAX + 32], gpufile[PATH_MAX + 16],
+	    authfile[PATH_MAX + 16], msg[1024];
+	struct pull_secret ps;
+	memset(&ps, 0, sizeof(ps));
+	cJSON *out = NULL;
+	snprintf(upper, sizeof(upper), "%s/upper", k->dir);
+	cache_dir_in(upper, from, sizeof(from));
+	if (!from[0]) {
+		node_capture_discard(k->dir, "the pod added nothing under the cache directory");
+		return;
+	}
+	k->record = new_record(k->dir);
+	if (!mkdtemp(k->work)) {
+		refuse(k->record, "CaptureFailed", strerror(errno));
+		k->work[0] = '\0';
+		goto out;
+	}
+	char host[sizeof(k->repository)];
+	snprintf(host, sizeof(host), "%s", k->repository);
+	host[strcspn(host, "/")] = '\0';
+	if (k->secrets.names[0] && pull_secret_read(k->os, k->secrets.ns, k->secrets.names, host,
+	                                            &ps, msg, sizeof(msg)) != 0) {
+		refuse(k->record, "SecretUnreadable", msg);
+		goto out;
+	}
+	if (write_file(k->work, "gpus.json", k->gpus_json ? k->gpus_json : "{\"gpus\":[]}", gpufile,
+	               sizeof(gpufile)) != 0 ||
+	    (ps.auth_json &&
+	     write_file(k->work, "auth.json", ps.auth_json, authfile, sizeof(authfile)) != 0)) {
+		refuse(k->record, "CaptureFailed", "cannot write the capture's scratch files");
+		goto out;
+	}
+	if (spawn_capture(k, from, ps.auth_json ? authfile : NULL, gpufile, &out, msg,
+	                  sizeof(msg)) != 0) {
+		refuse(k->record, refusal_reason(msg), msg);
+		goto out;
+	}
+	copy_item(k->record, "digest", out, "digest");
+	cJSON_AddStringToObject(k->record, "repository", k->repository);
+	copy_item(k->record, "baseDigest", out, "baseDigest");
+	copy_item(k->record, "files", out, "addedFiles");
+	copy_item(k->record, "bytes", out, "addedBytes");
+	copy_item(k->record, "targets", out, "addedTargets");
+	cJSON_AddItemToObject(k->record, "paths", added_paths(upper, from));
+out:
+	cJSON_Delete(out);
+	pull_secret_clear(&ps);
+	if (k->work[0] && remove_path(k->work) != 0)
+		log_warn("cannot remove a capture's scratch directory", "dir", k->work);
+	node_capture_discard(k->dir, cJSON_GetObjectItemCaseSensitive(k->record, "refused")
+	                                 ? "refused"
+	                                 : "captured");
+}

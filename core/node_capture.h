@@ -1,0 +1,56 @@
+/* Captures in the cluster (spec.capture of a GKMCache or ClusterGKMCache):
+ * the agent packages what pods wrote into their writable volumes of a
+ * cache, as a candidate image on top of the cache's image. The CSI plugin
+ * hands each unpublished volume's upper layer over (cache_view.h); the
+ * agent runs `gkm cache capture --from` on it (the untrusted walk, the caps,
+ * the check of the kernels against this node's GPUs, only the new layer
+ * pushed, a fixed source date so that the same files give the same digest
+ * on every node), never signs the result, records it for the node status
+ * and removes the handed-over directory. Blocking parts run on a worker. */
+#ifndef GKM_NODE_CAPTURE_H
+#define GKM_NODE_CAPTURE_H
+
+#include <limits.h>
+#include <stdbool.h>
+#include <stddef.h>
+
+#include <cjson/cJSON.h>
+
+#include "objstore.h"
+#include "pull_secret.h"
+
+#define NODE_CAPTURE_RECORDS 8 /* records kept per cache in the node status */
+#define NODE_CAPTURE_PATHS 32  /* added files listed per candidate (conflict checks) */
+
+/* The repository spec.capture names, when the cache captures on pod exit
+ * (repository set, onPodExit not false). */
+bool node_capture_wanted(const cJSON *cache, char *repo, size_t len);
+
+/* The oldest volume handed over for (ns, name) under root, into path.
+ * 0, or -ENOENT when there is none. */
+int node_capture_pending(const char *root, const char *ns, const char *name, char *path,
+                         size_t len);
+
+/* Remove a handed-over directory (and log why). */
+void node_capture_discard(const char *path, const char *why);
+
+struct node_capture {
+	/* in, set on the loop thread */
+	char dir[PATH_MAX];  /* the handed-over directory; removed by the run */
+	char work[PATH_MAX]; /* a scratch directory (made and removed by the run) */
+	char base[700];      /* the cache's image, pinned to its digest */
+	char repository[512];
+	char *gpus_json;                /* owned: this node's GPU inventory */
+	struct objstore *os;            /* reads the cache's Secrets */
+	struct pull_secret_ref secrets; /* the cache's spec.pullSecrets */
+	/* out: {digest, repository, baseDigest, files, bytes, targets, pod,
+	 * capturedAt, paths[{path, digest}]} or {refused: {reason, message},
+	 * pod, capturedAt} */
+	cJSON *record;
+};
+
+/* Run one capture (worker thread). Always fills k->record. */
+void node_capture_run(struct node_capture *k);
+void node_capture_clear(struct node_capture *k);
+
+#endif

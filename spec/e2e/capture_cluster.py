@@ -1,0 +1,221 @@
+#!/usr/bin/python3
+"""Captures in the cluster (spec.capture), the loop end to end against the
+real API server (GKM_KUBE_ASSETS), a real registry (docker-registry), the
+real `gkm operator`, `gkm agent` and `gkm csi` with real overlay mounts (the
+CSI calls are made through the real gRPC client, as the kubelet makes them):
+a fake compiler writes kernels through pods' writable volumes of a cache
+that captures; when the volumes are unpublished, the plugin hands their
+upper layers to the agent, which pushes unsigned candidates and reports
+them; the operator lists one candidate per digest with every pod it came
+from, a path two pods wrote differently as a conflict, a symlink escape as a
+refusal. A cache that does not capture loses its volumes' upper layers as
+before. `gkm cache promote --apply` with the trusted key makes the
+candidate the cache, which becomes Ready on the node."""
+import hashlib
+import json
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+
+ROOT = os.environ.get("GKM_ROOT") or os.path.abspath(os.path.join(os.path.dirname(__file__), "..", ".."))
+BUILD = os.environ.get("GKM_BUILD") or os.path.join(ROOT, "build")
+sys.path.insert(0, os.path.join(ROOT, "spec", "lib"))
+import csi_client as cc  # noqa: E402
+import kube_e2e  # noqa: E402
+import kubeenv  # noqa: E402
+from proc import Child, free_port, wait_for  # noqa: E402
+from tap import Tap  # noqa: E402
+
+import grpc  # noqa: E402
+
+GKM = os.environ.get("GKM_BIN") or os.path.join(BUILD, "gkm")
+FIXTURE = os.path.join(ROOT, "spec", "fixtures", "caches", "triton", "cuda-sm75-vector-add")
+T4 = os.path.join(ROOT, "spec", "fixtures", "gpu", "inventory", "t4.json")
+NODE, NS = "node-1", "team-a"
+HASH = "MULKERNELHASHAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAA"
+CUBIN = "io.triton.cache/%s/mul_kernel.cubin" % HASH
+
+t = Tap()
+cleanups = []
+
+
+def gkm(*args):
+    p = subprocess.run([GKM] + list(args), capture_output=True, text=True)
+    return p.returncode, p.stdout, p.stderr
+
+
+def compile_kernel(tgt, seed):
+    """The fake compiler: one Triton kernel for the T4 (sm_75) written
+    through the pod's mount, its binary's bytes given by seed."""
+    d = os.path.join(tgt, "io.triton.cache", HASH)
+    os.makedirs(d, exist_ok=True)
+    with open(os.path.join(d, "mul_kernel.json"), "w") as f:
+        json.dump({"hash": HASH, "name": "mul_kernel", "num_warps": 4,
+                   "target": {"backend": "cuda", "arch": 75, "warp_size": 32}}, f)
+    with open(os.path.join(d, "mul_kernel.cubin"), "wb") as f:
+        f.write(hashlib.sha256(seed.encode()).digest() * 512)
+
+
+def main():
+    why = kubeenv.unavailable()
+    if not why and not os.access("/usr/bin/docker-registry", os.X_OK):
+        why = "/usr/bin/docker-registry missing"
+    if why:
+        t.skip("captures in the cluster", why)
+        return
+    tmp = tempfile.mkdtemp(prefix="gkm-capture-cluster.")
+    cleanups.append(lambda: shutil.rmtree(tmp, ignore_errors=True))
+    cleanups.append(lambda: cc.unmount_below(tmp))
+    why = cc.mount_permitted(tmp)
+    if why:
+        t.skip("captures in the cluster", why)
+        return
+
+    def path(*p):
+        return os.path.join(tmp, *p)
+
+    def get(*args):
+        return kube_e2e.get(kube, *args)
+
+    reg, digests, trust = kube_e2e.signed_caches(GKM, ROOT, tmp, cleanups, {FIXTURE: "caches/cuda:v1"})
+    ref = reg + "/caches/cuda:v1"
+    digest = digests[ref]
+    repo = reg + "/caches/cuda-candidates"
+
+    kube = kubeenv.KubeEnv()
+    cleanups.append(kube.stop)
+    kube.start()
+    kube.apply_crds()
+    kube.make_namespace(NS)
+    kube.make_node(NODE)
+    state, run = path("state"), path("run")
+    agent = Child([GKM, "agent", "--node", NODE, "--kubeconfig", kube.kubeconfig, "--gpu-file", T4,
+                   "--root", state, "--run-dir", run, "--trust-dir", trust,
+                   "--health-listen", "127.0.0.1:%d" % free_port()], path("agent.log"))
+    cleanups.append(agent.stop)
+    operator = Child([GKM, "operator", "--kubeconfig", kube.kubeconfig, "--leader-elect", "false",
+                      "--trust-dir", trust, "--resolve-digests", "true",
+                      "--health-listen", "127.0.0.1:%d" % free_port()],
+                     path("operator.log"))
+    cleanups.append(operator.stop)
+    plugin = cc.Plugin(tmp, state, run, node_id=NODE)
+    cleanups.append(plugin.stop)
+    plugin.start()
+    pb, pbg = cc.load_stubs(path("py"))
+    node = pbg.NodeStub(grpc.insecure_channel(plugin.endpoint))
+
+    def cache(name, capture=None):
+        spec = {"image": ref}
+        if capture:
+            spec["capture"] = capture
+        return {"apiVersion": "gkm.io/v1alpha1", "kind": "GKMCache",
+                "metadata": {"name": name, "namespace": NS}, "spec": spec}
+
+    # ---- the API: validation ----
+    p = kube_e2e.apply(kube, cache("bad", {"onPodExit": True}))
+    t.ok(p.returncode != 0 and "repository" in p.stderr,
+         "spec.capture without a repository is refused by the CRD's schema", diag=p.stderr)
+    p = kube_e2e.apply(kube, cache("bad", {"repository": repo + ":tag"}))
+    t.ok(p.returncode != 0 and "repository" in p.stderr,
+         "spec.capture.repository with a tag is refused", diag=p.stderr)
+
+    for obj in (cache("vector-add", {"repository": repo}), cache("plain")):
+        p = kube_e2e.apply(kube, obj)
+        t.ok(p.returncode == 0, "GKMCache %s applied" % obj["metadata"]["name"], diag=p.stderr)
+
+    def node_entry(name):
+        o = get("gkmcachenode", NODE, "-n", NS) or {}
+        return ((o.get("status") or {}).get("caches") or {}).get(name) or {}
+
+    def ready(name, want):
+        e = node_entry(name)
+        return e if e.get("state") == "Ready" and e.get("digest") == want else None
+
+    e = wait_for(lambda: ready("vector-add", digest) and ready("plain", digest), 90)
+    t.ok(e, "both caches are Ready on %s" % NODE, diag=(node_entry("vector-add"), agent.tail()))
+    marker = os.path.join(state, "caches", NS, "vector-add", "capture")
+    t.ok(wait_for(lambda: os.path.exists(marker), 10)
+         and not os.path.exists(os.path.join(state, "caches", NS, "plain", "capture")),
+         "the agent marks the view of the cache that captures, and only that one")
+
+    def publish(pod, name="vector-add"):
+        tgt = path("pods", pod, "mount")
+        os.makedirs(os.path.dirname(tgt))
+        node.NodePublishVolume(cc.publish_request(pb, "v-" + pod, tgt, name, pod=pod, uid="uid-" + pod,
+                                                  writable=True), timeout=30)
+        return tgt
+
+    def unpublish(pod):
+        node.NodeUnpublishVolume(pb.NodeUnpublishVolumeRequest(volume_id="v-" + pod,
+                                                               target_path=path("pods", pod, "mount")),
+                                 timeout=30)
+
+    pods = {name: publish(name) for name in ("p1", "p2", "p3", "p4")}
+    plain = publish("p5", "plain")
+    compile_kernel(pods["p1"], "one")
+    compile_kernel(pods["p2"], "one")
+    compile_kernel(pods["p3"], "other")
+    compile_kernel(pods["p4"], "one")
+    os.symlink("/etc/shadow", os.path.join(pods["p4"], "io.triton.cache", HASH, "escape.json"))
+    compile_kernel(plain, "one")
+    for name in ("p1", "p2", "p3", "p4", "p5"):
+        unpublish(name)
+    t.ok(not os.path.exists(path(state, "csi", "volumes", "v-p5"))
+         and not os.path.exists(os.path.join(state, "captures", NS, "plain")),
+         "a cache that does not capture: the volume's upper layer is deleted at unpublish, as before")
+
+    def status():
+        return (get("gkmcache", "vector-add", "-n", NS) or {}).get("status") or {}
+
+    def captured():
+        s = status()
+        pods = sum(len(c.get("pods") or []) for c in s.get("candidates") or [])
+        return s if pods == 3 and s.get("captureRefusals") else None
+
+    s = wait_for(captured, 120) or status()
+    cands = {tuple(sorted(p["name"] for p in c["pods"])): c for c in s.get("candidates") or []}
+    c12, c3 = cands.get(("p1", "p2")), cands.get(("p3",))
+    t.ok(c12 and c3 and c12["digest"] != c3["digest"] and c12["repository"] == repo
+         and c12["files"] == 2 and all(p["node"] == NODE for p in c12["pods"])
+         and c12.get("targets") == [{"backend": "cuda", "arch": 75, "warp_size": 32}],
+         "the two pods that compiled the same kernel give one candidate (one digest) listing both; "
+         "the third is another candidate", diag=(s, agent.tail()))
+    t.ok((s.get("captureConflicts") or []) == [{"path": CUBIN, "digests": sorted([c12["digest"], c3["digest"]])}]
+         if c12 and c3 else False,
+         "the path the third pod wrote differently is a conflict naming both candidates",
+         diag=s.get("captureConflicts"))
+    refusals = s.get("captureRefusals") or []
+    t.ok(len(refusals) == 1 and refusals[0]["reason"] == "Symlink" and "escape.json" in refusals[0]["message"]
+         and refusals[0]["pod"]["name"] == "p4",
+         "the volume with a symlink escape is refused, naming the path", diag=refusals)
+    t.ok(wait_for(lambda: not os.listdir(os.path.join(state, "captures", NS, "vector-add")), 10) is not None,
+         "the agent removes every handed-over upper layer once captured or refused",
+         diag=os.listdir(os.path.join(state, "captures", NS, "vector-add")))
+    if not c12:
+        return
+    cand = repo + "@" + c12["digest"]
+    rc, _, err = gkm("cache", "verify", cand, "--key", os.path.join(trust, "trusted.pub"))
+    t.ok(rc != 0, "the candidate carries no signature: no pod mounts it", diag=err)
+    t.ok(wait_for(lambda: ready("vector-add", digest), 5),
+         "the cache itself is unchanged", diag=node_entry("vector-add"))
+
+    # ---- promote: the trusted step ----
+    rc, out, err = gkm("cache", "promote", cand, "--key", path("trusted.key"), "--cache", NS + "/vector-add",
+                       "--apply", "--kubeconfig", kube.kubeconfig)
+    t.ok(rc == 0, "gkm cache promote --apply signs the candidate and sets spec.image", diag=(out, err))
+    e = wait_for(lambda: ready("vector-add", c12["digest"]), 90)
+    t.ok(e, "the candidate becomes the cache: Ready on %s with its digest" % NODE,
+         diag=(node_entry("vector-add"), agent.tail()))
+    cond = wait_for(lambda: next((c for c in status().get("conditions") or []
+                                  if c["type"] == "Ready" and c["status"] == "True"), None), 30)
+    s = status()
+    t.ok(cond and s.get("resolvedDigest") == c12["digest"] and not s.get("candidates"),
+         "the cache's status: Ready on the promoted digest; the old base's candidates are gone", diag=s)
+    tgt = publish("p6")
+    t.ok(os.path.exists(os.path.join(tgt, CUBIN)), "the next pod mounts the kernel the first pods compiled")
+    unpublish("p6")
+
+
+kube_e2e.run(t, main, cleanups)
