@@ -96,6 +96,7 @@ struct cache {
 	bool away;
 	char *placed, placed_name[254], placed_digest[80];
 	cJSON *captures; /* what captures of pods' volumes gave here (node_capture.h) */
+	cJSON *live;     /* live volumes a capture on demand still has to take */
 };
 
 /* One node object: ClusterGKMCacheNode (ns "") or GKMCacheNode in ns. */
@@ -207,6 +208,7 @@ static void cache_free(struct cache *c)
 	cJSON_Delete(c->targets);
 	cJSON_Delete(c->entry);
 	cJSON_Delete(c->captures);
+	cJSON_Delete(c->live);
 	free(c->placed);
 	free(c);
 }
@@ -1853,7 +1855,7 @@ static void reconcile(struct agent *a, const char *key)
 	place_local_model(a, c, entry);
 	write_record(a, c, entry, linked);
 	if (cache_view_capture_set(a->root, c->ns, c->name,
-	                           entry && c->obj && node_capture_wanted(c->obj, NULL, 0)) != 0)
+	                           entry && c->obj && node_capture_on_exit(c->obj)) != 0)
 		count_error("view");
 	schedule(a);
 	const cJSON *ra = cJSON_GetObjectItemCaseSensitive(out, "requeue_after");
@@ -2022,26 +2024,68 @@ static void capture_done(struct loop *l, void *ud)
 	captures_start(a);
 }
 
-/* The next volume handed over by the CSI plugin, once the cache it belongs
- * to is published here (its image is the capture's base). */
+/* The writable volumes of c live on this node, [{dir, pod}], for a capture
+ * on demand (their layers are in the CSI plugin's state directory, ROOT/csi). */
+static cJSON *live_volumes(struct agent *a, const struct cache *c)
+{
+	struct cache_view_usage u;
+	cJSON *list = cJSON_CreateArray();
+	if (cache_view_usage_read(a->run_dir, c->ns, c->name, &u) != 0)
+		return list;
+	for (size_t i = 0; i < u.npods; i++) {
+		const struct cache_view_pod *p = &u.pods[i];
+		/* a volume's key is one path component (csi_volume.h) */
+		if (p->read_only || p->fallback || !*p->volume_id || p->volume_id[0] == '.' ||
+		    strchr(p->volume_id, '/'))
+			continue;
+		char dir[PATH_MAX];
+		snprintf(dir, sizeof(dir), "%s/csi/volumes/%s", a->root, p->volume_id);
+		cJSON *v = cJSON_CreateObject(), *pod = cJSON_AddObjectToObject(v, "pod");
+		cJSON_AddStringToObject(v, "dir", dir);
+		cJSON_AddStringToObject(pod, "name", p->name);
+		cJSON_AddStringToObject(pod, "namespace", p->namespace);
+		cJSON_AddStringToObject(pod, "uid", p->uid);
+		cJSON_AddStringToObject(pod, "node", a->node);
+		cJSON_AddItemToArray(list, v);
+	}
+	cache_view_usage_free(&u);
+	return list;
+}
+
+/* The next capture, once the cache is published here (its image is the
+ * capture's base): a live volume a capture on demand asked for, else a
+ * volume the CSI plugin handed over at unpublish. */
 static void captures_start(struct agent *a)
 {
 	char dir[PATH_MAX], repo[512];
 	for (struct cache *c = a->caches; c && !a->capturing && !a->stopping; c = c->next) {
-		if (node_capture_pending(a->root, c->ns, c->name, dir, sizeof(dir)) != 0)
-			continue;
-		if (!c->obj || !node_capture_wanted(c->obj, repo, sizeof(repo))) {
+		bool repo_set = c->obj && node_capture_repository(c->obj, repo, sizeof(repo));
+		bool pending = node_capture_pending(a->root, c->ns, c->name, dir, sizeof(dir)) == 0;
+		if (pending && !repo_set) {
 			node_capture_discard(dir, "the cache does not capture");
 			continue;
 		}
-		if (!c->ref[0] || !c->view_digest[0] || strcmp(c->view_digest, c->digest) != 0)
+		if (!repo_set || !c->ref[0] || !c->view_digest[0] ||
+		    strcmp(c->view_digest, c->digest) != 0)
+			continue;
+		if (node_capture_demanded(a->root, c->ns, c->name, c->obj)) {
+			cJSON_Delete(c->live);
+			c->live = live_volumes(a, c);
+		}
+		cJSON *live = cJSON_DetachItemFromArray(c->live, 0);
+		if (!live && !pending)
 			continue;
 		struct capture_job *cj = calloc(1, sizeof(*cj));
-		if (!cj)
+		if (!cj) {
+			cJSON_Delete(live);
 			return;
+		}
 		cj->a = a;
 		snprintf(cj->key, sizeof(cj->key), "%s", c->key);
-		snprintf(cj->k.dir, sizeof(cj->k.dir), "%s", dir);
+		snprintf(cj->k.dir, sizeof(cj->k.dir), "%s", live ? obj_str(live, "dir") : dir);
+		cj->k.live = live != NULL;
+		cj->k.pod = live ? cJSON_DetachItemFromObjectCaseSensitive(live, "pod") : NULL;
+		cJSON_Delete(live);
 		snprintf(cj->k.work, sizeof(cj->k.work), "%s/%s/.work-XXXXXX", a->root,
 		         CACHE_VIEW_CAPTURES);
 		snprintf(cj->k.base, sizeof(cj->k.base), "%s", c->ref);

@@ -23,16 +23,48 @@
 #define CAPTURE_SOURCE_DATE "1" /* one date for every node: same files, same digest */
 #define CAPTURE_OUT_MAX (1u << 20)
 
-bool node_capture_wanted(const cJSON *cache, char *repo, size_t len)
+bool node_capture_repository(const cJSON *cache, char *repo, size_t len)
 {
-	const cJSON *cap = cJSON_GetObjectItemCaseSensitive(
-	    cJSON_GetObjectItemCaseSensitive(cache, "spec"), "capture");
-	const cJSON *r = cJSON_GetObjectItemCaseSensitive(cap, "repository");
-	if (!cJSON_IsString(r) || !*r->valuestring ||
-	    cJSON_IsFalse(cJSON_GetObjectItemCaseSensitive(cap, "onPodExit")))
+	const cJSON *r = cJSON_GetObjectItemCaseSensitive(
+	    cJSON_GetObjectItemCaseSensitive(cJSON_GetObjectItemCaseSensitive(cache, "spec"),
+	                                     "capture"),
+	    "repository");
+	if (!cJSON_IsString(r) || !*r->valuestring)
 		return false;
 	if (repo)
 		snprintf(repo, len, "%s", r->valuestring);
+	return true;
+}
+
+bool node_capture_on_exit(const cJSON *cache)
+{
+	const cJSON *cap = cJSON_GetObjectItemCaseSensitive(
+	    cJSON_GetObjectItemCaseSensitive(cache, "spec"), "capture");
+	return node_capture_repository(cache, NULL, 0) &&
+	       !cJSON_IsFalse(cJSON_GetObjectItemCaseSensitive(cap, "onPodExit"));
+}
+
+bool node_capture_demanded(const char *root, const char *ns, const char *name, const cJSON *cache)
+{
+	const cJSON *v = cJSON_GetObjectItemCaseSensitive(
+	    cJSON_GetObjectItemCaseSensitive(cJSON_GetObjectItemCaseSensitive(cache, "metadata"),
+	                                     "annotations"),
+	    NODE_CAPTURE_ANNOTATION);
+	char dir[PATH_MAX], path[PATH_MAX + 16], *seen = NULL;
+	size_t len = 0;
+	if (!cJSON_IsString(v) || !*v->valuestring ||
+	    cache_view_dir(dir, sizeof(dir), root, CACHE_VIEW_CAPTURES, ns, name) != 0)
+		return false;
+	snprintf(path, sizeof(path), "%s/.demand", dir);
+	bool same =
+	    fsutil_read_file(path, 4096, &seen, &len) == 0 && strcmp(seen, v->valuestring) == 0;
+	free(seen);
+	if (same)
+		return false;
+	if (fsutil_mkdirs(dir, 0700) != 0 ||
+	    fsutil_write_atomic(path, v->valuestring, strlen(v->valuestring), 0600) != 0)
+		log_warn("cannot record the capture asked for", "cache", name, "value",
+		         v->valuestring);
 	return true;
 }
 
@@ -90,19 +122,23 @@ void node_capture_clear(struct node_capture *k)
 {
 	free(k->gpus_json);
 	k->gpus_json = NULL;
+	cJSON_Delete(k->pod);
+	k->pod = NULL;
 	cJSON_Delete(k->record);
 	k->record = NULL;
 }
 
 /* ---- the record ---- */
 
-static cJSON *new_record(const char *dir)
+static cJSON *new_record(const struct node_capture *k)
 {
 	cJSON *rec = cJSON_CreateObject();
 	char path[PATH_MAX + 16], *text = NULL, now[40];
 	size_t len = 0;
-	snprintf(path, sizeof(path), "%s/pod.json", dir);
-	cJSON *pod = fsutil_read_file(path, 4096, &text, &len) == 0 ? cJSON_Parse(text) : NULL;
+	snprintf(path, sizeof(path), "%s/pod.json", k->dir);
+	cJSON *pod = k->live                                          ? cJSON_Duplicate(k->pod, 1)
+	             : fsutil_read_file(path, 4096, &text, &len) == 0 ? cJSON_Parse(text)
+	                                                              : NULL;
 	free(text);
 	cJSON_AddItemToObject(rec, "pod", cJSON_IsObject(pod) ? pod : cJSON_CreateObject());
 	if (pod && !cJSON_IsObject(pod))
@@ -317,10 +353,12 @@ void node_capture_run(struct node_capture *k)
 	snprintf(upper, sizeof(upper), "%s/upper", k->dir);
 	cache_dir_in(upper, from, sizeof(from));
 	if (!from[0]) {
-		node_capture_discard(k->dir, "the pod added nothing under the cache directory");
+		if (!k->live)
+			node_capture_discard(k->dir,
+			                     "the pod added nothing under the cache directory");
 		return;
 	}
-	k->record = new_record(k->dir);
+	k->record = new_record(k);
 	if (!mkdtemp(k->work)) {
 		refuse(k->record, "CaptureFailed", strerror(errno));
 		k->work[0] = '\0';
@@ -358,7 +396,8 @@ out:
 	pull_secret_clear(&ps);
 	if (k->work[0] && remove_path(k->work) != 0)
 		log_warn("cannot remove a capture's scratch directory", "dir", k->work);
-	node_capture_discard(k->dir, cJSON_GetObjectItemCaseSensitive(k->record, "refused")
-	                                 ? "refused"
-	                                 : "captured");
+	if (!k->live)
+		node_capture_discard(k->dir, cJSON_GetObjectItemCaseSensitive(k->record, "refused")
+		                                 ? "refused"
+		                                 : "captured");
 }

@@ -22,9 +22,17 @@
 #define NODE_CAPTURE_RECORDS 8 /* records kept per cache in the node status */
 #define NODE_CAPTURE_PATHS 32  /* added files listed per candidate (conflict checks) */
 
-/* The repository spec.capture names, when the cache captures on pod exit
- * (repository set, onPodExit not false). */
-bool node_capture_wanted(const cJSON *cache, char *repo, size_t len);
+/* The repository spec.capture names (repo may be NULL); false when the
+ * cache does not capture. */
+bool node_capture_repository(const cJSON *cache, char *repo, size_t len);
+/* Whether it captures each writable volume on pod exit (onPodExit not false). */
+bool node_capture_on_exit(const cJSON *cache);
+
+/* On demand: annotation gkm.io/capture; each new value asks for one capture
+ * of the writable volumes live on the node. True (once per value, also
+ * across restarts: the value is kept under root) when value is new. */
+#define NODE_CAPTURE_ANNOTATION "gkm.io/capture"
+bool node_capture_demanded(const char *root, const char *ns, const char *name, const cJSON *cache);
 
 /* The oldest volume handed over for (ns, name) under root, into path.
  * 0, or -ENOENT when there is none. */
@@ -36,7 +44,10 @@ void node_capture_discard(const char *path, const char *why);
 
 struct node_capture {
 	/* in, set on the loop thread */
-	char dir[PATH_MAX];  /* the handed-over directory; removed by the run */
+	char dir[PATH_MAX];  /* the handed-over directory (removed by the run), or a live
+	                        volume's (left alone) */
+	bool live;           /* dir is a live volume's: its pod is pod */
+	cJSON *pod;          /* owned: {name, namespace, uid, node} of a live volume */
 	char work[PATH_MAX]; /* a scratch directory (made and removed by the run) */
 	char base[700];      /* the cache's image, pinned to its digest */
 	char repository[512];

@@ -126,7 +126,13 @@ function M.captures(nodes, digest)
           by_digest[r.digest] = c
           list[#list + 1] = c
         end
-        c.pods[#c.pods + 1] = who
+        -- a pod captured twice (on demand, then at exit) is listed once
+        local key = tostring(who.node) .. "/" .. tostring(who.uid)
+        c.seen = c.seen or {}
+        if not c.seen[key] then
+          c.seen[key] = true
+          c.pods[#c.pods + 1] = who
+        end
         if tostring(r.capturedAt) > tostring(c.capturedAt) then
           c.capturedAt = r.capturedAt
         end
@@ -142,6 +148,9 @@ function M.captures(nodes, digest)
     end
   end
   table.sort(list, function(a, b) return a.digest < b.digest end)
+  for _, c in ipairs(list) do
+    c.seen = nil
+  end
   local conflicts = {}
   for path, at in pairs(contents) do
     local kinds, digests = 0, {}

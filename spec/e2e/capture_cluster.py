@@ -46,13 +46,13 @@ def gkm(*args):
     return p.returncode, p.stdout, p.stderr
 
 
-def compile_kernel(tgt, seed):
+def compile_kernel(tgt, seed, hashdir=HASH):
     """The fake compiler: one Triton kernel for the T4 (sm_75) written
     through the pod's mount, its binary's bytes given by seed."""
-    d = os.path.join(tgt, "io.triton.cache", HASH)
+    d = os.path.join(tgt, "io.triton.cache", hashdir)
     os.makedirs(d, exist_ok=True)
     with open(os.path.join(d, "mul_kernel.json"), "w") as f:
-        json.dump({"hash": HASH, "name": "mul_kernel", "num_warps": 4,
+        json.dump({"hash": hashdir, "name": "mul_kernel", "num_warps": 4,
                    "target": {"backend": "cuda", "arch": 75, "warp_size": 32}}, f)
     with open(os.path.join(d, "mul_kernel.cubin"), "wb") as f:
         f.write(hashlib.sha256(seed.encode()).digest() * 512)
@@ -140,6 +140,9 @@ def main():
          and not os.path.exists(os.path.join(state, "caches", NS, "plain", "capture")),
          "the agent marks the view of the cache that captures, and only that one")
 
+    def handed_over():
+        return [n for n in os.listdir(os.path.join(state, "captures", NS, "vector-add")) if n[0] != "."]
+
     def publish(pod, name="vector-add"):
         tgt = path("pods", pod, "mount")
         os.makedirs(os.path.dirname(tgt))
@@ -190,9 +193,9 @@ def main():
     t.ok(len(refusals) == 1 and refusals[0]["reason"] == "Symlink" and "escape.json" in refusals[0]["message"]
          and refusals[0]["pod"]["name"] == "p4",
          "the volume with a symlink escape is refused, naming the path", diag=refusals)
-    t.ok(wait_for(lambda: not os.listdir(os.path.join(state, "captures", NS, "vector-add")), 10) is not None,
+    t.ok(wait_for(lambda: not handed_over(), 10) is not None,
          "the agent removes every handed-over upper layer once captured or refused",
-         diag=os.listdir(os.path.join(state, "captures", NS, "vector-add")))
+         diag=handed_over())
     if not c12:
         return
     cand = repo + "@" + c12["digest"]
@@ -215,7 +218,24 @@ def main():
          "the cache's status: Ready on the promoted digest; the old base's candidates are gone", diag=s)
     tgt = publish("p6")
     t.ok(os.path.exists(os.path.join(tgt, CUBIN)), "the next pod mounts the kernel the first pods compiled")
+
+    # ---- on demand: the live volumes, left in place ----
+    compile_kernel(tgt, "fresh", HASH.replace("MUL", "NEW"))
+    p = kube.kubectl("annotate", "gkmcache", "vector-add", "-n", NS, "gkm.io/capture=1")
+    t.ok(p.returncode == 0, "annotation gkm.io/capture set", diag=p.stderr)
+
+    def live():
+        c = [c for c in status().get("candidates") or [] if [p["name"] for p in c["pods"]] == ["p6"]]
+        return c[0] if c else None
+
+    c6 = wait_for(live, 60)
+    t.ok(c6 and c6["files"] == 2 and os.path.exists(os.path.join(tgt, "io.triton.cache", HASH.replace("MUL", "NEW"))),
+         "a new value of gkm.io/capture captures the live volume (a candidate on the promoted cache, "
+         "listing p6); the volume is left as it was", diag=(status(), agent.tail()))
     unpublish("p6")
+    t.ok(wait_for(lambda: not handed_over(), 30) is not None
+         and [c["digest"] for c in status().get("candidates") or []] == [c6["digest"]] if c6 else False,
+         "captured again at exit: the same digest, p6 listed once", diag=status())
 
 
 kube_e2e.run(t, main, cleanups)

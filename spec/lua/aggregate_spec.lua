@@ -269,6 +269,11 @@ describe('aggregate policy', function()
       assert.is_nil(r.captureRefusals)
     end)
 
+    it('lists a pod captured twice (on demand, then at exit) once', function()
+      local r = aggregate({ { name = 'n1', entry = with({ cand(C1, 'p1', 'sha256:x'), cand(C1, 'p1', 'sha256:x') }) } })
+      assert.are.equal(1, #r.candidates[1].pods)
+    end)
+
     it('reports a path two candidates hold with different contents as a conflict', function()
       local r = aggregate({
         { name = 'n1', entry = with({ cand(C1, 'p1', 'sha256:x'), cand(C2, 'p3', 'sha256:y') }) },
