@@ -148,16 +148,25 @@ static cJSON *new_record(const struct node_capture *k)
 	return rec;
 }
 
-/* What the capture's refusal is about, from its message. */
+/* What the capture's refusal is about, from its message (the first
+ * phrase found; the capture code words each rule's message). */
 static const char *refusal_reason(const char *msg)
 {
 	static const struct {
 		const char *needle, *reason;
 	} table[] = {
-	    {"conflict", "Conflict"},          {"symlink", "Symlink"},
-	    {"device", "DeviceNode"},          {"more than", "CapExceeded"},
-	    {"changed while", "StillWriting"}, {"set-", "SetIDBit"},
-	    {"cannot push", "PushFailed"},     {"GPU", "TargetMismatch"},
+	    {"device, not a regular file", "DeviceNode"},
+	    {"not a regular file, directory or symlink", "NotARegularFile"},
+	    {": a symlink (to", "Symlink"},
+	    {"deleted from the base cache", "DeletedFile"},
+	    {"set-user-ID or set-group-ID", "SetIDBit"},
+	    {"(hard links)", "HardLink"},
+	    {"cap (--max-files)", "CapExceeded"},
+	    {"byte cap of", "CapExceeded"},
+	    {"changed while it was captured", "StillWriting"},
+	    {"other contents", "Conflict"},
+	    {"cannot push", "PushFailed"},
+	    {"GPU", "TargetMismatch"},
 	};
 	for (size_t i = 0; i < sizeof(table) / sizeof(table[0]); i++)
 		if (strstr(msg, table[i].needle))

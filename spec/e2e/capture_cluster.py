@@ -155,15 +155,20 @@ def main():
                                                                target_path=path("pods", pod, "mount")),
                                  timeout=30)
 
-    pods = {name: publish(name) for name in ("p1", "p2", "p3", "p4")}
+    pods = {name: publish(name) for name in ("p1", "p2", "p3", "p4", "p7", "p8")}
     plain = publish("p5", "plain")
     compile_kernel(pods["p1"], "one")
     compile_kernel(pods["p2"], "one")
     compile_kernel(pods["p3"], "other")
     compile_kernel(pods["p4"], "one")
     os.symlink("/etc/shadow", os.path.join(pods["p4"], "io.triton.cache", HASH, "escape.json"))
+    compile_kernel(pods["p7"], "one")
+    with open(os.path.join(pods["p7"], "io.triton.cache", HASH, "huge.bin"), "wb") as f:
+        f.truncate(10 << 30)  # 10 GiB, sparse
+    compile_kernel(pods["p8"], "one")
+    os.mknod(os.path.join(pods["p8"], "io.triton.cache", "null"), 0o20644, os.makedev(1, 3))
     compile_kernel(plain, "one")
-    for name in ("p1", "p2", "p3", "p4", "p5"):
+    for name in ("p1", "p2", "p3", "p4", "p7", "p8", "p5"):
         unpublish(name)
     t.ok(not os.path.exists(path(state, "csi", "volumes", "v-p5"))
          and not os.path.exists(os.path.join(state, "captures", NS, "plain")),
@@ -175,7 +180,7 @@ def main():
     def captured():
         s = status()
         pods = sum(len(c.get("pods") or []) for c in s.get("candidates") or [])
-        return s if pods == 3 and s.get("captureRefusals") else None
+        return s if pods == 3 and len(s.get("captureRefusals") or []) == 3 else None
 
     s = wait_for(captured, 120) or status()
     cands = {tuple(sorted(p["name"] for p in c["pods"])): c for c in s.get("candidates") or []}
@@ -189,10 +194,19 @@ def main():
          if c12 and c3 else False,
          "the path the third pod wrote differently is a conflict naming both candidates",
          diag=s.get("captureConflicts"))
-    refusals = s.get("captureRefusals") or []
-    t.ok(len(refusals) == 1 and refusals[0]["reason"] == "Symlink" and "escape.json" in refusals[0]["message"]
-         and refusals[0]["pod"]["name"] == "p4",
+    refusals = {r["pod"]["name"]: r for r in s.get("captureRefusals") or []}
+    r = refusals.get("p4") or {}
+    t.ok(r.get("reason") == "Symlink" and "escape.json" in r.get("message", ""),
          "the volume with a symlink escape is refused, naming the path", diag=refusals)
+    r = refusals.get("p7") or {}
+    t.ok(r.get("reason") == "CapExceeded", "the volume with a 10 GiB sparse file is refused: over the byte cap",
+         diag=refusals)
+    r = refusals.get("p8") or {}
+    t.ok(r.get("reason") == "DeviceNode" and "null" in r.get("message", ""),
+         "the volume with a device node is refused, naming it", diag=refusals)
+    rc, out, err = gkm("cache", "inspect", repo + ":candidate-v-p7", "--no-signatures")
+    t.ok(rc != 0 and len(c12.get("pods") or []) == 2 if c12 else False,
+         "nothing of a refused volume is pushed", diag=(out, err))
     t.ok(wait_for(lambda: not handed_over(), 10) is not None,
          "the agent removes every handed-over upper layer once captured or refused",
          diag=handed_over())
