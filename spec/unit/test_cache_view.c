@@ -568,6 +568,49 @@ static void test_usage_concurrent(void **state)
 	assert_int_equal(n, 80);
 }
 
+/* The capture marker (agent) and the hand-over of a volume's directory
+ * (CSI plugin). */
+static void test_capture(void **state)
+{
+	(void)state;
+	make_entry(HEX);
+	struct cache_view_ready in = {.digest = DIGEST,
+	                              .state = "Ready",
+	                              .compatible = true,
+	                              .reason = "",
+	                              .message = "",
+	                              .updated = "2024-05-01T12:00:00Z"};
+	assert_int_equal(cache_view_publish(root, "team", "c1", &in), 0);
+	assert_false(cache_view_capture_on(root, "team", "c1"));
+	assert_int_equal(cache_view_capture_set(root, "team", "c1", true), 0);
+	assert_true(cache_view_capture_on(root, "team", "c1"));
+	assert_int_equal(cache_view_capture_set(root, "team", "c1", true), 0);
+	assert_false(cache_view_capture_on(root, "team", "c2"));
+	assert_false(cache_view_capture_on(root, "team", "../c1"));
+	assert_int_equal(cache_view_capture_set(root, "team", "../c1", true), -EINVAL);
+
+	/* a volume's directory moves, upper layer and all, with pod.json beside it */
+	char vdir[PATH_MAX], dir[PATH_MAX];
+	snprintf(vdir, sizeof(vdir), "%s/csi/volumes/v-1", root);
+	sh("mkdir -p '%s/upper/io.triton.cache/H' && echo k > '%s/upper/io.triton.cache/H/k.cubin'",
+	   vdir, vdir);
+	assert_int_equal(
+	    cache_view_capture_handover(root, "team", "c1", "v-1", vdir, "{\"name\":\"p\"}"), 0);
+	assert_int_equal(access(vdir, F_OK), -1);
+	snprintf(dir, sizeof(dir), "%s/captures/team/c1", root);
+	sh("test \"$(cat '%s'/v-1.*/upper/io.triton.cache/H/k.cubin)\" = k && "
+	   "grep -q '\"name\":\"p\"' '%s'/v-1.*/pod.json",
+	   dir, dir);
+	/* nothing there to hand over: an error, nothing created */
+	assert_int_equal(cache_view_capture_handover(root, "team", "c1", "v-2", vdir, "{}"),
+	                 -ENOENT);
+
+	/* the marker goes with the view */
+	assert_int_equal(cache_view_unpublish(root, "team", "c1"), 0);
+	assert_false(cache_view_capture_on(root, "team", "c1"));
+	assert_int_equal(cache_view_capture_set(root, "team", "c1", false), 0);
+}
+
 static void test_rfc3339(void **state)
 {
 	(void)state;
@@ -592,6 +635,7 @@ int main(void)
 	    cmocka_unit_test_setup_teardown(test_record_states, setup, teardown),
 	    cmocka_unit_test_setup_teardown(test_usage, setup, teardown),
 	    cmocka_unit_test_setup_teardown(test_usage_concurrent, setup, teardown),
+	    cmocka_unit_test_setup_teardown(test_capture, setup, teardown),
 	    cmocka_unit_test(test_rfc3339),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);
