@@ -6,6 +6,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include <cjson/cJSON.h>
+
 #include "cmd.h"
 #include "log.h"
 
@@ -73,4 +75,13 @@ int cli_parse_u64(const char *s, unsigned long long max, unsigned long long *out
 		return -ERANGE;
 	*out = v;
 	return 0;
+}
+
+void cli_print_json(cJSON *o)
+{
+	char *s = o ? cJSON_Print(o) : NULL;
+	if (s)
+		puts(s);
+	free(s);
+	cJSON_Delete(o);
 }

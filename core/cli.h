@@ -35,6 +35,10 @@ void cli_reset(void);
 /* Print "gkm CMD: message" to stderr with printf formatting; returns EXIT_USAGE. */
 int cli_usage_error(const char *cmd, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 
+/* Print o as indented JSON on stdout, then free it (NULL prints nothing). */
+struct cJSON;
+void cli_print_json(struct cJSON *o);
+
 /* Parse a non-negative integer flag value strictly (whole string, in range). */
 __attribute__((warn_unused_result)) int cli_parse_u64(const char *s, unsigned long long max,
                                                       unsigned long long *out);

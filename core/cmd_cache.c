@@ -337,11 +337,7 @@ void cmd_cache_print_built(struct cli *c, const char *verb, const struct oci_ref
 		cJSON_AddNumberToObject(o, "absoluteGroupFiles", (double)m->abs_groups);
 		cJSON_ArrayForEach(it, extra)
 		    cJSON_AddItemToObject(o, it->string, cJSON_Duplicate(it, 1));
-		char *s = cJSON_Print(o);
-		if (s)
-			puts(s);
-		free(s);
-		cJSON_Delete(o);
+		cli_print_json(o);
 	} else {
 		char sz[32], lz[32];
 		cmd_cache_human(m->bytes, sz, sizeof(sz));
@@ -672,11 +668,7 @@ static int cache_inspect_cmd(struct cli *c, int argc, char **argv)
 		else
 			cJSON_AddNullToObject(sg, "verified");
 		cJSON_AddStringToObject(sg, "state", sigbuf);
-		char *s = cJSON_Print(o);
-		if (s)
-			puts(s);
-		free(s);
-		cJSON_Delete(o);
+		cli_print_json(o);
 	} else {
 		char hs[32];
 		printf("Image:        %s\nDigest:       %s\n", argv[optind], img.top_digest);
@@ -927,11 +919,7 @@ static int cache_verify_cmd(struct cli *c, int argc, char **argv)
 		                                                            : "simple");
 		cJSON_AddStringToObject(o, "key", s.verify_rc ? "" : s.verdict.key_fingerprint);
 		cJSON_AddStringToObject(o, "reason", s.verdict.reason);
-		char *js = cJSON_Print(o);
-		if (js)
-			puts(js);
-		free(js);
-		cJSON_Delete(o);
+		cli_print_json(o);
 	}
 	if (s.verify_rc == 0) {
 		if (strcmp(c->output, "json") != 0)

@@ -606,11 +606,7 @@ int cmd_cache_promote(struct cli *c, int argc, char **argv)
 		cJSON_AddStringToObject(o, "digest", desc.digest);
 		cJSON *p = cJSON_AddObjectToObject(o, "patch");
 		cJSON_AddStringToObject(cJSON_AddObjectToObject(p, "spec"), "image", image);
-		char *js = cJSON_Print(o);
-		if (js)
-			puts(js);
-		free(js);
-		cJSON_Delete(o);
+		cli_print_json(o);
 	} else {
 		printf("Promoted %s\nspec.image: %s\n", image, image);
 		if (c->apply)

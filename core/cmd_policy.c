@@ -59,14 +59,6 @@ static int build(const char *dir, const struct engine_limits *lim, struct engine
 	return rc;
 }
 
-static void print_json(const cJSON *j)
-{
-	char *s = cJSON_Print(j);
-	if (s)
-		printf("%s\n", s);
-	free(s);
-}
-
 static int do_check(const char *dir, const struct engine_limits *lim)
 {
 	struct bundle *b = NULL;
@@ -97,8 +89,7 @@ static int eval_and_print(struct engine *e, const char *hook, const cJSON *input
 		        err.message);
 		return EXIT_FAIL;
 	}
-	print_json(out);
-	cJSON_Delete(out);
+	cli_print_json(out);
 	return EXIT_OK;
 }
 
