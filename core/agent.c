@@ -218,6 +218,7 @@ static void forget_cache(struct agent *a, struct cache *c)
 {
 	pull_sched_cancel(a->sched, &c->fetch.job);
 	pull_sched_cancel(a->sched, &c->pull.job);
+	node_capture_forget(a->root, c->ns, c->name);
 	for (struct cache **p = &a->caches; *p; p = &(*p)->next) {
 		if (*p == c) {
 			*p = c->next;
@@ -357,6 +358,7 @@ static void on_cache_event(void *ud, enum objstore_event_type t, const cJSON *ob
 			c->record = strcmp(r.state, "Ready") ? REC_UNKNOWN : REC_READY;
 			cache_view_ready_free(&r);
 		}
+		c->captures = node_capture_records_load(a->root, ns, name);
 		c->next = a->caches;
 		a->caches = c;
 	}
@@ -2017,6 +2019,7 @@ static void capture_done(struct loop *l, void *ud)
 		cj->k.record = NULL;
 		while (cJSON_GetArraySize(c->captures) > NODE_CAPTURE_RECORDS)
 			cJSON_DeleteItemFromArray(c->captures, 0);
+		node_capture_records_save(a->root, c->ns, c->name, c->captures);
 		mark_dirty(a, c->ns);
 	}
 	node_capture_clear(&cj->k);

@@ -118,6 +118,51 @@ void node_capture_discard(const char *path, const char *why)
 	         rc ? strerror(-rc) : "");
 }
 
+static int records_path(const char *root, const char *ns, const char *name, char *path, size_t len)
+{
+	char dir[PATH_MAX];
+	int rc = cache_view_dir(dir, sizeof(dir), root, CACHE_VIEW_CAPTURES, ns, name);
+	if (rc == 0 && (size_t)snprintf(path, len, "%s/.records.json", dir) >= len)
+		rc = -ENAMETOOLONG;
+	return rc;
+}
+
+cJSON *node_capture_records_load(const char *root, const char *ns, const char *name)
+{
+	char path[PATH_MAX + 16], *text = NULL;
+	size_t len = 0;
+	if (records_path(root, ns, name, path, sizeof(path)) != 0 ||
+	    fsutil_read_file(path, 4u << 20, &text, &len) != 0)
+		return NULL;
+	cJSON *r = cJSON_Parse(text);
+	free(text);
+	if (cJSON_IsArray(r))
+		return r;
+	cJSON_Delete(r);
+	return NULL;
+}
+
+void node_capture_records_save(const char *root, const char *ns, const char *name,
+                               const cJSON *records)
+{
+	char path[PATH_MAX + 16];
+	char *text = cJSON_PrintUnformatted(records);
+	int rc = text ? records_path(root, ns, name, path, sizeof(path)) : -ENOMEM;
+	if (rc == 0)
+		rc = fsutil_write_atomic(path, text, strlen(text), 0600);
+	cJSON_free(text);
+	if (rc)
+		log_warn("cannot keep the capture records", "cache", name, "error", strerror(-rc));
+}
+
+void node_capture_forget(const char *root, const char *ns, const char *name)
+{
+	char dir[PATH_MAX];
+	if (cache_view_dir(dir, sizeof(dir), root, CACHE_VIEW_CAPTURES, ns, name) == 0 &&
+	    access(dir, F_OK) == 0 && remove_path(dir) != 0)
+		log_warn("cannot remove a deleted cache's captures", "dir", dir);
+}
+
 void node_capture_clear(struct node_capture *k)
 {
 	free(k->gpus_json);

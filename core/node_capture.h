@@ -42,6 +42,14 @@ int node_capture_pending(const char *root, const char *ns, const char *name, cha
 /* Remove a handed-over directory (and log why). */
 void node_capture_discard(const char *path, const char *why);
 
+/* The records of a cache's captures on this node, kept under root so that
+ * a restarted agent reports them again: load (NULL when none), save, and
+ * forget (the cache is gone: its captures directory is removed). */
+cJSON *node_capture_records_load(const char *root, const char *ns, const char *name);
+void node_capture_records_save(const char *root, const char *ns, const char *name,
+                               const cJSON *records);
+void node_capture_forget(const char *root, const char *ns, const char *name);
+
 struct node_capture {
 	/* in, set on the loop thread */
 	char dir[PATH_MAX];  /* the handed-over directory (removed by the run), or a live

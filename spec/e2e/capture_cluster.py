@@ -91,9 +91,10 @@ def main():
     kube.make_namespace(NS)
     kube.make_node(NODE)
     state, run = path("state"), path("run")
-    agent = Child([GKM, "agent", "--node", NODE, "--kubeconfig", kube.kubeconfig, "--gpu-file", T4,
-                   "--root", state, "--run-dir", run, "--trust-dir", trust,
-                   "--health-listen", "127.0.0.1:%d" % free_port()], path("agent.log"))
+    agent_args = [GKM, "agent", "--node", NODE, "--kubeconfig", kube.kubeconfig, "--gpu-file", T4,
+                  "--root", state, "--run-dir", run, "--trust-dir", trust,
+                  "--health-listen", "127.0.0.1:%d" % free_port()]
+    agent = Child(agent_args, path("agent.log"))
     cleanups.append(agent.stop)
     operator = Child([GKM, "operator", "--kubeconfig", kube.kubeconfig, "--leader-elect", "false",
                       "--trust-dir", trust, "--resolve-digests", "true",
@@ -212,6 +213,21 @@ def main():
          diag=handed_over())
     if not c12:
         return
+
+    # ---- an agent restart keeps what was captured ----
+    before = ((get("gkmcachenode", NODE, "-n", NS) or {}).get("status") or {}).get("lastUpdated")
+    agent.stop()
+    agent = Child(agent_args, path("agent2.log"))
+    cleanups.append(agent.stop)
+
+    def rewritten():
+        st = (get("gkmcachenode", NODE, "-n", NS) or {}).get("status") or {}
+        return st if st.get("lastUpdated") != before else None
+
+    st = wait_for(rewritten, 60) or {}
+    caps = ((st.get("caches") or {}).get("vector-add") or {}).get("captures") or []
+    t.ok(len(caps) == 6 and len((status().get("candidates") or [])) == 2,
+         "a restarted agent reports the captures again (kept on the node)", diag=(caps, agent.tail()))
     cand = repo + "@" + c12["digest"]
     rc, _, err = gkm("cache", "verify", cand, "--key", os.path.join(trust, "trusted.pub"))
     t.ok(rc != 0, "the candidate carries no signature: no pod mounts it", diag=err)
