@@ -14,10 +14,8 @@ candidate the cache, which becomes Ready on the node."""
 import hashlib
 import json
 import os
-import shutil
 import subprocess
 import sys
-import tempfile
 
 ROOT = os.environ.get("GKM_ROOT") or os.path.abspath(os.path.join(os.path.dirname(__file__), "..", ".."))
 BUILD = os.environ.get("GKM_BUILD") or os.path.join(ROOT, "build")
@@ -65,10 +63,7 @@ def main():
     if why:
         t.skip("captures in the cluster", why)
         return
-    tmp = tempfile.mkdtemp(prefix="gkm-capture-cluster.")
-    cleanups.append(lambda: shutil.rmtree(tmp, ignore_errors=True))
-    cleanups.append(lambda: cc.unmount_below(tmp))
-    why = cc.mount_permitted(tmp)
+    tmp, why = kube_e2e.mount_workdir("gkm-capture-cluster.", cleanups)
     if why:
         t.skip("captures in the cluster", why)
         return
