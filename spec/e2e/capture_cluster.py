@@ -6,9 +6,12 @@ CSI calls are made through the real gRPC client, as the kubelet makes them):
 a fake compiler writes kernels through pods' writable volumes of a cache
 that captures; when the volumes are unpublished, the plugin hands their
 upper layers to the agent, which pushes unsigned candidates and reports
-them; the operator lists one candidate per digest with every pod it came
-from, a path two pods wrote differently as a conflict, a symlink escape as a
-refusal. A cache that does not capture loses its volumes' upper layers as
+them; the operator lists one candidate per digest with every pod and node
+(two nodes, each with its agent and plugin) it came from, a path two pods
+wrote differently as a conflict, a symlink escape, a 10 GiB sparse file and
+a device node as refusals. The records survive an agent restart; a
+ClusterGKMCache captures the same way; a new value of the gkm.io/capture
+annotation captures live volumes. A cache that does not capture loses its volumes' upper layers as
 before. `gkm cache promote --apply` with the trusted key makes the
 candidate the cache, which becomes Ready on the node."""
 import hashlib
@@ -31,7 +34,7 @@ import grpc  # noqa: E402
 GKM = os.environ.get("GKM_BIN") or os.path.join(BUILD, "gkm")
 FIXTURE = os.path.join(ROOT, "spec", "fixtures", "caches", "triton", "cuda-sm75-vector-add")
 T4 = os.path.join(ROOT, "spec", "fixtures", "gpu", "inventory", "t4.json")
-NODE, NS = "node-1", "team-a"
+NODE, NODE2, NS = "node-1", "node-2", "team-a"
 HASH = "MULKERNELHASHAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAA"
 CUBIN = "io.triton.cache/%s/mul_kernel.cubin" % HASH
 
@@ -85,6 +88,7 @@ def main():
     kube.apply_crds()
     kube.make_namespace(NS)
     kube.make_node(NODE)
+    kube.make_node(NODE2)
     state, run = path("state"), path("run")
     agent_args = [GKM, "agent", "--node", NODE, "--kubeconfig", kube.kubeconfig, "--gpu-file", T4,
                   "--root", state, "--run-dir", run, "--trust-dir", trust,
@@ -99,8 +103,19 @@ def main():
     plugin = cc.Plugin(tmp, state, run, node_id=NODE)
     cleanups.append(plugin.stop)
     plugin.start()
+    # a second node: its own agent, plugin, store and run directory
+    state2, run2 = path("state2"), path("run2")
+    agent2 = Child([GKM, "agent", "--node", NODE2, "--kubeconfig", kube.kubeconfig, "--gpu-file", T4,
+                    "--root", state2, "--run-dir", run2, "--trust-dir", trust,
+                    "--health-listen", "127.0.0.1:%d" % free_port()], path("agent-2.log"))
+    cleanups.append(agent2.stop)
+    plugin2 = cc.Plugin(tmp, state2, run2, node_id=NODE2, name="plugin2")
+    cleanups.append(plugin2.stop)
+    plugin2.start()
     pb, pbg = cc.load_stubs(path("py"))
-    node = pbg.NodeStub(grpc.insecure_channel(plugin.endpoint))
+    stubs = {NODE: pbg.NodeStub(grpc.insecure_channel(plugin.endpoint)),
+             NODE2: pbg.NodeStub(grpc.insecure_channel(plugin2.endpoint))}
+    where = {}
 
     def cache(name, capture=None):
         spec = {"image": ref}
@@ -117,41 +132,48 @@ def main():
     t.ok(p.returncode != 0 and "repository" in p.stderr,
          "spec.capture.repository with a tag is refused", diag=p.stderr)
 
-    for obj in (cache("vector-add", {"repository": repo}), cache("plain")):
+    shared = {"apiVersion": "gkm.io/v1alpha1", "kind": "ClusterGKMCache", "metadata": {"name": "shared"},
+              "spec": {"image": ref, "capture": {"repository": reg + "/caches/shared-candidates"}}}
+    for obj in (cache("vector-add", {"repository": repo}), cache("plain"), shared):
         p = kube_e2e.apply(kube, obj)
-        t.ok(p.returncode == 0, "GKMCache %s applied" % obj["metadata"]["name"], diag=p.stderr)
+        t.ok(p.returncode == 0, "%s %s applied" % (obj["kind"], obj["metadata"]["name"]), diag=p.stderr)
 
-    def node_entry(name):
-        o = get("gkmcachenode", NODE, "-n", NS) or {}
+    def node_entry(name, on=NODE):
+        o = get("gkmcachenode", on, "-n", NS) or {}
         return ((o.get("status") or {}).get("caches") or {}).get(name) or {}
 
-    def ready(name, want):
-        e = node_entry(name)
+    def ready(name, want, on=NODE):
+        e = node_entry(name, on)
         return e if e.get("state") == "Ready" and e.get("digest") == want else None
 
-    e = wait_for(lambda: ready("vector-add", digest) and ready("plain", digest), 90)
-    t.ok(e, "both caches are Ready on %s" % NODE, diag=(node_entry("vector-add"), agent.tail()))
+    e = wait_for(lambda: ready("vector-add", digest) and ready("plain", digest)
+                 and ready("vector-add", digest, NODE2), 90)
+    t.ok(e, "both caches are Ready on %s, the capturing one on %s too" % (NODE, NODE2),
+         diag=(node_entry("vector-add"), node_entry("vector-add", NODE2), agent.tail(), agent2.tail()))
     marker = os.path.join(state, "caches", NS, "vector-add", "capture")
     t.ok(wait_for(lambda: os.path.exists(marker), 10)
          and not os.path.exists(os.path.join(state, "caches", NS, "plain", "capture")),
          "the agent marks the view of the cache that captures, and only that one")
 
     def handed_over():
-        return [n for n in os.listdir(os.path.join(state, "captures", NS, "vector-add")) if n[0] != "."]
+        return [n for st in (state, state2) if os.path.isdir(os.path.join(st, "captures", NS, "vector-add"))
+                for n in os.listdir(os.path.join(st, "captures", NS, "vector-add")) if n[0] != "."]
 
-    def publish(pod, name="vector-add"):
+    def publish(pod, name="vector-add", on=NODE, ns=NS):
         tgt = path("pods", pod, "mount")
         os.makedirs(os.path.dirname(tgt))
-        node.NodePublishVolume(cc.publish_request(pb, "v-" + pod, tgt, name, pod=pod, uid="uid-" + pod,
-                                                  writable=True), timeout=30)
+        where[pod] = on
+        stubs[on].NodePublishVolume(cc.publish_request(pb, "v-" + pod, tgt, name, ns=ns, pod=pod, uid="uid-" + pod,
+                                                       writable=True), timeout=30)
         return tgt
 
     def unpublish(pod):
-        node.NodeUnpublishVolume(pb.NodeUnpublishVolumeRequest(volume_id="v-" + pod,
+        stubs[where[pod]].NodeUnpublishVolume(pb.NodeUnpublishVolumeRequest(volume_id="v-" + pod,
                                                                target_path=path("pods", pod, "mount")),
                                  timeout=30)
 
-    pods = {name: publish(name) for name in ("p1", "p2", "p3", "p4", "p7", "p8")}
+    pods = {name: publish(name) for name in ("p1", "p3", "p4", "p7", "p8")}
+    pods["p2"] = publish("p2", on=NODE2)
     plain = publish("p5", "plain")
     compile_kernel(pods["p1"], "one")
     compile_kernel(pods["p2"], "one")
@@ -182,9 +204,10 @@ def main():
     cands = {tuple(sorted(p["name"] for p in c["pods"])): c for c in s.get("candidates") or []}
     c12, c3 = cands.get(("p1", "p2")), cands.get(("p3",))
     t.ok(c12 and c3 and c12["digest"] != c3["digest"] and c12["repository"] == repo
-         and c12["files"] == 2 and all(p["node"] == NODE for p in c12["pods"])
+         and c12["files"] == 2 and sorted(p["node"] for p in c12["pods"]) == [NODE, NODE2]
          and c12.get("targets") == [{"backend": "cuda", "arch": 75, "warp_size": 32}],
-         "the two pods that compiled the same kernel give one candidate (one digest) listing both; "
+         "the two pods (on two nodes) that compiled the same kernel give one candidate (one digest) "
+         "listing both with their nodes; "
          "the third is another candidate", diag=(s, agent.tail()))
     t.ok((s.get("captureConflicts") or []) == [{"path": CUBIN, "digests": sorted([c12["digest"], c3["digest"]])}]
          if c12 and c3 else False,
@@ -221,13 +244,33 @@ def main():
 
     st = wait_for(rewritten, 60) or {}
     caps = ((st.get("caches") or {}).get("vector-add") or {}).get("captures") or []
-    t.ok(len(caps) == 6 and len((status().get("candidates") or [])) == 2,
+    t.ok(len(caps) == 5 and len((status().get("candidates") or [])) == 2,
          "a restarted agent reports the captures again (kept on the node)", diag=(caps, agent.tail()))
     cand = repo + "@" + c12["digest"]
     rc, _, err = gkm("cache", "verify", cand, "--key", os.path.join(trust, "trusted.pub"))
     t.ok(rc != 0, "the candidate carries no signature: no pod mounts it", diag=err)
     t.ok(wait_for(lambda: ready("vector-add", digest), 5),
          "the cache itself is unchanged", diag=node_entry("vector-add"))
+
+    # ---- a ClusterGKMCache captures the same way ----
+    def cluster_entry():
+        o = get("clustergkmcachenode", NODE) or {}
+        return ((o.get("status") or {}).get("caches") or {}).get("shared") or {}
+
+    ok = wait_for(lambda: cluster_entry().get("state") == "Ready", 60)
+    tgt = publish("p9", "shared", ns=None)
+    compile_kernel(tgt, "one")
+    unpublish("p9")
+
+    def shared_candidates():
+        return ((get("clustergkmcache", "shared") or {}).get("status") or {}).get("candidates")
+
+    cs = wait_for(shared_candidates, 60) or []
+    t.ok(ok and len(cs) == 1 and cs[0]["digest"] == c12["digest"]
+         and cs[0]["repository"] == reg + "/caches/shared-candidates"
+         and [(p["name"], p["node"]) for p in cs[0]["pods"]] == [("p9", NODE)],
+         "a ClusterGKMCache with spec.capture: the pod's kernel is a candidate in its status "
+         "(the same files on the same image: the same digest)", diag=(cs, cluster_entry(), agent.tail()))
 
     # ---- promote: the trusted step ----
     rc, out, err = gkm("cache", "promote", cand, "--key", path("trusted.key"), "--cache", NS + "/vector-add",
