@@ -26,7 +26,7 @@ sys.path.insert(0, os.path.join(ROOT, "spec", "lib"))
 import csi_client as cc  # noqa: E402
 import kube_e2e  # noqa: E402
 import kubeenv  # noqa: E402
-from proc import Child, free_port, wait_for  # noqa: E402
+from proc import Child, free_port, registry, wait_for  # noqa: E402
 from tap import Tap  # noqa: E402
 
 import grpc  # noqa: E402
@@ -81,6 +81,10 @@ def main():
     ref = reg + "/caches/cuda:v1"
     digest = digests[ref]
     repo = reg + "/caches/cuda-candidates"
+    # candidates of a private repository: a registry that wants a login
+    subprocess.run("htpasswd -Bbn dana p4ss > '%s'" % path("htpasswd"), shell=True, check=True)
+    reg2, stop2 = registry(ROOT, "htpasswd", path("htpasswd"))
+    cleanups.append(stop2)
 
     kube = kubeenv.KubeEnv()
     cleanups.append(kube.stop)
@@ -134,7 +138,13 @@ def main():
 
     shared = {"apiVersion": "gkm.io/v1alpha1", "kind": "ClusterGKMCache", "metadata": {"name": "shared"},
               "spec": {"image": ref, "capture": {"repository": reg + "/caches/shared-candidates"}}}
-    for obj in (cache("vector-add", {"repository": repo}), cache("plain"), shared):
+    p = kube.kubectl("create", "secret", "docker-registry", "push", "-n", NS, "--docker-server=" + reg2,
+                     "--docker-username=dana", "--docker-password=p4ss")
+    t.ok(p.returncode == 0, "a Secret with the private registry's credentials", diag=p.stderr)
+    private = cache("private", {"repository": reg2 + "/team/candidates"})
+    private["spec"]["pullSecrets"] = [{"name": "push"}]
+    for obj in (cache("vector-add", {"repository": repo}), cache("plain"), shared, private,
+                cache("nocreds", {"repository": reg2 + "/team/candidates"})):
         p = kube_e2e.apply(kube, obj)
         t.ok(p.returncode == 0, "%s %s applied" % (obj["kind"], obj["metadata"]["name"]), diag=p.stderr)
 
@@ -271,6 +281,25 @@ def main():
          and [(p["name"], p["node"]) for p in cs[0]["pods"]] == [("p9", NODE)],
          "a ClusterGKMCache with spec.capture: the pod's kernel is a candidate in its status "
          "(the same files on the same image: the same digest)", diag=(cs, cluster_entry(), agent.tail()))
+
+    # ---- a private repository: the cache's pull Secret pushes ----
+    ok = wait_for(lambda: ready("private", digest) and ready("nocreds", digest), 60)
+    for pod, name in (("p10", "private"), ("p11", "nocreds")):
+        compile_kernel(publish(pod, name), "one")
+        unpublish(pod)
+
+    def outcome(name):
+        s = (get("gkmcache", name, "-n", NS) or {}).get("status") or {}
+        return s.get("candidates") or s.get("captureRefusals")
+
+    got = wait_for(lambda: outcome("private"), 60) or [{}]
+    rc, _, err = gkm("cache", "inspect", "%s/team/candidates@%s" % (reg2, got[0].get("digest")),
+                     "--no-signatures", "--creds", "dana:p4ss")
+    t.ok(ok and got[0].get("digest") == c12["digest"] and rc == 0,
+         "a cache that names a pull Secret for its capture repository pushes with it", diag=(got, err))
+    got = wait_for(lambda: outcome("nocreds"), 60) or [{}]
+    t.ok(got[0].get("reason") == "PushFailed" and got[0]["pod"]["name"] == "p11",
+         "without credentials the push is refused, and the refusal says so", diag=got)
 
     # ---- promote: the trusted step ----
     rc, out, err = gkm("cache", "promote", cand, "--key", path("trusted.key"), "--cache", NS + "/vector-add",

@@ -86,12 +86,13 @@ class Child:
         return self.proc.returncode
 
 
-def registry(root):
-    """Debian's docker-registry started through ROOT/spec/lib/registry.sh:
-    (its address host:port, a function that stops it)."""
-    script = ('. "$0"; registry_start r >/dev/null || exit 1; echo "$REG_r_ADDR"; '
+def registry(root, *mode):
+    """Debian's docker-registry started through ROOT/spec/lib/registry.sh
+    (mode: its registry_start arguments, e.g. "htpasswd", FILE): (its
+    address host:port, a function that stops it)."""
+    script = ('. "$0"; registry_start r "$@" >/dev/null || exit 1; echo "$REG_r_ADDR"; '
               'trap registry_stop_all EXIT; cat >/dev/null')
-    p = subprocess.Popen(["bash", "-c", script, os.path.join(root, "spec", "lib", "registry.sh")],
+    p = subprocess.Popen(["bash", "-c", script, os.path.join(root, "spec", "lib", "registry.sh")] + list(mode),
                          stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
     addr = p.stdout.readline().strip()
 
