@@ -19,6 +19,7 @@ import json
 import os
 import subprocess
 import sys
+import threading
 
 ROOT = os.environ.get("GKM_ROOT") or os.path.abspath(os.path.join(os.path.dirname(__file__), "..", ".."))
 BUILD = os.environ.get("GKM_BUILD") or os.path.join(ROOT, "build")
@@ -333,6 +334,31 @@ def main():
     t.ok(wait_for(lambda: not handed_over(), 30) is not None
          and [c["digest"] for c in status().get("candidates") or []] == [c6["digest"]] if c6 else False,
          "captured again at exit: the same digest, p6 listed once", diag=status())
+
+    # ---- on demand while a pod still writes: refused, nothing pushed ----
+    tgt = publish("p12")
+    compile_kernel(tgt, "busy", HASH.replace("MUL", "BSY"))
+    stop = threading.Event()
+
+    def writer():
+        with open(os.path.join(tgt, "io.triton.cache", HASH.replace("MUL", "BSY"), "log.txt"), "a") as f:
+            while not stop.wait(0.02):
+                f.write("x" * 100)
+                f.flush()
+
+    w = threading.Thread(target=writer)
+    w.start()
+    try:
+        kube.kubectl("annotate", "--overwrite", "gkmcache", "vector-add", "-n", NS, "gkm.io/capture=2")
+        r = wait_for(lambda: next((r for r in status().get("captureRefusals") or []
+                                   if r["pod"]["name"] == "p12"), None), 60)
+    finally:
+        stop.set()
+        w.join()
+    t.ok(r and r["reason"] == "StillWriting" and len(status().get("candidates") or []) == 1,
+         "a capture on demand of a volume its pod is still writing is refused (StillWriting); "
+         "no candidate from it", diag=(r, status().get("candidates")))
+    unpublish("p12")
 
 
 kube_e2e.run(t, main, cleanups)
