@@ -2095,6 +2095,7 @@ static void captures_start(struct agent *a)
 		snprintf(cj->k.repository, sizeof(cj->k.repository), "%s", repo);
 		cj->k.gpus_json = cJSON_PrintUnformatted(a->gpus);
 		cj->k.os = a->os;
+		cj->k.cancel = &a->cancel;
 		pull_secret_ref_of(c->obj, a->o.namespace_, &cj->k.secrets);
 		a->capturing = true;
 		a->jobs++;

@@ -5,6 +5,7 @@
 #include <fcntl.h>
 #include <ftw.h>
 #include <pthread.h>
+#include <signal.h>
 #include <spawn.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -358,9 +359,25 @@ static int spawn_capture(struct node_capture *k, const char *from, const char *a
 		snprintf(msg, msglen, "cannot run gkm cache capture: %s", strerror(rc));
 		return -rc;
 	}
+	/* a stopping agent ends the capture (nothing is pushed before the
+	 * layer is whole, and the manifest goes last) */
 	int status = 0;
-	while (waitpid(pid, &status, 0) < 0 && errno == EINTR)
-		;
+	bool killed = false;
+	for (;;) {
+		pid_t w = waitpid(pid, &status, WNOHANG);
+		if (w == pid || (w < 0 && errno != EINTR))
+			break;
+		if (!killed && k->cancel && atomic_load(k->cancel)) {
+			kill(pid, SIGTERM);
+			killed = true;
+		}
+		struct timespec ts = {0, 50 * 1000 * 1000};
+		nanosleep(&ts, NULL);
+	}
+	if (killed) {
+		snprintf(msg, msglen, "the agent stopped during the capture");
+		return -ECANCELED;
+	}
 	char *text = NULL;
 	size_t len = 0;
 	bool ok = WIFEXITED(status) && WEXITSTATUS(status) == 0;
@@ -433,8 +450,15 @@ void node_capture_run(struct node_capture *k)
 		refuse(k->record, "CaptureFailed", "cannot write the capture's scratch files");
 		goto out;
 	}
-	if (spawn_capture(k, from, ps.auth_json ? authfile : NULL, gpufile, &out, msg,
-	                  sizeof(msg)) != 0) {
+	int rc =
+	    spawn_capture(k, from, ps.auth_json ? authfile : NULL, gpufile, &out, msg, sizeof(msg));
+	if (rc == -ECANCELED) {
+		/* not refused: the next agent captures it */
+		cJSON_Delete(k->record);
+		k->record = NULL;
+		goto out;
+	}
+	if (rc) {
 		refuse(k->record, refusal_reason(msg), msg);
 		goto out;
 	}
@@ -450,7 +474,7 @@ out:
 	pull_secret_clear(&ps);
 	if (k->work[0] && remove_path(k->work) != 0)
 		log_warn("cannot remove a capture's scratch directory", "dir", k->work);
-	if (!k->live)
+	if (!k->live && k->record)
 		node_capture_discard(k->dir, cJSON_GetObjectItemCaseSensitive(k->record, "refused")
 		                                 ? "refused"
 		                                 : "captured");

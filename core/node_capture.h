@@ -12,6 +12,7 @@
 
 #include <limits.h>
 #include <stdbool.h>
+#include <stdatomic.h>
 #include <stddef.h>
 
 #include <cjson/cJSON.h>
@@ -61,6 +62,7 @@ struct node_capture {
 	char repository[512];
 	char *gpus_json;                /* owned: this node's GPU inventory */
 	struct objstore *os;            /* reads the cache's Secrets */
+	const atomic_bool *cancel;      /* set: the agent stops, the capture is ended */
 	struct pull_secret_ref secrets; /* the cache's spec.pullSecrets */
 	/* out: {digest, repository, baseDigest, files, bytes, targets, pod,
 	 * capturedAt, paths[{path, digest}]} or {refused: {reason, message},

@@ -16,6 +16,7 @@ before. `gkm cache promote --apply` with the trusted key makes the
 candidate the cache, which becomes Ready on the node."""
 import hashlib
 import json
+import socket
 import os
 import subprocess
 import sys
@@ -359,6 +360,24 @@ def main():
          "a capture on demand of a volume its pod is still writing is refused (StillWriting); "
          "no candidate from it", diag=(r, status().get("candidates")))
     unpublish("p12")
+
+    # ---- an agent stopped during a capture ends it and keeps the volume ----
+    silent = socket.socket()
+    silent.bind(("127.0.0.1", 0))
+    silent.listen(8)  # accepts connections, never answers
+    cleanups.append(silent.close)
+    p = kube_e2e.apply(kube, cache("stuck", {"repository": "127.0.0.1:%d/x" % silent.getsockname()[1]}))
+    ok = p.returncode == 0 and wait_for(lambda: ready("stuck", digest), 60)
+    compile_kernel(publish("p13", "stuck"), "one")
+    unpublish("p13")
+    captures = os.path.join(state, "captures")
+    started = wait_for(lambda: [n for n in os.listdir(captures) if n.startswith(".work-")], 60)
+    rc = agent.stop()
+    kept = os.listdir(os.path.join(captures, NS, "stuck"))
+    t.ok(ok and started and rc == 0 and any(n.startswith("v-p13.") for n in kept)
+         and not [n for n in os.listdir(captures) if n.startswith(".work-")],
+         "an agent stopped while a capture waits on its registry ends it, exits cleanly and leaves the "
+         "volume for the next run", diag=(ok, started, rc, kept, agent.tail()))
 
 
 kube_e2e.run(t, main, cleanups)
