@@ -2096,6 +2096,7 @@ static void captures_start(struct agent *a)
 		cj->k.gpus_json = cJSON_PrintUnformatted(a->gpus);
 		cj->k.os = a->os;
 		cj->k.cancel = &a->cancel;
+		cj->k.cache = cJSON_Duplicate(c->obj, 1);
 		pull_secret_ref_of(c->obj, a->o.namespace_, &cj->k.secrets);
 		a->capturing = true;
 		a->jobs++;

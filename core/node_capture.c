@@ -170,6 +170,8 @@ void node_capture_clear(struct node_capture *k)
 	k->gpus_json = NULL;
 	cJSON_Delete(k->pod);
 	k->pod = NULL;
+	cJSON_Delete(k->cache);
+	k->cache = NULL;
 	cJSON_Delete(k->record);
 	k->record = NULL;
 }
@@ -414,6 +416,35 @@ static void copy_item(cJSON *to, const char *as, const cJSON *from, const char *
 		cJSON_AddItemToObject(to, as, cJSON_Duplicate(v, 1));
 }
 
+/* What a capture gave, where `kubectl describe` shows it. */
+static void tell(const struct node_capture *k)
+{
+	const cJSON *r = cJSON_GetObjectItemCaseSensitive(k->record, "refused");
+	const cJSON *pod = cJSON_GetObjectItemCaseSensitive(k->record, "pod");
+	char msg[1536], who[320];
+	snprintf(who, sizeof(who), "pod %s/%s on %s",
+	         cJSON_GetStringValue(cJSON_GetObjectItemCaseSensitive(pod, "namespace")) ?: "?",
+	         cJSON_GetStringValue(cJSON_GetObjectItemCaseSensitive(pod, "name")) ?: "?",
+	         cJSON_GetStringValue(cJSON_GetObjectItemCaseSensitive(pod, "node")) ?: "?");
+	if (r)
+		snprintf(msg, sizeof(msg), "%s: not captured: %s", who,
+		         cJSON_GetStringValue(cJSON_GetObjectItemCaseSensitive(r, "message"))
+		             ?: "");
+	else
+		snprintf(
+		    msg, sizeof(msg),
+		    "%s: candidate %s@%s (%.0f files added), unsigned: gkm cache promote makes it "
+		    "the cache",
+		    who, k->repository,
+		    cJSON_GetStringValue(cJSON_GetObjectItemCaseSensitive(k->record, "digest"))
+		        ?: "",
+		    cJSON_GetNumberValue(cJSON_GetObjectItemCaseSensitive(k->record, "files")));
+	if (k->os && k->cache &&
+	    k->os->ops->event(k->os, k->cache, r ? "Warning" : "Normal",
+	                      r ? "CaptureRefused" : "CaptureCandidate", msg, NULL) != 0)
+		log_warn("cannot record the capture's Event", "message", msg);
+}
+
 void node_capture_run(struct node_capture *k)
 {
 	char upper[PATH_MAX + 8], from[PATH_MAX + 32], gpufile[PATH_MAX + 16],
@@ -474,6 +505,8 @@ out:
 	pull_secret_clear(&ps);
 	if (k->work[0] && remove_path(k->work) != 0)
 		log_warn("cannot remove a capture's scratch directory", "dir", k->work);
+	if (k->record)
+		tell(k);
 	if (!k->live && k->record)
 		node_capture_discard(k->dir, cJSON_GetObjectItemCaseSensitive(k->record, "refused")
 		                                 ? "refused"

@@ -63,6 +63,7 @@ struct node_capture {
 	char *gpus_json;                /* owned: this node's GPU inventory */
 	struct objstore *os;            /* reads the cache's Secrets */
 	const atomic_bool *cancel;      /* set: the agent stops, the capture is ended */
+	cJSON *cache;                   /* owned: the cache object, for its Event */
 	struct pull_secret_ref secrets; /* the cache's spec.pullSecrets */
 	/* out: {digest, repository, baseDigest, files, bytes, targets, pod,
 	 * capturedAt, paths[{path, digest}]} or {refused: {reason, message},
@@ -70,7 +71,8 @@ struct node_capture {
 	cJSON *record;
 };
 
-/* Run one capture (worker thread). Always fills k->record. */
+/* Run one capture (worker thread): k->record is what it gave (NULL: the pod
+ * added nothing, or the agent stopped), told in an Event on the cache. */
 void node_capture_run(struct node_capture *k);
 void node_capture_clear(struct node_capture *k);
 

@@ -238,6 +238,13 @@ def main():
     rc, out, err = gkm("cache", "inspect", repo + ":candidate-v-p7", "--no-signatures")
     t.ok(rc != 0 and len(c12.get("pods") or []) == 2 if c12 else False,
          "nothing of a refused volume is pushed", diag=(out, err))
+    p = kube.kubectl("get", "events", "-n", NS, "--field-selector", "involvedObject.name=vector-add", "-o", "json")
+    evs = json.loads(p.stdout)["items"] if p.returncode == 0 else []
+    reasons = sorted(e["reason"] for e in evs if e["reason"].startswith("Capture"))
+    t.ok(reasons.count("CaptureCandidate") >= 2 and reasons.count("CaptureRefused") == 3
+         and any("unsigned: gkm cache promote" in e["message"] for e in evs),
+         "each capture is told in an Event on the cache (kubectl describe): candidates and refusals",
+         diag=[(e["reason"], e["message"]) for e in evs])
     t.ok(wait_for(lambda: not handed_over(), 10) is not None,
          "the agent removes every handed-over upper layer once captured or refused",
          diag=handed_over())
