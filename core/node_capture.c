@@ -420,24 +420,17 @@ static void copy_item(cJSON *to, const char *as, const cJSON *from, const char *
 static void tell(const struct node_capture *k)
 {
 	const cJSON *r = cJSON_GetObjectItemCaseSensitive(k->record, "refused");
-	const cJSON *pod = cJSON_GetObjectItemCaseSensitive(k->record, "pod");
 	char msg[1536], who[320];
-	snprintf(who, sizeof(who), "pod %s/%s on %s",
-	         cJSON_GetStringValue(cJSON_GetObjectItemCaseSensitive(pod, "namespace")) ?: "?",
-	         cJSON_GetStringValue(cJSON_GetObjectItemCaseSensitive(pod, "name")) ?: "?",
-	         cJSON_GetStringValue(cJSON_GetObjectItemCaseSensitive(pod, "node")) ?: "?");
+	snprintf(who, sizeof(who), "pod %s/%s on %s", obj_str(k->record, "pod.namespace"),
+	         obj_str(k->record, "pod.name"), obj_str(k->record, "pod.node"));
 	if (r)
-		snprintf(msg, sizeof(msg), "%s: not captured: %s", who,
-		         cJSON_GetStringValue(cJSON_GetObjectItemCaseSensitive(r, "message"))
-		             ?: "");
+		snprintf(msg, sizeof(msg), "%s: not captured: %s", who, obj_str(r, "message"));
 	else
 		snprintf(
 		    msg, sizeof(msg),
 		    "%s: candidate %s@%s (%.0f files added), unsigned: gkm cache promote makes it "
 		    "the cache",
-		    who, k->repository,
-		    cJSON_GetStringValue(cJSON_GetObjectItemCaseSensitive(k->record, "digest"))
-		        ?: "",
+		    who, k->repository, obj_str(k->record, "digest"),
 		    cJSON_GetNumberValue(cJSON_GetObjectItemCaseSensitive(k->record, "files")));
 	if (k->os && k->cache &&
 	    k->os->ops->event(k->os, k->cache, r ? "Warning" : "Normal",
