@@ -146,7 +146,8 @@ def main():
     private = cache("private", {"repository": reg2 + "/team/candidates"})
     private["spec"]["pullSecrets"] = [{"name": "push"}]
     for obj in (cache("vector-add", {"repository": repo}), cache("plain"), shared, private,
-                cache("nocreds", {"repository": reg2 + "/team/candidates"})):
+                cache("nocreds", {"repository": reg2 + "/team/candidates"}),
+                cache("ondemand", {"repository": repo, "onPodExit": False})):
         p = kube_e2e.apply(kube, obj)
         t.ok(p.returncode == 0, "%s %s applied" % (obj["kind"], obj["metadata"]["name"]), diag=p.stderr)
 
@@ -158,14 +159,16 @@ def main():
         e = node_entry(name, on)
         return e if e.get("state") == "Ready" and e.get("digest") == want else None
 
-    e = wait_for(lambda: ready("vector-add", digest) and ready("plain", digest)
+    e = wait_for(lambda: ready("vector-add", digest) and ready("plain", digest) and ready("ondemand", digest)
                  and ready("vector-add", digest, NODE2), 90)
     t.ok(e, "both caches are Ready on %s, the capturing one on %s too" % (NODE, NODE2),
          diag=(node_entry("vector-add"), node_entry("vector-add", NODE2), agent.tail(), agent2.tail()))
     marker = os.path.join(state, "caches", NS, "vector-add", "capture")
     t.ok(wait_for(lambda: os.path.exists(marker), 10)
-         and not os.path.exists(os.path.join(state, "caches", NS, "plain", "capture")),
-         "the agent marks the view of the cache that captures, and only that one")
+         and not os.path.exists(os.path.join(state, "caches", NS, "plain", "capture"))
+         and not os.path.exists(os.path.join(state, "caches", NS, "ondemand", "capture")),
+         "the agent marks the view of the cache that captures on pod exit, and only that one "
+         "(not one without spec.capture, nor one with onPodExit false)")
 
     def handed_over():
         return [n for st in (state, state2) if os.path.isdir(os.path.join(st, "captures", NS, "vector-add"))
