@@ -4,12 +4,14 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <ftw.h>
+#include <glob.h>
 #include <pthread.h>
 #include <signal.h>
 #include <spawn.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mount.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
 #include <time.h>
@@ -353,9 +355,23 @@ static int spawn_capture(struct node_capture *k, const char *from, const char *a
 	posix_spawn_file_actions_addopen(&fa, 0, "/dev/null", O_RDONLY, 0);
 	posix_spawn_file_actions_addopen(&fa, 1, outp, O_WRONLY | O_CREAT | O_TRUNC, 0600);
 	posix_spawn_file_actions_addopen(&fa, 2, errp, O_WRONLY | O_CREAT | O_TRUNC, 0600);
+	/* the daemon blocks the signals its loop reads: the child gets none
+	 * blocked and their default actions, so that SIGTERM ends it */
+	posix_spawnattr_t at;
+	sigset_t none, deflt;
+	sigemptyset(&none);
+	sigemptyset(&deflt);
+	sigaddset(&deflt, SIGTERM);
+	sigaddset(&deflt, SIGINT);
+	sigaddset(&deflt, SIGHUP);
+	posix_spawnattr_init(&at);
+	posix_spawnattr_setsigmask(&at, &none);
+	posix_spawnattr_setsigdefault(&at, &deflt);
+	posix_spawnattr_setflags(&at, POSIX_SPAWN_SETSIGMASK | POSIX_SPAWN_SETSIGDEF);
 	pid_t pid;
 	extern char **environ;
-	int rc = posix_spawn(&pid, exe, &fa, NULL, (char *const *)argv, environ);
+	int rc = posix_spawn(&pid, exe, &fa, &at, (char *const *)argv, environ);
+	posix_spawnattr_destroy(&at);
 	posix_spawn_file_actions_destroy(&fa);
 	if (rc) {
 		snprintf(msg, msglen, "cannot run gkm cache capture: %s", strerror(rc));
@@ -438,6 +454,29 @@ static void tell(const struct node_capture *k)
 		log_warn("cannot record the capture's Event", "message", msg);
 }
 
+/* Remove the scratch directory. A capture ended by a signal leaves its
+ * workspace's read-only overlay mounted (gkm cache capture mounts it at
+ * ws/cache of a gkm-capture-XXXXXX directory of its --workdir): detached
+ * first. */
+static void remove_work(const char *work)
+{
+	char pattern[PATH_MAX + 32];
+	glob_t g;
+	if (remove_path(work) == 0)
+		return;
+	snprintf(pattern, sizeof(pattern), "%s/gkm-capture-*/ws/cache", work);
+	if (glob(pattern, GLOB_NOSORT, NULL, &g) == 0) {
+		for (size_t i = 0; i < g.gl_pathc; i++)
+			if (umount2(g.gl_pathv[i], MNT_DETACH | UMOUNT_NOFOLLOW) != 0 &&
+			    errno != EINVAL)
+				log_warn("cannot unmount a capture's workspace", "dir",
+				         g.gl_pathv[i], "error", strerror(errno));
+		globfree(&g);
+	}
+	if (remove_path(work) != 0)
+		log_warn("cannot remove a capture's scratch directory", "dir", work);
+}
+
 void node_capture_run(struct node_capture *k)
 {
 	char upper[PATH_MAX + 8], from[PATH_MAX + 32], gpufile[PATH_MAX + 16],
@@ -496,8 +535,8 @@ void node_capture_run(struct node_capture *k)
 out:
 	cJSON_Delete(out);
 	pull_secret_clear(&ps);
-	if (k->work[0] && remove_path(k->work) != 0)
-		log_warn("cannot remove a capture's scratch directory", "dir", k->work);
+	if (k->work[0])
+		remove_work(k->work);
 	if (k->record)
 		tell(k);
 	if (!k->live && k->record)

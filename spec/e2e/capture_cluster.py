@@ -376,6 +376,7 @@ def main():
     silent.bind(("127.0.0.1", 0))
     silent.listen(8)  # accepts connections, never answers
     cleanups.append(silent.close)
+    wait_for(lambda: not handed_over(), 60)  # the capture of p12 at exit is done: none runs
     p = kube_e2e.apply(kube, cache("stuck", {"repository": "127.0.0.1:%d/x" % silent.getsockname()[1]}))
     ok = p.returncode == 0 and wait_for(lambda: ready("stuck", digest), 60)
     compile_kernel(publish("p13", "stuck"), "one")
