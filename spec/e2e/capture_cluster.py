@@ -76,9 +76,6 @@ def main():
     def path(*p):
         return os.path.join(tmp, *p)
 
-    def get(*args):
-        return kube_e2e.get(kube, *args)
-
     reg, digests, trust = kube_e2e.signed_caches(GKM, ROOT, tmp, cleanups, {FIXTURE: "caches/cuda:v1"})
     ref = reg + "/caches/cuda:v1"
     digest = digests[ref]
@@ -89,6 +86,7 @@ def main():
     cleanups.append(stop2)
 
     kube = kubeenv.KubeEnv()
+    get = kube.get_json
     cleanups.append(kube.stop)
     kube.start()
     kube.apply_crds()
@@ -131,10 +129,10 @@ def main():
                 "metadata": {"name": name, "namespace": NS}, "spec": spec}
 
     # ---- the API: validation ----
-    p = kube_e2e.apply(kube, cache("bad", {"onPodExit": True}))
+    p = kube.apply_obj(cache("bad", {"onPodExit": True}))
     t.ok(p.returncode != 0 and "repository" in p.stderr,
          "spec.capture without a repository is refused by the CRD's schema", diag=p.stderr)
-    p = kube_e2e.apply(kube, cache("bad", {"repository": repo + ":tag"}))
+    p = kube.apply_obj(cache("bad", {"repository": repo + ":tag"}))
     t.ok(p.returncode != 0 and "repository" in p.stderr,
          "spec.capture.repository with a tag is refused", diag=p.stderr)
 
@@ -148,7 +146,7 @@ def main():
     for obj in (cache("vector-add", {"repository": repo}), cache("plain"), shared, private,
                 cache("nocreds", {"repository": reg2 + "/team/candidates"}),
                 cache("ondemand", {"repository": repo, "onPodExit": False})):
-        p = kube_e2e.apply(kube, obj)
+        p = kube.apply_obj(obj)
         t.ok(p.returncode == 0, "%s %s applied" % (obj["kind"], obj["metadata"]["name"]), diag=p.stderr)
 
     def node_entry(name, on=NODE):
@@ -377,7 +375,7 @@ def main():
     silent.listen(8)  # accepts connections, never answers
     cleanups.append(silent.close)
     wait_for(lambda: not handed_over(), 60)  # the capture of p12 at exit is done: none runs
-    p = kube_e2e.apply(kube, cache("stuck", {"repository": "127.0.0.1:%d/x" % silent.getsockname()[1]}))
+    p = kube.apply_obj(cache("stuck", {"repository": "127.0.0.1:%d/x" % silent.getsockname()[1]}))
     ok = p.returncode == 0 and wait_for(lambda: ready("stuck", digest), 60)
     compile_kernel(publish("p13", "stuck"), "one")
     unpublish("p13")

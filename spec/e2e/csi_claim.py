@@ -96,15 +96,6 @@ def main():
     def path(*p):
         return os.path.join(tmp, *p)
 
-    def kubectl(*args, input=None):
-        return kube.kubectl(*args, input=input)
-
-    def get(*args):
-        return kube_e2e.get(kube, *args)
-
-    def apply(obj):
-        return kube_e2e.apply(kube, obj)
-
     # ---- a signed cache in a real registry ----
     reg, digests, trust = kube_e2e.signed_caches(GKM, ROOT, tmp, cleanups,
                                                  {FIXTURE: "caches/cuda:v1", HIP_FIXTURE: "caches/rocm:v1"})
@@ -113,6 +104,7 @@ def main():
 
     # ---- control plane, node, gkm ----
     kube = kubeenv.KubeEnv(controller_manager=True, cm_controllers=CONTROLLERS)
+    kubectl, get, apply = kube.kubectl, kube.get_json, kube.apply_obj
     cleanups.append(kube.stop)
     kube.start()
     kube.apply_crds()

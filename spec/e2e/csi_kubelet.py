@@ -91,12 +91,6 @@ def main():
     def path(*p):
         return os.path.join(tmp, *p)
 
-    def kubectl(*args, input=None):
-        return kube.kubectl(*args, input=input)
-
-    def get(*args):
-        return kube_e2e.get(kube, *args)
-
     # ---- a signed cache in a real registry ----
     reg, digests, trust = kube_e2e.signed_caches(GKM, ROOT, tmp, cleanups,
                                                  {FIXTURE: "caches/cuda:v1", HIP_FIXTURE: "caches/rocm:v1"})
@@ -106,6 +100,7 @@ def main():
 
     # ---- the control plane and the node ----
     kube = kubeenv.KubeEnv()
+    kubectl, get = kube.kubectl, kube.get_json
     cleanups.append(kube.stop)
     kube.start()
     kube.apply_crds()

@@ -71,19 +71,11 @@ def main():
     def path(*p):
         return os.path.join(tmp, *p)
 
-    def kubectl(*args, input=None):
-        return kube.kubectl(*args, input=input)
-
-    def get(*args):
-        return kube_e2e.get(kube, *args)
-
-    def apply(obj):
-        return kube_e2e.apply(kube, obj)
-
     reg, _, trust = kube_e2e.signed_caches(GKM, ROOT, tmp, cleanups, {FIXTURE: "caches/cuda:v1"})
     ref = reg + "/caches/cuda:v1"
 
     kube = kubeenv.KubeEnv(controller_manager=True)
+    kubectl, get, apply = kube.kubectl, kube.get_json, kube.apply_obj
     cleanups.append(kube.stop)
     kube.start()
     kube.apply_crds()

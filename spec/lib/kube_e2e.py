@@ -1,7 +1,6 @@
 """What the end-to-end tests against a real control plane share: signed
-caches in a real registry, kubectl shorthands, and the way a test's main()
+caches in a real registry, a mount work directory, and the way a test's main()
 is run (a failure reported, then every clean-up, also on SIGTERM)."""
-import json
 import os
 import shutil
 import signal
@@ -46,16 +45,6 @@ def mount_workdir(prefix, cleanups):
     cleanups.append(lambda: csi_client.unmount_below(tmp))
     why = csi_client.mount_permitted(tmp)
     return (None, why) if why else (tmp, None)
-
-
-def get(kube, *args):
-    """`kubectl get ... -o json` as an object, None when it fails."""
-    p = kube.kubectl("get", *args, "-o", "json")
-    return json.loads(p.stdout) if p.returncode == 0 else None
-
-
-def apply(kube, obj):
-    return kube.kubectl("apply", "-f", "-", input=json.dumps(obj))
 
 
 def run(t, main, cleanups):

@@ -346,6 +346,15 @@ class KubeEnv(Processes):
         return subprocess.run(["kubectl", "--kubeconfig", self.kubeconfig] + list(args),
                               capture_output=True, text=True, check=check, input=input)
 
+    def get_json(self, *args):
+        """`kubectl get ... -o json` as an object, None when it fails."""
+        p = self.kubectl("get", *args, "-o", "json")
+        return json.loads(p.stdout) if p.returncode == 0 else None
+
+    def apply_obj(self, obj):
+        """`kubectl apply` of one object."""
+        return self.kubectl("apply", "-f", "-", input=json.dumps(obj))
+
     def apply_crds(self, path=CRDS):
         self.kubectl("apply", "--server-side", "-f", path, check=True)
         self.kubectl("wait", "--for=condition=Established", "--timeout=60s", "-f", path,
