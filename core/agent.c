@@ -97,6 +97,7 @@ struct cache {
 	char *placed, placed_name[254], placed_digest[80];
 	cJSON *captures; /* what captures of pods' volumes gave here (node_capture.h) */
 	cJSON *live;     /* live volumes a capture on demand still has to take */
+	char *demand;    /* the gkm.io/capture value last handled (NULL: not read yet) */
 };
 
 /* One node object: ClusterGKMCacheNode (ns "") or GKMCacheNode in ns. */
@@ -209,6 +210,7 @@ static void cache_free(struct cache *c)
 	cJSON_Delete(c->entry);
 	cJSON_Delete(c->captures);
 	cJSON_Delete(c->live);
+	free(c->demand);
 	free(c->placed);
 	free(c);
 }
@@ -2071,7 +2073,7 @@ static void captures_start(struct agent *a)
 		if (!repo_set || !c->ref[0] || !c->view_digest[0] ||
 		    strcmp(c->view_digest, c->digest) != 0)
 			continue;
-		if (node_capture_demanded(a->root, c->ns, c->name, c->obj)) {
+		if (node_capture_demanded(a->root, c->ns, c->name, c->obj, &c->demand)) {
 			cJSON_Delete(c->live);
 			c->live = live_volumes(a, c);
 		}

@@ -47,23 +47,26 @@ bool node_capture_on_exit(const cJSON *cache)
 	       !cJSON_IsFalse(cJSON_GetObjectItemCaseSensitive(cap, "onPodExit"));
 }
 
-bool node_capture_demanded(const char *root, const char *ns, const char *name, const cJSON *cache)
+bool node_capture_demanded(const char *root, const char *ns, const char *name, const cJSON *cache,
+                           char **seen)
 {
 	const cJSON *v = cJSON_GetObjectItemCaseSensitive(
 	    cJSON_GetObjectItemCaseSensitive(cJSON_GetObjectItemCaseSensitive(cache, "metadata"),
 	                                     "annotations"),
 	    NODE_CAPTURE_ANNOTATION);
-	char dir[PATH_MAX], path[PATH_MAX + 16], *seen = NULL;
+	char dir[PATH_MAX], path[PATH_MAX + 16];
 	size_t len = 0;
 	if (!cJSON_IsString(v) || !*v->valuestring ||
+	    (*seen && strcmp(*seen, v->valuestring) == 0) ||
 	    cache_view_dir(dir, sizeof(dir), root, CACHE_VIEW_CAPTURES, ns, name) != 0)
 		return false;
 	snprintf(path, sizeof(path), "%s/.demand", dir);
-	bool same =
-	    fsutil_read_file(path, 4096, &seen, &len) == 0 && strcmp(seen, v->valuestring) == 0;
-	free(seen);
-	if (same)
+	/* After a start: the value handled before it. */
+	if (!*seen && fsutil_read_file(path, 4096, seen, &len) == 0 &&
+	    strcmp(*seen, v->valuestring) == 0)
 		return false;
+	free(*seen);
+	*seen = strdup(v->valuestring);
 	if (fsutil_mkdirs(dir, 0700) != 0 ||
 	    fsutil_write_atomic(path, v->valuestring, strlen(v->valuestring), 0600) != 0)
 		log_warn("cannot record the capture asked for", "cache", name, "value",

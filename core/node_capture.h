@@ -31,9 +31,13 @@ bool node_capture_on_exit(const cJSON *cache);
 
 /* On demand: annotation gkm.io/capture; each new value asks for one capture
  * of the writable volumes live on the node. True (once per value, also
- * across restarts: the value is kept under root) when value is new. */
+ * across restarts: the value is kept under root) when value is new.
+ * *seen is the caller's copy of the value last handled: the file under
+ * root is read only while it is NULL (after a start) and written only when
+ * the value changes. */
 #define NODE_CAPTURE_ANNOTATION "gkm.io/capture"
-bool node_capture_demanded(const char *root, const char *ns, const char *name, const cJSON *cache);
+bool node_capture_demanded(const char *root, const char *ns, const char *name, const cJSON *cache,
+                           char **seen);
 
 /* The oldest volume handed over for (ns, name) under root, into path.
  * 0, or -ENOENT when there is none. */
