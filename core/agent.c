@@ -653,7 +653,7 @@ out:
  * access learns nothing from another's read). */
 static bool same_access(const struct agent *a, const struct cache *c, const struct cache *o)
 {
-	struct pull_secret_ref rc, ro;
+	struct pull_secret_ref rc = {0}, ro = {0};
 	pull_secret_ref_of(c->obj, a->o.namespace_, &rc);
 	pull_secret_ref_of(o->obj, a->o.namespace_, &ro);
 	return pull_secret_ref_same(&rc, &ro);

@@ -28,6 +28,7 @@
 
 #define CACHE_CAPTURE_MAX_FILES 200000ull    /* files and directories */
 #define CACHE_CAPTURE_MAX_BYTES (8ull << 30) /* file bytes */
+#define CACHE_CAPTURE_LISTED 32              /* added files listed with their digests */
 
 /* Untrusted rules with the default caps. */
 void cache_capture_rules_default(struct cache_walk_rules *r);

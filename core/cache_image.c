@@ -822,6 +822,7 @@ struct layer_writer {
 	int64_t newest;
 	int io_errno;
 	const char *prefix; /* "io.triton.cache" */
+	cJSON *files;       /* res->files: the first o->list_files files, listed */
 };
 
 /* The compressed layer: hashed for its digest and written to the file. */
@@ -914,12 +915,37 @@ static char *rewrite_group(const char *data, size_t len, size_t *outlen)
 	return s;
 }
 
+/* Start the digest of a file the layer lists (opts.list_files); false when
+ * it is not one of those. */
+static bool list_start(struct layer_writer *lw, struct oci_hasher *h)
+{
+	return lw->files && (size_t)cJSON_GetArraySize(lw->files) < lw->o->list_files &&
+	       oci_hasher_init(h, NULL) == 0;
+}
+
+static int list_end(struct layer_writer *lw, struct oci_hasher *h, const char *name)
+{
+	char d[OCI_DIGEST_MAX];
+	cJSON *f = NULL;
+	int rc = oci_hasher_final(h, d);
+	if (rc == 0 &&
+	    (!(f = cJSON_CreateObject()) || !cJSON_AddStringToObject(f, "path", name) ||
+	     !cJSON_AddStringToObject(f, "digest", d) || !cJSON_AddItemToArray(lw->files, f))) {
+		cJSON_Delete(f);
+		rc = -ENOMEM;
+	}
+	return rc;
+}
+
 static int write_file(struct layer_writer *lw, const struct walk_entry *e, const char *name)
 {
 	int fd = -1;
+	struct oci_hasher h = {0};
+	bool listed = false;
 	int rc = open_entry(&lw->w, e, &fd);
 	if (rc)
 		return rc;
+	listed = list_start(lw, &h);
 	size_t jlen = 0;
 	char *json = read_small_json(e, fd, &jlen);
 	if (json && lw->o->rewrite_group_paths && strncmp(e->name, "__grp__", 7) == 0) {
@@ -937,6 +963,8 @@ static int write_file(struct layer_writer *lw, const struct walk_entry *e, const
 		    !(rc = put_header(lw, name, AE_IFREG, e->st.st_mode, e->st.st_mtime,
 		                      (int64_t)jlen, NULL)))
 			rc = put_data(lw, name, json, jlen);
+		if (listed)
+			oci_hasher_update(&h, json, jlen);
 		free(json);
 		goto out;
 	}
@@ -969,10 +997,15 @@ static int write_file(struct layer_writer *lw, const struct walk_entry *e, const
 			n = (ssize_t)left; /* a file that grows: package what stat saw */
 		if ((rc = put_data(lw, name, buf, (size_t)n)))
 			goto out;
+		if (listed)
+			oci_hasher_update(&h, buf, (size_t)n);
 		left -= n;
 	}
 	rc = check_unchanged(&lw->w, e, fd);
 out:
+	if (rc == 0 && listed)
+		rc = list_end(lw, &h, name);
+	oci_hasher_free(&h);
 	close(fd);
 	return rc;
 }
@@ -1003,7 +1036,8 @@ static int write_layer(const char *dir, const struct cache_build_opts *o, int fd
 	struct layer_writer lw = {.w = {.visit = layer_visit, .err = err, .rules = o->rules},
 	                          .o = o,
 	                          .fd = fd,
-	                          .m = &res->meta};
+	                          .m = &res->meta,
+	                          .files = res->files};
 	char prefix[64], mdir[64], mname[96];
 	char *manifest = NULL;
 	struct stat st;
@@ -1169,6 +1203,8 @@ void cache_build_result_clear(struct cache_build_result *res)
 		res->layer_path = NULL;
 	}
 	cache_meta_clear(&res->meta);
+	cJSON_Delete(res->files);
+	res->files = NULL;
 }
 
 int cache_build_layer(const char *dir, const struct cache_build_opts *opts,
@@ -1181,6 +1217,10 @@ int cache_build_layer(const char *dir, const struct cache_build_opts *opts,
 		o.format = cache_detect_format(dir);
 	if ((rc = cache_meta_init(&res->meta, o.format)))
 		return rc;
+	if (o.list_files && !(res->files = cJSON_CreateArray())) {
+		rc = -ENOMEM;
+		goto out;
+	}
 	const char *tmpdir = getenv("TMPDIR");
 	if (asprintf(&res->layer_path, "%s/gkm-layer-XXXXXX", tmpdir && *tmpdir ? tmpdir : "/tmp") <
 	    0) {

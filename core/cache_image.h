@@ -118,6 +118,10 @@ struct cache_build_opts {
 	const struct oci_image *base;
 	struct oci_repo *base_repo;
 	const struct cache_meta *image_meta;
+	/* List the first list_files regular files the layer holds, in the
+	 * walk's (sorted) order, with their digests, in res->files: what the
+	 * layer itself read, so nobody has to open the tree again. */
+	size_t list_files;
 };
 void cache_build_opts_init(struct cache_build_opts *o);
 
@@ -129,8 +133,9 @@ struct cache_build_result {
 	int64_t created;
 	char *layer_path;       /* the layer, written but not stored yet */
 	struct cache_meta meta; /* what the new layer holds */
+	cJSON *files; /* [{path ("io.triton.cache/..."), digest}] (opts.list_files), owned */
 };
-/* Remove the layer file and release meta. */
+/* Remove the layer file and release meta and files. */
 void cache_build_result_clear(struct cache_build_result *res);
 
 /* Package dir into an image and store it in repo under tag: the layer is

@@ -41,10 +41,18 @@ static int same_bytes(int a, int b)
 static int copy_file(struct unite *u, int sdir, int ddir, const char *name, const char *rel,
                      const struct stat *st)
 {
-	int in = openat(sdir, name, O_RDONLY | O_NOFOLLOW | O_CLOEXEC), out = -1, rc = 0;
-	if (in < 0) {
-		rc = -errno;
-		oci_errf(u->err, "cannot open %s in %s: %s", rel, u->src_name, strerror(errno));
+	/* the file the walk met, still: never through a link, never blocking on
+	 * a FIFO or device put in its place */
+	int in = openat(sdir, name, O_RDONLY | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC), out = -1,
+	    rc = 0;
+	struct stat now;
+	if (in < 0 || fstat(in, &now) < 0 || !S_ISREG(now.st_mode) || now.st_dev != st->st_dev ||
+	    now.st_ino != st->st_ino) {
+		rc = in < 0 ? -errno : -EAGAIN;
+		oci_errf(u->err, "cannot open %s in %s: %s", rel, u->src_name,
+		         in < 0 ? strerror(errno) : "it was replaced while being read");
+		if (in >= 0)
+			close(in);
 		return rc;
 	}
 	out = openat(ddir, name, O_RDONLY | O_NOFOLLOW | O_CLOEXEC);

@@ -18,6 +18,7 @@
 #include "cache_tree.h"
 #include "cmd.h"
 #include "cmd_cache.h"
+#include "errbuf.h"
 #include "fstree.h"
 #include "gpu_probe.h"
 #include "kube_client.h"
@@ -192,7 +193,110 @@ static int run_command(struct cli *c, char **argv, enum cache_format f, const ch
 	return EXIT_FAIL;
 }
 
+/* A --from directory, held open from the start: its last component opened
+ * beneath its parent without following a link, and read from then on only
+ * through that descriptor (as /proc/self/fd/N, which the kernel resolves to
+ * the open directory itself, never by name again). What a pod wrote can
+ * swap the name for a link at any time; the descriptor still names the
+ * directory that was checked, and the name is checked again before anything
+ * is pushed. */
+struct held_dir {
+	int parent, fd;
+	struct stat st;
+	const char *given; /* as the user (or the agent) named it */
+	char name[NAME_MAX + 1];
+	char path[32]; /* /proc/self/fd/N */
+};
+
+/* "X: a symlink (to 'T')" or "X: why", for a name that is not the
+ * directory it should be. */
+static void not_held(const struct held_dir *h, const char *why, struct oci_err *e)
+{
+	char t[PATH_MAX];
+	ssize_t n = readlinkat(h->parent, h->name, t, sizeof(t) - 1);
+	if (n >= 0) {
+		t[n] = '\0';
+		oci_errf(e,
+		         "cannot capture %s: a symlink (to '%s')%s; a capture reads only the "
+		         "directory it opened, never through a link",
+		         h->given, t, why);
+	} else {
+		oci_errf(e, "cannot capture %s: %s", h->given,
+		         why[0] ? why + 1 : "not a directory");
+	}
+}
+
+static int hold_open(struct held_dir *h, const char *given, struct oci_err *e)
+{
+	char parent[PATH_MAX];
+	size_t len = strlen(given);
+	h->parent = h->fd = -1;
+	h->given = given;
+	while (len > 1 && given[len - 1] == '/')
+		len--;
+	if (len >= sizeof(parent)) {
+		oci_errf(e, "cannot capture %s: path too long", given);
+		return -ENAMETOOLONG;
+	}
+	memcpy(parent, given, len);
+	parent[len] = '\0';
+	char *slash = strrchr(parent, '/');
+	const char *name = slash ? slash + 1 : parent;
+	if (!*name || strcmp(name, ".") == 0 || strcmp(name, "..") == 0 ||
+	    strlen(name) >= sizeof(h->name)) {
+		oci_errf(e, "cannot capture %s: name the directory itself (not '.' or '..')",
+		         given);
+		return -EINVAL;
+	}
+	snprintf(h->name, sizeof(h->name), "%s", name);
+	if (slash == parent)
+		slash[1] = '\0'; /* "/x": the parent is "/" */
+	else if (slash)
+		*slash = '\0';
+	h->parent = open(slash ? parent : ".", O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+	if (h->parent < 0) {
+		int rc = -errno;
+		oci_errf(e, "cannot capture %s: %s", given, strerror(errno));
+		return rc;
+	}
+	h->fd = openat(h->parent, h->name, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+	if (h->fd < 0 || fstat(h->fd, &h->st) < 0) {
+		int rc = -errno;
+		char why[300];
+		snprintf(why, sizeof(why), " %s", strerror(errno));
+		not_held(h, errno == ELOOP || errno == ENOTDIR ? "" : why, e);
+		return rc;
+	}
+	snprintf(h->path, sizeof(h->path), "/proc/self/fd/%d", h->fd);
+	return 0;
+}
+
+/* The name still leads to the directory opened. */
+static int hold_check(const struct held_dir *h, struct oci_err *e)
+{
+	struct stat now;
+	if (fstatat(h->parent, h->name, &now, AT_SYMLINK_NOFOLLOW) == 0 &&
+	    now.st_dev == h->st.st_dev && now.st_ino == h->st.st_ino && S_ISDIR(now.st_mode))
+		return 0;
+	not_held(h, " replaced it while it was captured", e);
+	if (!strstr(e->msg, "symlink"))
+		oci_errf(e, "cannot capture %s: it was moved or replaced while it was captured",
+		         h->given);
+	return -EPERM;
+}
+
+static void hold_close(struct held_dir *h)
+{
+	if (h->fd >= 0)
+		close(h->fd);
+	if (h->parent >= 0)
+		close(h->parent);
+	h->fd = h->parent = -1;
+}
+
 struct capture {
+	struct held_dir held[CMD_CACHE_MAX_FROM];
+	unsigned nheld;
 	struct oci_ref bref, tref;
 	struct oci_repo *brepo, *trepo;
 	struct oci_image base;
@@ -207,6 +311,8 @@ struct capture {
 
 static void capture_clear(struct capture *k)
 {
+	for (unsigned i = 0; i < k->nheld; i++)
+		hold_close(&k->held[i]);
 	/* a workspace still mounted is left alone: removing through the
 	 * mount would be removing from the merged view */
 	bool keep = k->ws_open && cache_capture_ws_close(&k->ws) != 0;
@@ -261,8 +367,30 @@ static int pull_base(struct cli *c, struct capture *k, enum cache_format *fmt, c
 	return 0;
 }
 
+/* Print a failure, naming each --from directory as it was given rather
+ * than by the descriptor it is read through. */
+static int capture_fail(struct cli *c, const struct capture *k, const char *what, struct oci_err *e,
+                        int rc)
+{
+	for (unsigned i = 0; i < k->nheld; i++)
+		errbuf_rename_path(e->msg, sizeof(e->msg), k->held[i].path, k->held[i].given);
+	return cmd_cache_fail(c->cmd, what, e, rc);
+}
+
+/* Every --from directory is still where it was named. */
+static int check_held(struct cli *c, const struct capture *k)
+{
+	struct oci_err e = {{0}};
+	for (unsigned i = 0; i < k->nheld; i++) {
+		int rc = hold_check(&k->held[i], &e);
+		if (rc)
+			return capture_fail(c, k, "nothing captured", &e, rc);
+	}
+	return 0;
+}
+
 /* What the image says besides the summary: how much was added, from where. */
-static cJSON *capture_facts(const struct capture *k, const char *base_ref, size_t layers)
+static cJSON *capture_facts(const struct capture *k, const char *base_ref, size_t layers, bool json)
 {
 	cJSON *o = cJSON_CreateObject();
 	if (!o)
@@ -275,6 +403,8 @@ static cJSON *capture_facts(const struct capture *k, const char *base_ref, size_
 		cJSON_AddStringToObject(o, "baseDigest", k->base.desc.digest);
 	}
 	cJSON_AddNumberToObject(o, "layers", (double)layers);
+	if (json && k->res.files)
+		cJSON_AddItemToObject(o, "addedPaths", cJSON_Duplicate(k->res.files, 1));
 	return o;
 }
 
@@ -293,13 +423,13 @@ static int stage_from(struct cli *c, struct capture *k, enum cache_format fmt,
 	struct oci_err e = {{0}};
 	for (unsigned i = 0; i < c->nfrom; i++) {
 		struct cache_meta m;
-		int rc = cache_scan_dir(c->from[i], fmt, rules, true, &m, &e);
+		int rc = cache_scan_dir(k->held[i].path, fmt, rules, true, &m, &e);
 		cache_meta_clear(&m);
 		if (rc)
-			return cmd_cache_fail(c->cmd, "nothing captured", &e, rc);
+			return capture_fail(c, k, "nothing captured", &e, rc);
 	}
 	if (c->nfrom == 1) {
-		*top = c->from[0];
+		*top = k->held[0].path;
 		return 0;
 	}
 	snprintf(k->staged, sizeof(k->staged), "%s/added", k->root);
@@ -308,7 +438,7 @@ static int stage_from(struct cli *c, struct capture *k, enum cache_format fmt,
 		return EXIT_FAIL;
 	}
 	for (unsigned i = 0; i < c->nfrom; i++) {
-		int rc = cache_tree_unite(c->from[i], k->staged, c->from[i], &e);
+		int rc = cache_tree_unite(k->held[i].path, k->staged, c->from[i], &e);
 		if (rc) {
 			fprintf(stderr, "%s: nothing captured: conflict: %s\n", c->cmd,
 			        oci_err_str(&e, rc));
@@ -340,6 +470,16 @@ int cmd_cache_capture(struct cli *c, int argc, char **argv)
 		rc = cli_usage_error(c->cmd, "-t names a tag, not a digest ('%s')", c->tag_ref);
 		goto out;
 	}
+	/* the directories are opened before anything else happens, and only
+	 * once (struct held_dir) */
+	for (unsigned i = 0; i < c->nfrom; i++, k.nheld++) {
+		int hrc = hold_open(&k.held[i], c->from[i], &e);
+		if (hrc) {
+			k.nheld++;
+			rc = cmd_cache_fail(c->cmd, "nothing captured", &e, hrc);
+			goto out;
+		}
+	}
 	if (!(k.gpus = load_gpus(c))) {
 		rc = EXIT_FAIL;
 		goto out;
@@ -363,7 +503,8 @@ int cmd_cache_capture(struct cli *c, int argc, char **argv)
 	if (c->base_ref)
 		added_rules.unchanged_from = lower;
 	const char *top = NULL;
-	if (c->nfrom && (rc = stage_from(c, &k, fmt, &added_rules, &top)))
+	if (c->nfrom &&
+	    ((rc = check_held(c, &k)) || (rc = stage_from(c, &k, fmt, &added_rules, &top))))
 		goto out;
 	char wsdir[PATH_MAX / 2 + 16];
 	snprintf(wsdir, sizeof(wsdir), "%s/ws", k.root);
@@ -372,7 +513,7 @@ int cmd_cache_capture(struct cli *c, int argc, char **argv)
 		wrc = cache_capture_ws_open(wsdir, c->base_ref ? lower : NULL, top,
 		                            geteuid() == 0 && !c->copy, &k.ws, &e);
 	if (wrc) {
-		rc = cmd_cache_fail(c->cmd, "workspace", &e, wrc);
+		rc = capture_fail(c, &k, "workspace", &e, wrc);
 		goto out;
 	}
 	k.ws_open = true;
@@ -380,7 +521,7 @@ int cmd_cache_capture(struct cli *c, int argc, char **argv)
 		goto out;
 	int src = cache_scan_dir(k.ws.added, fmt, &added_rules, c->base_ref != NULL, &k.added, &e);
 	if (src) {
-		rc = cmd_cache_fail(c->cmd, "nothing captured", &e, src);
+		rc = capture_fail(c, &k, "nothing captured", &e, src);
 		goto out;
 	}
 	if (k.added.files == 0) {
@@ -390,7 +531,7 @@ int cmd_cache_capture(struct cli *c, int argc, char **argv)
 		goto out;
 	}
 	if ((src = cache_capture_check_targets(k.added.targets, k.gpus, c->policy_dir, &e))) {
-		rc = cmd_cache_fail(c->cmd, "nothing captured", &e, src);
+		rc = capture_fail(c, &k, "nothing captured", &e, src);
 		goto out;
 	}
 	/* a writer the command left running shows between the two walks */
@@ -408,9 +549,13 @@ int cmd_cache_capture(struct cli *c, int argc, char **argv)
 	o.format = fmt;
 	o.extra_labels = c->labels;
 	o.platform = c->platform;
+	/* the layer's first files and their digests, for conflict checks
+	 * across candidates (only where the layer is what was added) */
+	if (!c->base_ref || !c->squash)
+		o.list_files = CACHE_CAPTURE_LISTED;
 	if (layered) {
 		if ((src = cache_scan_dir(k.ws.cache, fmt, NULL, false, &k.whole, &e))) {
-			rc = cmd_cache_fail(c->cmd, "nothing captured", &e, src);
+			rc = capture_fail(c, &k, "nothing captured", &e, src);
 			goto out;
 		}
 		o.rules = &added_rules;
@@ -422,7 +567,7 @@ int cmd_cache_capture(struct cli *c, int argc, char **argv)
 	}
 	const char *dir = layered ? k.ws.added : k.ws.cache;
 	if ((src = cache_build_layer(dir, &o, &k.res, &e))) {
-		rc = cmd_cache_fail(c->cmd, "nothing captured", &e, src);
+		rc = capture_fail(c, &k, "nothing captured", &e, src);
 		goto out;
 	}
 	if (dir == k.ws.added && !same_walk(&k.added, &k.res.meta)) {
@@ -433,13 +578,17 @@ int cmd_cache_capture(struct cli *c, int argc, char **argv)
 		rc = EXIT_FAIL;
 		goto out;
 	}
+	/* the last moment before anything leaves the machine */
+	if (c->nfrom && (rc = check_held(c, &k)))
+		goto out;
 	if ((src = cache_build_push(&o, &k.res, k.trepo, k.tref.tag, &e))) {
 		rc = cmd_cache_fail(c->cmd, "cannot push the capture", &e, src);
 		goto out;
 	}
 	size_t layers = layered ? k.base.manifest.n_layers + 1 : 1;
-	cmd_cache_print_built(c, "Captured", &k.tref, &k.res, layered ? &k.whole : NULL,
-	                      capture_facts(&k, c->base_ref, layers));
+	cmd_cache_print_built(
+	    c, "Captured", &k.tref, &k.res, layered ? &k.whole : NULL,
+	    capture_facts(&k, c->base_ref, layers, c->output && strcmp(c->output, "json") == 0));
 	rc = EXIT_OK;
 	if (c->r.nkeys == 1) {
 		char *name = oci_ref_name(&k.tref);

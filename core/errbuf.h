@@ -13,4 +13,10 @@ void errbuf_set(char *err, size_t errlen, const char *fmt, ...)
 void errbuf_vset(char *err, size_t errlen, const char *fmt, va_list ap)
     __attribute__((format(printf, 3, 0)));
 
+/* Name a directory as the reader knows it: every occurrence of path in err
+ * that is a whole path or its prefix up to a '/' becomes as (a message of
+ * a process that reached the directory through a descriptor, such as
+ * /proc/self/fd/3, tells where it really is). Cut at errlen. */
+void errbuf_rename_path(char *err, size_t errlen, const char *path, const char *as);
+
 #endif

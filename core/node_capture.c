@@ -3,9 +3,7 @@
 #include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
-#include <ftw.h>
 #include <glob.h>
-#include <pthread.h>
 #include <signal.h>
 #include <spawn.h>
 #include <stdio.h>
@@ -18,12 +16,15 @@
 #include <unistd.h>
 
 #include "cache_view.h"
+#include "errbuf.h"
 #include "fsutil.h"
 #include "fstree.h"
 #include "log.h"
-#include "oci_digest.h"
 
 #define CAPTURE_SOURCE_DATE "1" /* one date for every node: same files, same digest */
+/* The child's descriptor of the upper layer, and the path that names it there. */
+#define CAPTURE_UPPER_FD 3
+#define CAPTURE_UPPER_PATH "/proc/self/fd/3"
 #define CAPTURE_OUT_MAX (1u << 20)
 
 bool node_capture_repository(const cJSON *cache, char *repo, size_t len)
@@ -217,6 +218,7 @@ static const char *refusal_reason(const char *msg)
 	    {"cap (--max-files)", "CapExceeded"},
 	    {"byte cap of", "CapExceeded"},
 	    {"changed while it was captured", "StillWriting"},
+	    {"moved or replaced while it was captured", "Replaced"},
 	    {"other contents", "Conflict"},
 	    {"cannot push", "PushFailed"},
 	    {"GPU", "TargetMismatch"},
@@ -234,42 +236,6 @@ static void refuse(cJSON *rec, const char *reason, const char *msg)
 	cJSON_AddStringToObject(r, "message", msg);
 }
 
-/* The added files and their digests, for conflict checks across
- * candidates (at most NODE_CAPTURE_PATHS). */
-static cJSON *walk_paths;
-static size_t walk_skip;
-static int add_path(const char *p, const struct stat *st, int flag, struct FTW *f)
-{
-	(void)f;
-	if (flag != FTW_F || !S_ISREG(st->st_mode))
-		return 0;
-	if (cJSON_GetArraySize(walk_paths) >= NODE_CAPTURE_PATHS)
-		return 1;
-	char d[OCI_DIGEST_MAX];
-	uint64_t size;
-	if (oci_digest_file(p, NULL, d, &size) != 0)
-		return 0;
-	cJSON *e = cJSON_CreateObject();
-	cJSON_AddStringToObject(e, "path", p + walk_skip);
-	cJSON_AddStringToObject(e, "digest", d);
-	cJSON_AddItemToArray(walk_paths, e);
-	return 0;
-}
-
-static pthread_mutex_t walk_lock = PTHREAD_MUTEX_INITIALIZER;
-
-static cJSON *added_paths(const char *upper, const char *from)
-{
-	pthread_mutex_lock(&walk_lock);
-	walk_paths = cJSON_CreateArray();
-	walk_skip = strlen(upper) + 1;
-	nftw(from, add_path, 16, FTW_PHYS);
-	cJSON *out = walk_paths;
-	walk_paths = NULL;
-	pthread_mutex_unlock(&walk_lock);
-	return out;
-}
-
 /* ---- the run ---- */
 
 static int write_file(const char *dir, const char *name, const char *text, char *path, size_t len)
@@ -278,18 +244,17 @@ static int write_file(const char *dir, const char *name, const char *text, char 
 	return fsutil_write_atomic(path, text, strlen(text), 0600);
 }
 
-/* The cache directory in the upper layer ("" when the pod added none). */
-static void cache_dir_in(const char *upper, char *out, size_t len)
+/* The name of the cache directory in the upper layer (NULL when the pod
+ * added none). Only a choice of name: whatever it is (a link the pod made),
+ * the capture opens it beneath the upper layer without following links. */
+static const char *cache_dir_in(int upper)
 {
 	static const char *const names[] = {"io.triton.cache", "io.vllm.cache"};
 	struct stat st;
-	out[0] = '\0';
-	for (size_t i = 0; i < 2; i++) {
-		snprintf(out, len, "%s/%s", upper, names[i]);
-		if (lstat(out, &st) == 0 && S_ISDIR(st.st_mode))
-			return;
-	}
-	out[0] = '\0';
+	for (size_t i = 0; i < 2; i++)
+		if (fstatat(upper, names[i], &st, AT_SYMLINK_NOFOLLOW) == 0)
+			return names[i];
+	return NULL;
 }
 
 /* Whether this process may mount (CAP_SYS_ADMIN): an agent that may not
@@ -309,10 +274,10 @@ static bool may_mount(void)
 
 /* Run gkm cache capture; 0 with *out its JSON, else the last line of its
  * errors in msg. */
-static int spawn_capture(struct node_capture *k, const char *from, const char *authfile,
+static int spawn_capture(struct node_capture *k, int upper, const char *name, const char *authfile,
                          const char *gpufile, cJSON **out, char *msg, size_t msglen)
 {
-	char exe[PATH_MAX], tag[PATH_MAX + 700], outp[PATH_MAX + 16], errp[PATH_MAX + 16];
+	char exe[PATH_MAX], tag[PATH_MAX + 700], outp[PATH_MAX + 16], errp[PATH_MAX + 16], from[64];
 	ssize_t n = readlink("/proc/self/exe", exe, sizeof(exe) - 1);
 	if (n <= 0) {
 		snprintf(msg, msglen, "cannot find the gkm binary: %s", strerror(errno));
@@ -325,6 +290,9 @@ static int spawn_capture(struct node_capture *k, const char *from, const char *a
 		if (!((*c >= 'a' && *c <= 'z') || (*c >= 'A' && *c <= 'Z') ||
 		      (*c >= '0' && *c <= '9') || *c == '-' || *c == '.' || *c == '_'))
 			*c = '_';
+	/* the child reaches the pod's files only through the agent's descriptor
+	 * of the upper layer, never by a path the pod could redirect */
+	snprintf(from, sizeof(from), "%s/%s", CAPTURE_UPPER_PATH, name);
 	snprintf(outp, sizeof(outp), "%s/out.json", k->work);
 	snprintf(errp, sizeof(errp), "%s/err.txt", k->work);
 	const char *argv[32];
@@ -358,6 +326,7 @@ static int spawn_capture(struct node_capture *k, const char *from, const char *a
 	posix_spawn_file_actions_addopen(&fa, 0, "/dev/null", O_RDONLY, 0);
 	posix_spawn_file_actions_addopen(&fa, 1, outp, O_WRONLY | O_CREAT | O_TRUNC, 0600);
 	posix_spawn_file_actions_addopen(&fa, 2, errp, O_WRONLY | O_CREAT | O_TRUNC, 0600);
+	posix_spawn_file_actions_adddup2(&fa, upper, CAPTURE_UPPER_FD);
 	/* the daemon blocks the signals its loop reads: the child gets none
 	 * blocked and their default actions, so that SIGTERM ends it */
 	posix_spawnattr_t at;
@@ -424,6 +393,10 @@ static int spawn_capture(struct node_capture *k, const char *from, const char *a
 	if (!strncmp(line, prefix, strlen(prefix)))
 		line += strlen(prefix);
 	snprintf(msg, msglen, "%s", *line ? line : "gkm cache capture failed");
+	/* the child names the upper layer by its descriptor: say where it is */
+	char where[PATH_MAX + 8];
+	snprintf(where, sizeof(where), "%s/upper", k->dir);
+	errbuf_rename_path(msg, msglen, CAPTURE_UPPER_PATH, where);
 	free(text);
 	return -EPERM;
 }
@@ -480,16 +453,33 @@ static void remove_work(const char *work)
 		log_warn("cannot remove a capture's scratch directory", "dir", work);
 }
 
+/* The volume's upper layer, open (the directory is the agent's or the CSI
+ * plugin's, never the pod's: the pod sees only the merged view). */
+static int open_upper(const struct node_capture *k)
+{
+	char upper[PATH_MAX + 8];
+	snprintf(upper, sizeof(upper), "%s/upper", k->dir);
+	int fd = open(upper, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+	if (fd < 0 || fd > CAPTURE_UPPER_FD)
+		return fd;
+	/* kept clear of the number it gets in the child, where dup2 onto
+	 * itself would leave it close-on-exec */
+	int high = fcntl(fd, F_DUPFD_CLOEXEC, CAPTURE_UPPER_FD + 1);
+	close(fd);
+	return high;
+}
+
 void node_capture_run(struct node_capture *k)
 {
-	char upper[PATH_MAX + 8], from[PATH_MAX + 32], gpufile[PATH_MAX + 16],
-	    authfile[PATH_MAX + 16], msg[1024];
+	char gpufile[PATH_MAX + 16], authfile[PATH_MAX + 16], msg[1024];
 	struct pull_secret ps;
 	memset(&ps, 0, sizeof(ps));
 	cJSON *out = NULL;
-	snprintf(upper, sizeof(upper), "%s/upper", k->dir);
-	cache_dir_in(upper, from, sizeof(from));
-	if (!from[0]) {
+	int upper = open_upper(k);
+	const char *name = upper >= 0 ? cache_dir_in(upper) : NULL;
+	if (!name) {
+		if (upper >= 0)
+			close(upper);
 		if (!k->live)
 			node_capture_discard(k->dir,
 			                     "the pod added nothing under the cache directory");
@@ -516,8 +506,8 @@ void node_capture_run(struct node_capture *k)
 		refuse(k->record, "CaptureFailed", "cannot write the capture's scratch files");
 		goto out;
 	}
-	int rc =
-	    spawn_capture(k, from, ps.auth_json ? authfile : NULL, gpufile, &out, msg, sizeof(msg));
+	int rc = spawn_capture(k, upper, name, ps.auth_json ? authfile : NULL, gpufile, &out, msg,
+	                       sizeof(msg));
 	if (rc == -ECANCELED) {
 		/* not refused: the next agent captures it */
 		cJSON_Delete(k->record);
@@ -534,8 +524,11 @@ void node_capture_run(struct node_capture *k)
 	copy_item(k->record, "files", out, "addedFiles");
 	copy_item(k->record, "bytes", out, "addedBytes");
 	copy_item(k->record, "targets", out, "addedTargets");
-	cJSON_AddItemToObject(k->record, "paths", added_paths(upper, from));
+	/* the files as the capture itself read them: the agent opens nothing
+	 * the pod wrote */
+	copy_item(k->record, "paths", out, "addedPaths");
 out:
+	close(upper);
 	cJSON_Delete(out);
 	pull_secret_clear(&ps);
 	if (k->work[0])

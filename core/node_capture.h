@@ -21,7 +21,6 @@
 #include "pull_secret.h"
 
 #define NODE_CAPTURE_RECORDS 8 /* records kept per cache in the node status */
-#define NODE_CAPTURE_PATHS 32  /* added files listed per candidate (conflict checks) */
 
 /* The repository spec.capture names (repo may be NULL); false when the
  * cache does not capture. */

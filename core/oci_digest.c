@@ -101,35 +101,3 @@ int oci_digest_buf(const void *buf, size_t len, char out[OCI_DIGEST_MAX])
 	oci_hasher_free(&h);
 	return rc;
 }
-
-int oci_digest_file(const char *path, const char *like, char out[OCI_DIGEST_MAX], uint64_t *size)
-{
-	struct oci_hasher h;
-	char buf[1 << 16];
-	int fd = open(path, O_RDONLY | O_CLOEXEC);
-	if (fd < 0)
-		return -errno;
-	int rc = oci_hasher_init(&h, like);
-	if (rc)
-		goto out;
-	for (;;) {
-		ssize_t n = read(fd, buf, sizeof(buf));
-		if (n < 0 && errno == EINTR)
-			continue;
-		if (n < 0) {
-			rc = -errno;
-			goto out;
-		}
-		if (n == 0)
-			break;
-		oci_hasher_update(&h, buf, (size_t)n);
-	}
-	uint64_t total = h.bytes;
-	rc = oci_hasher_final(&h, out);
-	if (rc == 0 && size)
-		*size = total;
-out:
-	oci_hasher_free(&h);
-	close(fd);
-	return rc;
-}

@@ -34,8 +34,4 @@ void oci_hasher_free(struct oci_hasher *h);
 /* sha256 of a buffer as "sha256:<hex>". */
 __attribute__((warn_unused_result)) int oci_digest_buf(const void *buf, size_t len,
                                                        char out[OCI_DIGEST_MAX]);
-/* Digest (algorithm of `like`, sha256 when NULL) and size of a whole file. */
-__attribute__((warn_unused_result)) int oci_digest_file(const char *path, const char *like,
-                                                        char out[OCI_DIGEST_MAX], uint64_t *size);
-
 #endif

@@ -215,6 +215,72 @@ show $? "--max-files lowers the cap" "$W/neg.out"
 wait_for 60 no_workspace
 ok $? "no workspace left after the refusals"
 
+# ---- --from: what a pod wrote, swapped while the capture runs ---------------
+# A pod owns its upper layer: while the capture waits on the base registry
+# (a tenant can stall its own registry), it swaps the cache directory for a
+# link to a directory of secrets, or a kernel file for a link to /dev/zero.
+# The capture holds the directory it opened and never follows the name again.
+proxy_start stall "$R" || ok 1 "a stalling proxy starts"
+P=$PROXY_stall_ADDR
+U=$W/pod/upper
+mkdir -p "$U" "$W/secret"
+TRITON_CACHE_DIR=$U/io.triton.cache "$CC" cuda 75 32 pod_kernel
+PODK=$(ls "$U/io.triton.cache")
+echo "SECRET-TOKEN" >"$W/secret/token"
+held() { curl -s "http://$P/_stats" | py "import json,sys; sys.exit(0 if json.load(sys.stdin)['held'] > 0 else 1)"; }
+stalled_capture() { # tag swap-command: capture --from U while the base pull is held
+	proxy_fault "$P" '{"hold": true, "match": "^(GET|HEAD) /v2/caches/vector-add/"}'
+	$G cache capture --base "$P/caches/vector-add:base" -t "$R/caches/steal:$1" --gpu-file $INV/t4.json \
+		-o json --from "$U/io.triton.cache" >"$W/swap.out" 2>"$W/swap.err" &
+	local pid=$!
+	wait_for 20 held || echo "# the base pull was never held"
+	sh -c "$2"
+	proxy_fault "$P" '{}'
+	wait $pid
+}
+swapped() { # name pattern tag swap-command undo-command
+	local before rc
+	before=$(blob_count)
+	stalled_capture "$3" "$4"
+	rc=$?
+	sh -c "$5"
+	if [ $rc -eq 1 ] && grep -qE "$2" "$W/swap.err" && ! grep -q /proc/self/fd "$W/swap.err" &&
+		no_tag caches/steal "$3" && [ "$(blob_count)" = "$before" ] && no_workspace; then
+		ok 0 "$1"
+	else
+		ok 1 "$1"
+		echo "# exit $rc, blobs $before -> $(blob_count), output:"
+		sed 's/^/#   /' "$W/swap.err" | head -20
+	fi
+}
+stalled_capture ok "true"
+show $? "--from through a stalled base registry, nothing swapped: captured" "$W/swap.err"
+py "
+import hashlib, json
+j = json.load(open('$W/swap.json' if False else '$W/swap.out'))
+got = {p['path']: p['digest'] for p in j['addedPaths']}
+want = {}
+for n in ('pod_kernel.json', 'pod_kernel.bin', '__grp__pod_kernel.json'):
+    want['io.triton.cache/$PODK/' + n] = 'sha256:' + hashlib.sha256(open('$U/io.triton.cache/$PODK/' + n, 'rb').read()).hexdigest()
+assert got == want, (got, want)"
+ok $? "the result lists the added files with the digests of the bytes the layer read"
+swapped "the cache directory swapped for a link during the stalled pull: refused naming it, nothing pushed" \
+	"$U/io.triton.cache: a symlink \(to '$W/secret'\) replaced it while it was captured" dir \
+	"mv '$U/io.triton.cache' '$U/moved' && ln -s '$W/secret' '$U/io.triton.cache'" \
+	"rm '$U/io.triton.cache' && mv '$U/moved' '$U/io.triton.cache'"
+swapped "a kernel file swapped for a link to /dev/zero: refused naming it, nothing read through it" \
+	"$U/io.triton.cache/$PODK/pod_kernel.bin: a symlink \(to '/dev/zero'\)" file \
+	"mv '$U/io.triton.cache/$PODK/pod_kernel.bin' '$W/k.bin' && ln -s /dev/zero '$U/io.triton.cache/$PODK/pod_kernel.bin'" \
+	"rm '$U/io.triton.cache/$PODK/pod_kernel.bin' && mv '$W/k.bin' '$U/io.triton.cache/$PODK/pod_kernel.bin'"
+mv "$U/io.triton.cache" "$U/kept" && ln -s "$W/secret" "$U/io.triton.cache"
+before=$(blob_count)
+$G cache capture --base "$R/caches/vector-add:base" -t "$R/caches/steal:link" --gpu-file $INV/t4.json \
+	--from "$U/io.triton.cache" >"$W/swap.out" 2>"$W/swap.err"
+[ $? -eq 1 ] && grep -q "$U/io.triton.cache: a symlink (to '$W/secret')" "$W/swap.err" &&
+	no_tag caches/steal link && [ "$(blob_count)" = "$before" ]
+show $? "--from naming a link is refused before anything is read" "$W/swap.err"
+rm "$U/io.triton.cache" && mv "$U/kept" "$U/io.triton.cache"
+
 # ---- merge: one image for a mixed cluster ----------------------------------
 $G cache build "$FX/hip-gfx90a-vector-add" -t "$R/caches/rocm:v1" >/dev/null 2>&1 &&
 	$G cache merge "$R/caches/vector-add:base" "$R/caches/rocm:v1" -t "$R/caches/mixed:v1" -o json >"$W/merge.json" 2>"$W/err"

@@ -18,6 +18,7 @@ import hashlib
 import json
 import socket
 import os
+import shutil
 import subprocess
 import sys
 import threading
@@ -28,7 +29,7 @@ sys.path.insert(0, os.path.join(ROOT, "spec", "lib"))
 import csi_client as cc  # noqa: E402
 import kube_e2e  # noqa: E402
 import kubeenv  # noqa: E402
-from proc import Child, free_port, registry, wait_for  # noqa: E402
+from proc import Child, free_port, registry, regproxy, wait_for  # noqa: E402
 from tap import Tap  # noqa: E402
 
 import grpc  # noqa: E402
@@ -368,6 +369,45 @@ def main():
          "a capture on demand of a volume its pod is still writing is refused (StillWriting); "
          "no candidate from it", diag=(r, status().get("candidates")))
     unpublish("p12")
+
+    # ---- a pod swaps its cache directory for a link while the capture waits ----
+    # The tenant owns the registry of its cache's image, stalls the base pull
+    # of a capture on demand, and meanwhile replaces io.triton.cache in its
+    # live volume with a link to files of the node (a stand-in for the
+    # agent's service-account token). Nothing is pushed; the refusal names it.
+    proxy, control, stats, proxy_stop = regproxy(ROOT, reg, tmp)
+    cleanups.append(proxy_stop)
+    secret = path("node-secrets")
+    os.makedirs(secret)
+    with open(os.path.join(secret, "token"), "w") as f:
+        f.write("SECRET-TOKEN")
+    p = kube.apply_obj({"apiVersion": "gkm.io/v1alpha1", "kind": "GKMCache",
+                        "metadata": {"name": "stall", "namespace": NS},
+                        "spec": {"image": proxy + "/caches/cuda:v1", "capture": {"repository": repo}}})
+    ok = p.returncode == 0 and wait_for(lambda: ready("stall", digest), 60)
+    tgt = publish("p14", "stall")
+    compile_kernel(tgt, "mine", HASH.replace("MUL", "OWN"))
+    control({"hold": True, "match": "^(GET|HEAD) /v2/caches/cuda/"})
+    kube.kubectl("annotate", "gkmcache", "stall", "-n", NS, "gkm.io/capture=1")
+    held = wait_for(lambda: stats()["held"] > 0, 60)
+    shutil.rmtree(os.path.join(tgt, "io.triton.cache"))
+    os.symlink(secret, os.path.join(tgt, "io.triton.cache"))
+    control({})
+
+    def swap_refused():
+        s = (get("gkmcache", "stall", "-n", NS) or {}).get("status") or {}
+        return [r for r in s.get("captureRefusals") or [] if r["pod"]["name"] == "p14"] or None
+
+    r = (wait_for(swap_refused, 60) or [{}])[0]
+    s = (get("gkmcache", "stall", "-n", NS) or {}).get("status") or {}
+    msg = r.get("message", "")
+    t.ok(ok and held and r.get("reason") == "Symlink" and "io.triton.cache: a symlink (to '%s')" % secret in msg
+         and "replaced it while it was captured" in msg and "/proc/self" not in msg and not s.get("candidates"),
+         "a cache directory swapped for a link during a stalled base pull: refused (Symlink) naming the "
+         "volume's path, no candidate", diag=(ok, held, r, s.get("candidates"), agent.tail()))
+    rc, out, err = gkm("cache", "inspect", repo + ":candidate-v-p14", "--no-signatures")
+    t.ok(rc != 0, "nothing of the swapped volume reached the registry", diag=(out, err))
+    unpublish("p14")
 
     # ---- an agent stopped during a capture ends it and keeps the volume ----
     silent = socket.socket()

@@ -23,7 +23,7 @@ ROOT = os.environ.get("GKM_ROOT") or os.path.abspath(os.path.join(os.path.dirnam
 sys.path.insert(0, os.path.join(ROOT, "spec", "lib"))
 import csi_client as cc  # noqa: E402
 import promtext  # noqa: E402
-from proc import Child, free_port, registry, sh, wait_for  # noqa: E402
+from proc import Child, free_port, registry, regproxy, sh, wait_for  # noqa: E402
 from tap import Tap  # noqa: E402
 
 GKM = os.environ.get("GKM_BIN") or os.path.join(ROOT, "build", "gkm")
@@ -40,23 +40,6 @@ cleanups = []
 
 def path(*p):
     return os.path.join(tmp, *p)
-
-
-def start_proxy(upstream):
-    """spec/lib/regproxy.py in front of upstream: (process, address, control(fault))."""
-    port_file = path("proxy.port")
-    proc = Child(["/usr/bin/python3", os.path.join(ROOT, "spec", "lib", "regproxy.py"), upstream, port_file],
-                 path("regproxy.log"))
-    cleanups.append(proc.stop)
-    port = wait_for(lambda: open(port_file).read().strip(), 10)
-    if not port:
-        raise RuntimeError("regproxy did not start")
-    addr = "127.0.0.1:" + port
-
-    def control(fault):
-        req = urllib.request.Request("http://%s/_control" % addr, data=json.dumps(fault).encode(), method="POST")
-        urllib.request.urlopen(req, timeout=10).read()
-    return proc, addr, control
 
 
 def layer_digest(reg, repo, tag):
@@ -81,7 +64,7 @@ def main():
 
     reg, stop_registry = registry(ROOT)
     cleanups.append(stop_registry)
-    proxy_proc, proxy, control = start_proxy(reg)
+    proxy, control, _, proxy_stop = regproxy(ROOT, reg, tmp)
     sh(GKM, "cache", "keygen", "--output-key-prefix", path("trusted"))
     sh(GKM, "cache", "build", CUDA_CACHE, "-t", reg + "/caches/cuda:v1")
     sh(GKM, "cache", "build", HIP_CACHE, "-t", reg + "/caches/rocm:v1")
@@ -110,7 +93,7 @@ def main():
                      "--health-listen", "127.0.0.1:%d" % free_port()], path("up.log"))
     cleanups.append(up.stop)
     # the hung pull ends with the proxy, so that gkm up stops at once
-    cleanups.append(proxy_proc.stop)
+    cleanups.append(proxy_stop)
     plugin = cc.Plugin(tmp, state, run, node_id="node-1", name="csi").start()
     cleanups.append(plugin.stop)
 

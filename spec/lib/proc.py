@@ -103,3 +103,27 @@ def registry(root, *mode):
         stop()
         raise RuntimeError("the registry did not start")
     return addr, stop
+
+
+def regproxy(root, upstream, workdir):
+    """ROOT/spec/lib/regproxy.py in front of the registry upstream (its
+    port file and log in workdir): (its address, control(fault): set the
+    fault, stats(): its /_stats, stop())."""
+    import json
+    import urllib.request
+    port_file = os.path.join(workdir, "regproxy.port")
+    proc = Child(["/usr/bin/python3", os.path.join(root, "spec", "lib", "regproxy.py"), upstream, port_file],
+                 os.path.join(workdir, "regproxy.log"))
+    port = wait_for(lambda: open(port_file).read().strip(), 10)
+    if not port:
+        proc.stop()
+        raise RuntimeError("regproxy did not start")
+    addr = "127.0.0.1:" + port
+
+    def control(fault):
+        req = urllib.request.Request("http://%s/_control" % addr, data=json.dumps(fault).encode(), method="POST")
+        urllib.request.urlopen(req, timeout=10).read()
+
+    def stats():
+        return json.loads(urllib.request.urlopen("http://%s/_stats" % addr, timeout=10).read())
+    return addr, control, stats, proc.stop

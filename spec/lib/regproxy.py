@@ -13,12 +13,15 @@ each applies to requests whose "METHOD PATH" matches "match" (a regex):
     {"truncate": K, "times": N}    matching answers stop after K body bytes
                                    (Content-Length still says the full size)
     {"hang": true}                 read the request, never answer
+    {"hold": true}                 hold the request until the fault changes
+                                   (a stalled registry the test releases)
     {"lie_digest": true}           send a wrong Docker-Content-Digest
     {"big_manifest": BYTES}        answer with a JSON document of BYTES bytes
     {"referrers": false}           answer the referrers API with 404
     {}                             no faults
 
-GET /_stats returns {"requests": [["METHOD", "PATH"], ...]}.
+GET /_stats returns {"requests": [["METHOD", "PATH"], ...], "held": N}
+(N: requests the current hold fault has held).
 
 Referrers: a manifest PUT whose body has a "subject" is recorded and
 answered with OCI-Subject; GET /v2/<name>/referrers/<digest> returns them
@@ -88,7 +91,8 @@ class Handler(http.server.BaseHTTPRequestHandler):
             return self.send_plain(200, b"{}")
         if self.path == "/_stats":
             with LOCK:
-                data = json.dumps({"requests": STATE["requests"]}).encode()
+                data = json.dumps({"requests": STATE["requests"],
+                                   "held": STATE["fault"].get("held", 0)}).encode()
             return self.send_plain(200, data, {"Content-Type": "application/json"})
         with LOCK:
             f = self.fault_for()
@@ -100,6 +104,14 @@ class Handler(http.server.BaseHTTPRequestHandler):
         if f and f.get("hang"):
             time.sleep(3600)
             return None
+        if f and f.get("hold"):
+            with LOCK:
+                f["held"] = f.get("held", 0) + 1
+            while True:
+                with LOCK:
+                    if STATE["fault"] is not f:
+                        break
+                time.sleep(0.02)
         m = re.match(r"^/v2/(.+)/referrers/(sha256:[0-9a-f]{64})(\?.*)?$", self.path)
         if m and self.command == "GET":
             return self.referrers(m.group(1), m.group(2), m.group(3), f)
