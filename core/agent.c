@@ -1516,7 +1516,10 @@ static cJSON *compat_verdicts(struct agent *a, struct cache *c)
 	if (engine_call(a->policies->current, "compat", in, &out, &err) != ENGINE_OK) {
 		count_error("policy");
 		log_error("compat policy failed", "cache", c->key, "error", err.message);
-		out = NULL;
+		/* the first line: the traceback stays in the log */
+		err.message[strcspn(err.message, "\n")] = '\0';
+		out = cJSON_CreateObject();
+		cJSON_AddStringToObject(out, "error", err.message);
 	}
 	cJSON_Delete(in);
 	const cJSON *v;

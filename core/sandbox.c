@@ -58,14 +58,13 @@ static void *sandbox_alloc(void *ud, void *ptr, size_t osize, size_t nsize)
 
 /* ---- budget ---- */
 
-static void budget_hook(lua_State *L, lua_Debug *ar)
+static void budget_hook(lua_State *L, lua_Debug *ar);
+
+/* Count n more instructions against the budget; raise once it is spent. */
+static void spend(lua_State *L, struct sandbox *sb, uint64_t n)
 {
-	(void)ar;
-	struct sandbox *sb = sandbox_of(L);
-	if (!sb->armed)
-		return;
 	if (!sb->tripped) {
-		sb->instr_used += HOOK_STEP;
+		sb->instr_used += n;
 		if (sb->instr_used > sb->instr_max)
 			snprintf(sb->trip_msg, sizeof(sb->trip_msg),
 			         "instruction budget of %llu exceeded",
@@ -82,6 +81,21 @@ static void budget_hook(lua_State *L, lua_Debug *ar)
 		lua_sethook(L, budget_hook, LUA_MASKCOUNT, 1);
 	}
 	luaL_error(L, "%s", sb->trip_msg);
+}
+
+static void budget_hook(lua_State *L, lua_Debug *ar)
+{
+	(void)ar;
+	struct sandbox *sb = sandbox_of(L);
+	if (sb->armed)
+		spend(L, sb, HOOK_STEP);
+}
+
+void sandbox_charge(lua_State *L, double steps)
+{
+	struct sandbox *sb = sandbox_of(L);
+	if (sb->armed)
+		spend(L, sb, steps < 1 ? 1 : steps > 1e18 ? (uint64_t)1e18 : (uint64_t)steps);
 }
 
 void sandbox_arm(struct sandbox *sb, uint64_t instructions, uint64_t wall_ms)
@@ -243,6 +257,16 @@ static int safe_setmetatable(lua_State *L)
 	luaL_argexpected(L, t == LUA_TNIL || t == LUA_TTABLE, 2, "nil or table");
 	if (luaL_getmetafield(L, 1, "__metatable") != LUA_TNIL)
 		return luaL_error(L, "cannot change a protected metatable");
+	/* A finalizer runs when the collector decides, with hooks off and
+	 * after the budget is disarmed: outside every limit. Lua marks an
+	 * object for finalization only when its metatable has __gc (read raw)
+	 * at this moment, so this one check closes the route. */
+	lua_pushliteral(L, "__gc");
+	if (t == LUA_TTABLE && lua_rawget(L, 2) != LUA_TNIL) {
+		lua_settop(L, 0);
+		push_blocked(L, "setmetatable with __gc (finalizers run outside the budget)");
+		lua_call(L, 0, 0);
+	}
 	lua_settop(L, 2);
 	lua_setmetatable(L, 1);
 	return 1;
@@ -515,6 +539,7 @@ static int build_globals(lua_State *L)
 	open_lib(L, LUA_STRLIBNAME, luaopen_string);
 	push_blocked(L, "string.dump");
 	lua_setfield(L, -2, "dump");
+	sandbox_bound_patterns(L, lua_gettop(L));
 	lua_pushliteral(L, "");
 	lua_getmetatable(L, -1);
 	lua_pushliteral(L, "string");

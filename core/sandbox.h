@@ -47,6 +47,13 @@ void sandbox_require(lua_State *L, const char *name);
  * LUA_TNONE when the module is not loaded or is not a table. */
 int sandbox_field_type(struct sandbox *sb, const char *module, const char *field);
 
+/* Charge steps of work done in C (pattern matching) to the running budget;
+ * raises, as the budget hook does, once it is spent. */
+void sandbox_charge(lua_State *L, double steps);
+/* Replace the pattern functions of the string library table at index
+ * strlib by bounded ones (sandbox_strlib.c). */
+void sandbox_bound_patterns(lua_State *L, int strlib);
+
 /* The sandbox that owns L. */
 struct sandbox *sandbox_of(lua_State *L);
 

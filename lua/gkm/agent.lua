@@ -14,7 +14,8 @@
 --           or nil when the cache object is gone,
 --   gpus  = { { index, uuid, name, arch, driverVersion, ... } },   -- the probe
 --   image = { state = "unknown"|"fetching"|"ready"|"failed", <failure> },
---   compat = { gpus = { { index, compatible, reason, message } } } or nil,
+--   compat = { gpus = { { index, compatible, reason, message } } }
+--            or { error = "why the compat policy failed" } or nil (not run yet),
 --   store = { present = bool },              -- extracted on this node, and verified
 --                                            -- through this cache's own reference
 --   pull  = { state = "idle"|"running"|"failed", <failure> },
@@ -203,6 +204,21 @@ function M.decide(input)
     end
     return finish(input, { digest = digest, state = "Pending", reason = "CheckingImage",
       message = "reading the image configuration to check it against this node's GPUs" }, actions)
+  end
+
+  if input.compat.error then
+    -- a policy that fails is not retried on a timer (the next policy or
+    -- cache change runs it again); a view already published keeps serving
+    local why = "the compat policy failed: " .. tostring(input.compat.error)
+    if store.present and view.digest == digest and type(input.previous) == "table"
+        and input.previous.state == "Ready" then
+      local entry = {}
+      for k, v in pairs(input.previous) do entry[k] = v end
+      entry.message = "extracted and ready; " .. why
+      return finish(input, entry, {})
+    end
+    return finish(input, { digest = digest, state = "Failed", reason = "PolicyError",
+      message = why .. "; not tried again until the policies or the cache change" }, {})
   end
 
   local compatible, incompatible = M.group(input.gpus, input.compat.gpus)

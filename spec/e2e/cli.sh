@@ -55,6 +55,17 @@ $G policy eval policies nohook $fx/admission-unsigned.json >"$tmp/out" 2>&1
 [ $? -eq 1 ] && grep -q "unknown hook 'nohook'" "$tmp/out"
 ok $? "policy eval refuses an unknown hook"
 
+# routes around the budget (each bounded by timeout: the old sandbox never returned)
+mkdir -p "$tmp/gc-top" "$tmp/gc-hook"
+printf 'setmetatable({}, { __gc = function() while true do end end })\nlocal M = {}\nfunction M.evaluate() return { gpus = {} } end\nreturn M\n' >"$tmp/gc-top/compat.lua"
+timeout 20 $G policy check "$tmp/gc-top" >"$tmp/out" 2>&1
+[ $? -eq 1 ] && grep -q "compat: called blocked function .setmetatable with __gc" "$tmp/out"
+ok $? "policy check refuses a module that sets a __gc finalizer (it would run outside the budget)"
+printf 'local M = {}\nfunction M.evaluate(input)\n  setmetatable({}, { __gc = function() while true do end end })\n  collectgarbage()\n  return { gpus = {} }\nend\nreturn M\n' >"$tmp/gc-hook/compat.lua"
+timeout 20 $G policy eval "$tmp/gc-hook" compat spec/fixtures/compat/triton-cuda-sm75-on-mixed-node.json >"$tmp/out" 2>&1
+[ $? -eq 1 ] && grep -q "blocked function.*__gc" "$tmp/out"
+ok $? "policy eval of a hook that sets a __gc finalizer: blocked, in time"
+
 $G policy test policies $fx/admission-cases.json >"$tmp/out" 2>&1
 [ $? -eq 0 ] && grep -q "2 passed, 0 failed" "$tmp/out"
 ok $? "policy test runs cases against the default policy"

@@ -22,8 +22,16 @@ up_start() { # state flags...
 	UP_PID=$!
 }
 
-up_stop() {
-	[ -n "$UP_PID" ] && kill "$UP_PID" 2>/dev/null && wait "$UP_PID" 2>/dev/null
+up_stop() { # SIGTERM, then SIGKILL after 30 s (a daemon stuck in a loop ends too)
+	local i
+	if [ -n "$UP_PID" ] && kill "$UP_PID" 2>/dev/null; then
+		for i in $(seq 1 300); do
+			kill -0 "$UP_PID" 2>/dev/null || break
+			sleep 0.1
+		done
+		kill -9 "$UP_PID" 2>/dev/null
+		wait "$UP_PID" 2>/dev/null
+	fi
 	UP_PID=""
 }
 

@@ -65,6 +65,26 @@ describe('agent decisions', function()
     assert.are.same({}, types(r))
   end)
 
+  it('a compat policy that fails: Failed/PolicyError, nothing pulled, no retry on a timer', function()
+    local r = decide({ compat = { error = "compat: called blocked function 'x'" } })
+    assert.are.equal('Failed', r.entry.state)
+    assert.are.equal('PolicyError', r.entry.reason)
+    assert.truthy(r.entry.message:find("the compat policy failed: compat: called blocked function 'x'", 1, true))
+    assert.are.same({}, types(r))
+    assert.is_nil(r.requeue_after)
+  end)
+
+  it('a compat policy that fails keeps a Ready view serving, saying why', function()
+    local prev = { digest = D, state = 'Ready', reason = 'Ready', message = 'extracted and ready',
+                   compatibleGPUs = { { ids = { 0, 1 } } }, incompatibleGPUs = {} }
+    local r = decide({ compat = { error = 'boom' }, store = { present = true }, view = { digest = D },
+                       previous = prev })
+    assert.are.equal('Ready', r.entry.state)
+    assert.are.same({ { ids = { 0, 1 } } }, r.entry.compatibleGPUs)
+    assert.truthy(r.entry.message:find('the compat policy failed: boom', 1, true))
+    assert.are.same({}, types(r))
+  end)
+
   it('links an extracted digest without pulling again (restart, shared digest)', function()
     local r = decide({ store = { present = true } })
     assert.are.same({ 'link' }, types(r))

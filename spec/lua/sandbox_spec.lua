@@ -122,6 +122,77 @@ describe('sandbox budgets', function()
   end)
 end)
 
+describe('routes around the budget', function()
+  it('refuses a __gc finalizer (finalizers run with hooks off, after the budget)', function()
+    local r, status, msg = H.run([[
+      setmetatable({}, { __gc = function() while true do end end })
+      return {}
+    ]], nil, small)
+    assert.is_nil(r)
+    assert.are.equal('blocked function', status)
+    assert.truthy(msg:find('__gc', 1, true), msg)
+  end)
+
+  it('refuses __gc added to a metatable before it is set, even when caught', function()
+    local r, status = H.run([[
+      local mt = {}
+      mt.__gc = function() while true do end end
+      pcall(setmetatable, {}, mt)
+      return {}
+    ]], nil, small)
+    assert.is_nil(r)
+    assert.are.equal('blocked function', status)
+  end)
+
+  it('keeps other metatables working (__index, __close-free tables)', function()
+    local r = H.run([[
+      local t = setmetatable({}, { __index = function(_, k) return k .. "!" end })
+      return { v = t.x }
+    ]])
+    assert.are.same({ v = 'x!' }, r)
+  end)
+
+  it('answers the next call after a refused finalizer, within the budget', function()
+    local e = H.probe([[
+      if input.gc then setmetatable({}, { __gc = function() while true do end end }) end
+      return { ok = true }
+    ]], small)
+    local _, status = e:call_fn('probe', 'run', { gc = true })
+    assert.are.equal('blocked function', status)
+    assert.are.same({ ok = true }, e:call_fn('probe', 'run', { gc = false }))
+  end)
+
+  it('refuses a backtracking pattern over a long user-written string before it runs', function()
+    local long = string.rep('a', 100000)
+    for _, call in ipairs({ 'input.s:find("a.-.-b")', 'string.match(input.s, "(.-)x(.-)y")',
+                            'input.s:gsub("a*a*b", "")', 'for _ in input.s:gmatch("a.-b") do end' }) do
+      local r, status, msg = H.run(call .. ' return {}', { s = long })
+      assert.is_nil(r, call)
+      assert.are.equal('error', status, call)
+      assert.truthy(msg:find('matching steps on a subject of 100000 bytes', 1, true), msg)
+    end
+  end)
+
+  it('lets the same patterns run on short strings, and linear ones on long strings', function()
+    local long = string.rep('a', 100000) .. 'b'
+    local r = H.run([[
+      local a, b = ("xxaxyb"):match("(.-)x(.-)y")
+      return { a = a, b = b, f = input.s:find("b", 1, true), g = select(2, input.s:gsub("a+", "")),
+               m = input.s:match("^(a+)b$") and true, h = input.s:find("ab$") }
+    ]], { s = long })
+    assert.are.same({ a = '', b = 'xax', f = 100001, g = 1, m = true, h = 100000 }, r)
+  end)
+
+  it('charges pattern work to the budget, so a loop of costly matches stops', function()
+    local r, status = H.run([[
+      local s = string.rep("a", 2000)
+      while true do s:find("a.-b") end
+    ]], { }, { memory = 8 << 20, instructions = 5e8, timeout_ms = 60000 })
+    assert.is_nil(r)
+    assert.are.equal('timeout', status)
+  end)
+end)
+
 describe('frozen globals', function()
   it('refuses to create a global', function()
     local r, status, msg = H.run('x = 1 return {}')
