@@ -84,6 +84,7 @@ struct cache {
 
 	struct attempt pull;    /* pulling and verifying through ref */
 	char verified_ref[700]; /* the reference a pull of this cache last succeeded through */
+	char verified_by[80];   /* the trusted key that verified it then ("" when none did) */
 	char store_digest[80];  /* manifest digest the store holds for digest */
 
 	char view_digest[80];     /* what the published view names ("" if none) */
@@ -123,6 +124,7 @@ struct agent {
 	struct objstore *os;
 	struct engine_slot *policies;
 	struct agent_opts o;
+	struct trust *trust; /* referenced; registry jobs take their own reference */
 	char node[254], root[512], run_dir[512], manager[300];
 	struct store *store;
 	struct kube_workqueue *queue;
@@ -332,6 +334,15 @@ static bool local_model_away(const struct agent *a, const cJSON *obj)
 	       !local_model_here(obj, a->node, a->node_labels, path, sizeof(path));
 }
 
+/* Whether what verified c's digest is still trusted (always, when nothing
+ * is verified on the node). */
+static bool still_trusted(const struct agent *a, const struct cache *c)
+{
+	if (!a->trust || !a->trust->s.verify_enabled)
+		return true;
+	return c->verified_by[0] && sig_keyset_has(a->trust->keys, c->verified_by);
+}
+
 static void on_cache_event(void *ud, enum objstore_event_type t, const cJSON *obj)
 {
 	struct agent *a = ud;
@@ -358,6 +369,7 @@ static void on_cache_event(void *ud, enum objstore_event_type t, const cJSON *ob
 			snprintf(c->view_digest, sizeof(c->view_digest), "%s", linked);
 		if (cache_view_ready_read(a->root, ns, name, &r, NULL, 0) == 0) {
 			c->record = strcmp(r.state, "Ready") ? REC_UNKNOWN : REC_READY;
+			snprintf(c->verified_by, sizeof(c->verified_by), "%s", r.verified_by);
 			cache_view_ready_free(&r);
 		}
 		c->captures = node_capture_records_load(a->root, ns, name);
@@ -392,8 +404,9 @@ static void on_cache_event(void *ud, enum objstore_event_type t, const cJSON *ob
 			attempt_reset(a, &c->pull);
 		}
 		/* after a restart: the view was published only once a pull of
-		 * this cache had verified the digest through its own reference */
-		if (created && *d && !strcmp(c->view_digest, d))
+		 * this cache had verified the digest through its own reference
+		 * (with a key still trusted) */
+		if (created && *d && !strcmp(c->view_digest, d) && still_trusted(a, c))
 			snprintf(c->verified_ref, sizeof(c->verified_ref), "%s", ref);
 	}
 	enqueue(a, key, 0);
@@ -423,6 +436,8 @@ struct job {
 	uint64_t bytes;
 	double seconds;
 	struct pull_secret_ref secrets; /* the pull Secrets the cache names */
+	struct trust *trust;            /* what the job trusts (referenced) */
+	char verified_by[80];           /* the key that verified the digest, if any */
 };
 
 static void job_fail(struct job *j, int rc, const char *reason, const char *msg)
@@ -473,8 +488,9 @@ static const char *pull_reason(int rc)
  * credentials that are fixed, an image pushed later are worth a retry). */
 static bool permanent_reason(const char *reason)
 {
-	static const char *const p[] = {"Unsigned", "SignatureNotTrusted", "UnsafeContent",
-	                                "TooLarge", "InvalidImageLabels"};
+	static const char *const p[] = {"Unsigned",      "SignatureNotTrusted",
+	                                "NoTrustedKeys", "UnsafeContent",
+	                                "TooLarge",      "InvalidImageLabels"};
 	for (size_t i = 0; i < sizeof(p) / sizeof(p[0]); i++)
 		if (!strcmp(reason, p[i]))
 			return true;
@@ -667,13 +683,27 @@ static void pull_work(void *ud)
 	struct oci_err e;
 	struct store_entry_info info;
 	struct oci_registry_opts opts;
-	struct oci_pull_opts o = {.registry = &opts, .keys = j->a->o.keys};
+	struct sig_verdict verdict = {0};
+	bool verify = j->trust && j->trust->s.verify_enabled;
+	struct oci_pull_opts o = {.registry = &opts,
+	                          .keys = verify ? j->trust->keys : NULL,
+	                          .require_signature = verify,
+	                          .verdict = &verdict};
 	struct oci_ref ref;
 	struct pull_secret ps;
 	struct client *client = NULL;
 	memset(&e, 0, sizeof(e));
 	memset(&ref, 0, sizeof(ref));
 	memset(&ps, 0, sizeof(ps));
+	if (verify && j->trust->nkeys == 0) {
+		/* fail closed: with nothing to verify with, nothing is used */
+		job_fail(
+		    j, -ENOKEY, "NoTrustedKeys",
+		    "signature verification is on, but no trusted key is configured "
+		    "(--trust-dir, --key; the chart's verification.keys): nothing is verified, so "
+		    "nothing is made Ready");
+		return;
+	}
 	int rc = oci_ref_parse(j->ref, &ref, &e);
 	if (rc == 0 && job_registry(j, &ref, &ps, &opts) != 0) {
 		oci_ref_clear(&ref);
@@ -696,6 +726,8 @@ static void pull_work(void *ud)
 		return;
 	}
 	j->bytes = info.bytes;
+	if (verdict.accepted)
+		snprintf(j->verified_by, sizeof(j->verified_by), "%s", verdict.key_fingerprint);
 	if (j->want_targets_from_tree) {
 		char path[1024], err[512];
 		if (store_entry_path(j->a->store, j->store_digest, path, sizeof(path)) == 0) {
@@ -806,6 +838,7 @@ static struct cache *job_end(struct job *j, struct attempt **att_out)
 static void job_free(struct job *j)
 {
 	struct agent *a = j->a;
+	trust_unref(j->trust);
 	cJSON_Delete(j->targets);
 	free(j);
 	if (a->clients_timer)
@@ -883,6 +916,7 @@ static void pull_done(struct loop *l, void *ud)
 		c->extracted = !j->present;
 		snprintf(c->store_digest, sizeof(c->store_digest), "%s", j->store_digest);
 		snprintf(c->verified_ref, sizeof(c->verified_ref), "%s", j->ref);
+		snprintf(c->verified_by, sizeof(c->verified_by), "%s", j->verified_by);
 		if (c->targets_need_pull) {
 			c->targets_need_pull = false;
 			c->image = IMG_READY;
@@ -907,12 +941,15 @@ static void start_job(struct agent *a, struct cache *c, enum pull_sched_lane lan
 		snprintf(j->digest, sizeof(j->digest), "%s", c->digest);
 		j->want_targets_from_tree = c->targets_need_pull;
 		pull_secret_ref_of(c->obj, a->o.namespace_, &j->secrets);
+		j->trust = a->trust ? trust_ref(a->trust) : NULL;
 	}
 	if (j && workers_submit(a->pool, lane == PULL_SCHED_FETCH ? fetch_image_work : pull_work,
 	                        lane == PULL_SCHED_FETCH ? fetch_image_done : pull_done, j) == 0) {
 		a->jobs++;
 		return;
 	}
+	if (j)
+		trust_unref(j->trust);
 	free(j);
 	pull_sched_done(a->sched, &att->job, PULL_SCHED_OK, loop_now_ms());
 	enqueue(a, c->key, PULL_BACKOFF_MS); /* out of memory: ask again later */
@@ -1673,6 +1710,7 @@ static int do_link(struct agent *a, struct cache *c, const cJSON *entry)
 	r.ncompatible_gpus = n;
 	r.reason = "";
 	r.message = "";
+	snprintf(r.verified_by, sizeof(r.verified_by), "%s", c->verified_by);
 	obj_now(r.updated, sizeof(r.updated));
 	int rc = cache_view_publish(a->root, c->ns, c->name, &r);
 	if (rc == 0) {
@@ -2142,6 +2180,26 @@ void agent_policies_changed(struct agent *a)
 	enqueue_all(a);
 }
 
+void agent_set_trust(struct agent *a, struct trust *t)
+{
+	struct trust *old = a->trust;
+	unsigned again = 0;
+	a->trust = t ? trust_ref(t) : NULL;
+	trust_unref(old);
+	for (struct cache *c = a->caches; c; c = c->next) {
+		recheck_permanent(c);
+		if (c->verified_ref[0] && !still_trusted(a, c)) {
+			/* not mountable until its own pull verifies it again */
+			c->verified_ref[0] = '\0';
+			again++;
+		}
+	}
+	char n[24];
+	snprintf(n, sizeof(n), "%u", again);
+	log_info("trusted keys changed", "keys", t ? t->keys_fp : "none", "verify_again", n);
+	enqueue_all(a);
+}
+
 bool agent_ready(const struct agent *a)
 {
 	return a->probed && a->synced_caches && a->synced_cluster;
@@ -2174,6 +2232,7 @@ int agent_start(struct loop *l, struct workers *w, struct objstore *os,
 	a->os = os;
 	a->policies = policies;
 	a->o = *o;
+	a->trust = o->trust ? trust_ref(o->trust) : NULL;
 	snprintf(a->node, sizeof(a->node), "%s", o->node);
 	snprintf(a->root, sizeof(a->root), "%s", o->root);
 	snprintf(a->run_dir, sizeof(a->run_dir), "%s", o->run_dir);
@@ -2306,5 +2365,6 @@ void agent_stop(struct agent *a)
 	pull_sched_free(a->sched);
 	kube_workqueue_free(a->queue);
 	store_close(a->store);
+	trust_unref(a->trust);
 	free(a);
 }

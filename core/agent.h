@@ -15,22 +15,26 @@
 #include "engine.h"
 #include "objstore.h"
 #include "oci_registry.h"
+#include "trust.h"
 #include "signature.h"
 #include "workers.h"
 
 struct agent_opts {
-	const char *node;              /* this node's name */
-	const char *root;              /* store/ and caches/ live here (/var/lib/gkm) */
-	const char *run_dir;           /* the CSI plugin's usage/ (/run/gkm) */
-	const char *gpu_source;        /* "auto" | "nvml" | "rocm" | "file" */
-	const char *gpu_file;          /* for "file" */
-	const char *sysfs_root;        /* NULL: /sys */
-	const char *nvml_lib;          /* NULL: libnvidia-ml.so.1 */
-	unsigned max_pulls;            /* concurrent pulls (default 2) */
-	unsigned reprobe_s;            /* GPU re-probe period (default 300) */
-	unsigned resync_s;             /* re-check every cache this often (default 30) */
-	unsigned status_debounce_ms;   /* node status writes are batched (default 200) */
-	const struct sig_keyset *keys; /* non-empty: verify signatures before extracting */
+	const char *node;            /* this node's name */
+	const char *root;            /* store/ and caches/ live here (/var/lib/gkm) */
+	const char *run_dir;         /* the CSI plugin's usage/ (/run/gkm) */
+	const char *gpu_source;      /* "auto" | "nvml" | "rocm" | "file" */
+	const char *gpu_file;        /* for "file" */
+	const char *sysfs_root;      /* NULL: /sys */
+	const char *nvml_lib;        /* NULL: libnvidia-ml.so.1 */
+	unsigned max_pulls;          /* concurrent pulls (default 2) */
+	unsigned reprobe_s;          /* GPU re-probe period (default 300) */
+	unsigned resync_s;           /* re-check every cache this often (default 30) */
+	unsigned status_debounce_ms; /* node status writes are batched (default 200) */
+	/* what is trusted: with verify_enabled, a signature by one of its keys
+	 * is required before anything is extracted or linked (no key at all:
+	 * nothing is, fail closed); referenced, agent_set_trust() replaces it */
+	struct trust *trust;
 	const struct oci_registry_opts *registry; /* NULL: defaults */
 	bool owner_node_refs; /* give node objects an ownerReference to their Node */
 	/* gkm's namespace, where a ClusterGKMCache's pull Secrets are (NULL:
@@ -55,6 +59,10 @@ void agent_stop(struct agent *a);
 
 /* Re-evaluate every cache (after a policy reload). */
 void agent_policies_changed(struct agent *a);
+/* New trusted keys (a reload): caches refused for their signatures get a
+ * new try, and a Ready cache whose verifying key is no longer trusted is
+ * verified again (no longer mountable until it is). Takes a reference. */
+void agent_set_trust(struct agent *a, struct trust *t);
 /* Probe the GPUs again now (and re-evaluate if they changed). */
 void agent_reprobe(struct agent *a);
 /* True once the first GPU probe and the initial lists are done. */

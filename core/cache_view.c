@@ -287,12 +287,14 @@ int cache_view_ready_parse(const char *json, size_t len, struct cache_view_ready
 		}
 	}
 
-	const char *reason, *message, *updated;
+	const char *reason, *message, *updated, *by;
 	if (opt_string(root, "reason", REASON_MAX, &reason, err, errlen) ||
 	    opt_string(root, "message", MESSAGE_MAX, &message, err, errlen) ||
-	    opt_string(root, "updated", sizeof(r.updated) - 1, &updated, err, errlen))
+	    opt_string(root, "updated", sizeof(r.updated) - 1, &updated, err, errlen) ||
+	    opt_string(root, "verifiedBy", sizeof(r.verified_by) - 1, &by, err, errlen))
 		goto out;
 	memcpy(r.updated, updated, strlen(updated) + 1);
+	memcpy(r.verified_by, by, strlen(by) + 1);
 	r.reason = strdup(reason);
 	r.message = strdup(message);
 	if (!r.reason || !r.message) {
@@ -434,7 +436,8 @@ static cJSON *ready_to_json(const struct cache_view_ready *r)
 	          cJSON_AddBoolToObject(o, "compatible", r->compatible) && gpus &&
 	          cJSON_AddStringToObject(o, "reason", r->reason ? r->reason : "") &&
 	          cJSON_AddStringToObject(o, "message", r->message ? r->message : "") &&
-	          cJSON_AddStringToObject(o, "updated", r->updated);
+	          cJSON_AddStringToObject(o, "updated", r->updated) &&
+	          (!r->verified_by[0] || cJSON_AddStringToObject(o, "verifiedBy", r->verified_by));
 	for (size_t i = 0; ok && i < r->ncompatible_gpus; i++) {
 		cJSON *s = cJSON_CreateString(r->compatible_gpus[i]);
 		ok = s && cJSON_AddItemToArray(gpus, s);

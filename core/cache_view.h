@@ -125,6 +125,10 @@ struct cache_view_ready {
 	char *reason;  /* owned, "" when absent */
 	char *message; /* owned, "" when absent */
 	char updated[40];
+	/* the fingerprint of the trusted key that verified the digest ("" when
+	 * nothing was verified): a Ready view whose key is no longer trusted is
+	 * verified again */
+	char verified_by[80];
 };
 
 /* Parse ready.json text. On failure returns -EINVAL (or -ENOMEM, -EFBIG) and

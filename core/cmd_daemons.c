@@ -54,7 +54,10 @@ struct daemon {
 	struct engine_slot slot;
 	struct policy_watch *pw;
 	struct health_server *health;
-	struct sig_keyset *keys;
+	/* trusted keys: polled every TRUST_POLL_MS, swapped in whole on a change */
+	struct trust_source trust_src;
+	struct trust *trust;
+	char trust_seen[65];
 	struct agent *agent;
 	struct operator_ *op;
 	struct kube_lease *lease;
@@ -406,36 +409,48 @@ static int parse(struct dflags *f, int argc, char **argv, const char *usage)
 
 /* ---- trusted keys ---- */
 
-/* --key files plus every PEM key of every regular file in --trust-dir. */
-static int load_keys(struct daemon *d)
+#define TRUST_POLL_MS 2000
+
+/* --key files and every PEM key of every file in --trust-dir (a file that
+ * holds none is refused, as the webhook refuses it), with --verify-enabled.
+ * 0, or -errno with the reason printed. */
+static int load_trust(struct daemon *d)
 {
 	struct dflags *f = d->f;
-	int rc = cli_registry_keyset(&f->reg, f->cmd, &d->keys);
-	if (rc || !f->trust_dir)
+	char err[512] = "";
+	d->trust_src.trust_dir = f->trust_dir;
+	d->trust_src.key_files = f->reg.keys;
+	d->trust_src.nkey_files = f->reg.nkeys;
+	d->trust_src.defaults.verify_enabled = f->verify;
+	int rc = trust_load(&d->trust_src, &d->trust, err, sizeof(err));
+	if (rc) {
+		fprintf(stderr, "%s: trusted keys: %s\n", f->cmd, err[0] ? err : strerror(-rc));
 		return rc;
-	if (!d->keys && (rc = sig_keyset_new(&d->keys)))
-		return rc;
-	DIR *dir = opendir(f->trust_dir);
-	if (!dir) {
-		fprintf(stderr, "%s: --trust-dir %s: %s\n", f->cmd, f->trust_dir, strerror(errno));
-		return -errno;
 	}
-	struct dirent *de;
-	while ((de = readdir(dir)) != NULL) {
-		char path[1024], why[256] = "", *pem = NULL;
-		size_t len = 0;
-		if (de->d_name[0] == '.')
-			continue; /* also skips the ..data links of a mounted ConfigMap */
-		snprintf(path, sizeof(path), "%s/%s", f->trust_dir, de->d_name);
-		if (fsutil_read_file(path, 1u << 20, &pem, &len) != 0)
-			continue;
-		if (sig_keyset_add_pem(d->keys, pem, len, why, sizeof(why)) != 0)
-			log_warn("ignoring a file without usable public keys", "path", path,
-			         "reason", why);
-		free(pem);
-	}
-	closedir(dir);
+	memcpy(d->trust_seen, d->trust->digest, sizeof(d->trust_seen));
+	if (f->verify && d->trust->nkeys == 0 && (f->role & ROLE_AGENT))
+		log_warn(
+		    "signature verification is on but no key is trusted: nothing is made Ready "
+		    "until keys are given (--trust-dir, --key) or --verify-enabled false is set");
 	return 0;
+}
+
+/* A key removed from the trust ConfigMap stops working without a restart;
+ * one added starts working. */
+static void trust_tick(struct loop *l, void *ud)
+{
+	struct daemon *d = ud;
+	struct trust *t = NULL;
+	if (trust_poll(&d->trust_src, d->trust, d->trust_seen, &t) == 1) {
+		trust_unref(d->trust);
+		d->trust = t;
+		if (d->agent)
+			agent_set_trust(d->agent, t);
+		/* gkm up's operator checks nothing itself: its agent does */
+		if (d->op && d->f->verify && d->f->role == ROLE_OPERATOR)
+			operator_set_trust(d->op, t);
+	}
+	loop_add_timer(l, TRUST_POLL_MS, trust_tick, d);
 }
 
 /* ---- policies from a ConfigMap ---- */
@@ -548,7 +563,7 @@ static void start_operator_on_loop(struct loop *l, void *ud)
 	                           .watch_nodes = true,
 	                           .kserve = d->f->kserve,
 	                           .registry = &d->f->reg.reg,
-	                           .keys = d->f->verify ? d->keys : NULL};
+	                           .trust = d->f->verify ? d->trust : NULL};
 	if (d->op)
 		return;
 	int rc = operator_start(d->loop, d->workers, d->os, &d->slot, &oo, &d->op);
@@ -603,7 +618,7 @@ static int run(struct dflags *f)
 	char err[1024];
 	int rc, code = EXIT_FAIL;
 	engine_slot_init(&d.slot, NULL);
-	if (load_keys(&d) != 0)
+	if (load_trust(&d) != 0)
 		goto out;
 	if ((rc = loop_new(&d.loop)) || (rc = workers_new(d.loop, 4, &d.workers))) {
 		fprintf(stderr, "%s: cannot start: %s\n", f->cmd, strerror(-rc));
@@ -656,12 +671,12 @@ static int run(struct dflags *f)
 	}
 	if (f->role & ROLE_AGENT) {
 		f->ao.node = f->node;
-		f->ao.keys = f->verify ? d.keys : NULL;
+		f->ao.trust = d.trust;
 		f->ao.registry = &f->reg.reg;
 		f->ao.owner_node_refs = f->role == ROLE_AGENT;
-		if (!f->ao.keys || sig_keyset_count(f->ao.keys) == 0)
-			log_warn("signature verification on the node is off (no trusted keys or "
-			         "--verify-enabled false); the admission webhook remains the gate");
+		if (!f->verify)
+			log_warn("signature verification on the node is off (--verify-enabled "
+			         "false); the admission webhook remains the gate");
 		if ((rc = agent_start(d.loop, d.workers, d.os, &d.slot, &f->ao, &d.agent))) {
 			fprintf(stderr, "%s: cannot start the agent: %s\n", f->cmd, strerror(-rc));
 			goto out;
@@ -669,7 +684,7 @@ static int run(struct dflags *f)
 	}
 	if (f->role == ROLE_UP) {
 		struct operator_opts oo = {.resolve_digests = true,
-		                           .verification_enabled = f->ao.keys != NULL,
+		                           .verification_enabled = f->verify,
 		                           .registry = &f->reg.reg};
 		if ((rc = operator_start(d.loop, d.workers, d.os, &d.slot, &oo, &d.op))) {
 			fprintf(stderr, "%s: cannot start the operator: %s\n", f->cmd,
@@ -696,6 +711,7 @@ static int run(struct dflags *f)
 	if (d.health)
 		loop_add_timer(d.loop, 0, ready_tick, &d);
 	loop_on_reload(d.loop, on_sighup, &d);
+	loop_add_timer(d.loop, TRUST_POLL_MS, trust_tick, &d);
 	log_info("running", "command", f->cmd, "node", f->node);
 	rc = loop_run(d.loop);
 	code = rc == 0 && !d.lost_leadership ? EXIT_OK : EXIT_FAIL;
@@ -716,7 +732,7 @@ out:
 	if (d.os)
 		d.os->ops->free(d.os);
 	engine_slot_clear(&d.slot);
-	sig_keyset_free(d.keys);
+	trust_unref(d.trust);
 	cJSON_Delete(d.policy_cm);
 	cli_registry_clear(&f->reg);
 	loop_free(d.loop);

@@ -153,10 +153,18 @@ int oci_pull_to_store(struct store *st, const char *refstr, const struct oci_pul
 		goto out;
 	if ((rc = oci_repo_fetch_image(repo, oci_ref_reference(&ref), o->platform, &img, err)))
 		goto out;
+	if (o->require_signature && (!o->keys || sig_keyset_count(o->keys) == 0)) {
+		oci_errf(err, "signature verification is on, but no trusted key is configured "
+		              "(--trust-dir, --key): nothing can be verified, so nothing is used");
+		rc = -ENOKEY;
+		goto out;
+	}
 	if (o->keys && sig_keyset_count(o->keys) > 0) {
 		if ((rc = oci_pull_verify(repo, img.top_digest, o->keys, &verdict, err)))
 			goto out;
 		log_info("signature verified", "digest", img.top_digest, "by", verdict.reason);
+		if (o->verdict)
+			*o->verdict = verdict;
 	}
 	const char *digest = img.desc.digest;
 	if (store_lookup(st, digest, info) == 0) {

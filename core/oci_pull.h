@@ -18,7 +18,11 @@ struct oci_pull_opts {
 	 * oci_repo_open_on); registry is then not used */
 	struct oci_registry *client;
 	const struct sig_keyset *keys; /* non-empty: a signature by one of them is required */
-	const char *platform;          /* index selection; NULL: linux and this machine's arch */
+	/* a signature is required even when keys is empty (or NULL): then
+	 * nothing can verify, and the pull fails with -ENOKEY (fail closed) */
+	bool require_signature;
+	struct sig_verdict *verdict; /* may be NULL: the accepting signature, when verified */
+	const char *platform;        /* index selection; NULL: linux and this machine's arch */
 	const struct extract_limits *limits; /* NULL: extract_limits_default() */
 };
 

@@ -509,6 +509,7 @@ struct verify_job {
 	struct sig_verdict v;
 	char err[512];
 	struct pull_secret_ref secrets;
+	struct trust *trust; /* referenced */
 };
 
 static void verify_work(void *ud)
@@ -524,7 +525,7 @@ static void verify_work(void *ud)
 	if (!j->rc)
 		j->rc = open_repo(j->op, &j->secrets, &ref, &repo, &e);
 	if (!j->rc)
-		j->rc = oci_pull_verify(repo, j->digest, j->op->o.keys, &j->v, &e);
+		j->rc = oci_pull_verify(repo, j->digest, j->trust->keys, &j->v, &e);
 	if (j->rc)
 		snprintf(j->err, sizeof(j->err), "%s", oci_err_str(&e, j->rc));
 	oci_repo_free(repo);
@@ -539,9 +540,10 @@ static void verify_done(struct loop *l, void *ud)
 	struct ocache *c = find_cache(op, j->key, false);
 	if (c && !op->stopping) {
 		c->verifying = false;
-		/* a result for an image or digest the cache no longer names is dropped */
+		/* a result for an image or digest the cache no longer names, or
+		 * under keys no longer trusted, is dropped */
 		if (!strcmp(c->verified_image, j->image) &&
-		    !strcmp(c->verified_digest, j->digest)) {
+		    !strcmp(c->verified_digest, j->digest) && j->trust == op->o.trust) {
 			switch (j->rc) {
 			case 0:
 				c->verdict = VERDICT_VERIFIED;
@@ -574,6 +576,7 @@ static void verify_done(struct loop *l, void *ud)
 		mark(op, j->key);
 		forget_if_gone(op, c);
 	}
+	trust_unref(j->trust);
 	free(j);
 }
 
@@ -590,7 +593,7 @@ static const char *verdict_name(enum verdict v)
  * no verdict for this image and digest; NULL without keys. */
 static cJSON *verification_of(struct operator_ *op, struct ocache *c, const char *digest)
 {
-	if (!op->o.keys || sig_keyset_count(op->o.keys) == 0 || !cache_view_valid_digest(digest))
+	if (!op->o.trust || op->o.trust->nkeys == 0 || !cache_view_valid_digest(digest))
 		return NULL;
 	const char *image = obj_str(c->obj, "spec.image");
 	if (strcmp(c->verified_image, image) || strcmp(c->verified_digest, digest)) {
@@ -611,9 +614,11 @@ static cJSON *verification_of(struct operator_ *op, struct ocache *c, const char
 			snprintf(j->image, sizeof(j->image), "%s", image);
 			snprintf(j->digest, sizeof(j->digest), "%s", digest);
 			pull_secret_ref_of(c->obj, NULL, &j->secrets);
+			j->trust = trust_ref(op->o.trust);
 			c->verifying = true;
 			if (workers_submit(op->workers, verify_work, verify_done, j) != 0) {
 				c->verifying = false;
+				trust_unref(j->trust);
 				free(j);
 			}
 		}
@@ -1045,6 +1050,18 @@ void operator_policies_changed(struct operator_ *op)
 	mark_all(op);
 }
 
+void operator_set_trust(struct operator_ *op, struct trust *t)
+{
+	struct trust *old = op->o.trust;
+	op->o.trust = t ? trust_ref(t) : NULL;
+	trust_unref(old);
+	for (struct ocache *c = op->caches; c; c = c->next) {
+		c->verified_image[0] = '\0'; /* a verdict under other keys is no verdict */
+		c->verdict = VERDICT_NONE;
+	}
+	mark_all(op);
+}
+
 bool operator_ready(const struct operator_ *op)
 {
 	return op->synced >= op->want_synced;
@@ -1069,6 +1086,8 @@ int operator_start(struct loop *l, struct workers *w, struct objstore *os,
 	op->os = os;
 	op->policies = policies;
 	op->o = *o;
+	if (op->o.trust)
+		trust_ref(op->o.trust);
 	soon_timer_init(&op->flush_timer, l, flush, op);
 	if (!op->o.debounce_ms)
 		op->o.debounce_ms = 250;
@@ -1085,6 +1104,7 @@ int operator_start(struct loop *l, struct workers *w, struct objstore *os,
 		claims_free(op->claims);
 		node_labels_free(op->labels);
 		node_reports_free(op->reports);
+		trust_unref(op->o.trust);
 		free(op);
 		return rc;
 	}
@@ -1142,5 +1162,6 @@ void operator_stop(struct operator_ *op)
 	while (strmap_next(&op->nodes, &pos, NULL, &name))
 		free(name);
 	strmap_clear(&op->nodes);
+	trust_unref(op->o.trust);
 	free(op);
 }

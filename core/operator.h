@@ -16,6 +16,7 @@
 #include "objstore.h"
 #include "oci_registry.h"
 #include "signature.h"
+#include "trust.h"
 #include "workers.h"
 
 struct operator_opts {
@@ -32,8 +33,9 @@ struct operator_opts {
 	/* Trusted keys (may be NULL or empty): the operator checks each cache's
 	 * signature itself, through the cache's own image reference, and says in
 	 * Verified what it found. Nothing else (an annotation anyone with write
-	 * access can set) makes a cache Verified here. */
-	const struct sig_keyset *keys;
+	 * access can set) makes a cache Verified here. Referenced by the
+	 * operator; operator_set_trust() replaces it. */
+	struct trust *trust;
 };
 
 struct operator_;
@@ -44,6 +46,8 @@ operator_start(struct loop *l, struct workers *w, struct objstore *os, struct en
 void operator_quiesce(struct operator_ *op);
 void operator_stop(struct operator_ *op);
 void operator_policies_changed(struct operator_ *op);
+/* New trusted keys: every verdict is made again. Takes a reference. */
+void operator_set_trust(struct operator_ *op, struct trust *t);
 bool operator_ready(const struct operator_ *op);
 
 /* Status writes made and skipped (unchanged), for metrics and benchmarks. */

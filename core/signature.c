@@ -499,6 +499,14 @@ size_t sig_keyset_count(const struct sig_keyset *ks)
 	return ks->n;
 }
 
+bool sig_keyset_has(const struct sig_keyset *ks, const char *fingerprint)
+{
+	for (size_t i = 0; ks && fingerprint && i < ks->n; i++)
+		if (strcmp(ks->keys[i]->fp, fingerprint) == 0)
+			return true;
+	return false;
+}
+
 static int cmp_str(const void *a, const void *b)
 {
 	return strcmp(*(const char *const *)a, *(const char *const *)b);

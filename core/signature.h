@@ -115,6 +115,8 @@ __attribute__((warn_unused_result)) int sig_keyset_add_pem(struct sig_keyset *ks
                                                            size_t len, char *why, size_t whylen);
 
 size_t sig_keyset_count(const struct sig_keyset *ks);
+/* Whether the set holds the key of this fingerprint ("sha256:<hex>"). */
+bool sig_keyset_has(const struct sig_keyset *ks, const char *fingerprint);
 
 /* "sha256:<hex>" over the sorted key fingerprints: equal sets give equal
  * fingerprints whatever the order they were added in. Borrowed until the

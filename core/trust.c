@@ -241,6 +241,37 @@ out:
 	return 0;
 }
 
+int trust_poll(const struct trust_source *src, const struct trust *cur, char seen[65],
+               struct trust **out)
+{
+	char digest[65], err[512];
+	struct trust *t = NULL;
+	int rc = trust_source_digest(src, digest, err, sizeof(err));
+	if (rc) {
+		if (strcmp(seen, "unreadable") != 0)
+			log_warn("trust configuration unreadable; keeping the previous one",
+			         "error", err);
+		snprintf(seen, 65, "unreadable");
+		return rc;
+	}
+	if (strcmp(digest, seen) == 0)
+		return 0;
+	memcpy(seen, digest, 65);
+	if (strcmp(digest, cur->digest) == 0)
+		return 0;
+	if ((rc = trust_load(src, &t, err, sizeof(err))) != 0) {
+		log_error("trust configuration refused; keeping the previous one", "error", err);
+		return rc;
+	}
+	char nkeys[24];
+	snprintf(nkeys, sizeof(nkeys), "%zu", t->nkeys);
+	log_info("trust configuration reloaded", "keys", nkeys, "keyset", t->keys_fp,
+	         "verify_enabled", t->s.verify_enabled ? "true" : "false", "allow_unsigned",
+	         t->s.allow_unsigned ? "true" : "false");
+	*out = t;
+	return 1;
+}
+
 struct trust *trust_ref(struct trust *t)
 {
 	atomic_fetch_add(&t->refs, 1);

@@ -1,8 +1,10 @@
-/* What the webhook trusts: the public keys found in --trust-dir (a mounted
- * Secret or ConfigMap, every PEM public key of every file) and in --key
- * files, and the
- * switches verify-enabled and allow-unsigned-images (flags, overridden by
- * the keys a --config file or directory sets).
+/* What a daemon trusts (the webhook, the agent, the operator): the public
+ * keys found in --trust-dir (a mounted Secret or ConfigMap, every PEM public
+ * key of every file) and in --key files, and the switches verify-enabled and
+ * allow-unsigned-images (flags, overridden by the keys a --config file or
+ * directory sets). Each daemon polls its sources (trust_poll) and swaps in a
+ * new snapshot when they change; a source that does not load keeps the last
+ * good snapshot.
  *
  * A snapshot is immutable and reference-counted: a review and its registry
  * job keep the snapshot they started with while a reload builds the next
@@ -49,6 +51,14 @@ __attribute__((warn_unused_result)) int trust_load(const struct trust_source *sr
 /* The digest trust_load() would record, without building anything. */
 __attribute__((warn_unused_result)) int trust_source_digest(const struct trust_source *src,
                                                             char out[65], char *err, size_t errlen);
+
+/* Look at the sources again. *seen is the digest last looked at (start it
+ * with cur->digest). 1 with *out a new snapshot (the caller's reference)
+ * when they changed and load; 0 when nothing changed; -errno when they do
+ * not read or load (logged once per change; cur stays). */
+__attribute__((warn_unused_result)) int trust_poll(const struct trust_source *src,
+                                                   const struct trust *cur, char seen[65],
+                                                   struct trust **out);
 
 struct trust *trust_ref(struct trust *t);
 void trust_unref(struct trust *t);

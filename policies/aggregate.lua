@@ -227,7 +227,7 @@ function M.evaluate(input)
   local conds = {}
   -- Verified: only what was verified, and by whom
   local annotations = type(cache.annotations) == "table" and cache.annotations or {}
-  local refused = by_reason.Unsigned or by_reason.SignatureNotTrusted
+  local refused = by_reason.Unsigned or by_reason.SignatureNotTrusted or by_reason.NoTrustedKeys
   local mine = type(verification.operator) == "table" and verification.operator or {}
   if mine.digest ~= digest then
     mine = {}
@@ -239,7 +239,8 @@ function M.evaluate(input)
       "signature verification is turned off; the digest was resolved by the "
         .. tostring(verification.resolvedBy or "operator") .. " without checking signatures" }
   elseif refused then
-    verified = { "False", by_reason.Unsigned and "Unsigned" or "SignatureNotTrusted",
+    verified = { "False", by_reason.Unsigned and "Unsigned"
+        or by_reason.SignatureNotTrusted and "SignatureNotTrusted" or "NoTrustedKeys",
       "nodes refused the image: " .. list_nodes(failed_names) }
   elseif mine.state == "verified" then
     verified = { "True", "SignatureVerified", "the operator verified the signature of " .. digest .. ": " .. checked }

@@ -217,34 +217,13 @@ static void reload_cert(struct webhook *w)
 
 static void reload_trust(struct webhook *w)
 {
-	char digest[65], err[512];
 	struct trust *t = NULL;
-	if (trust_source_digest(&w->trust_src, digest, err, sizeof(err)) != 0) {
-		if (strcmp(w->trust_digest, "unreadable") != 0) {
-			log_warn("trust configuration unreadable; keeping the previous one",
-			         "error", err);
-			reload_metric(w, "trust", "refused");
-			snprintf(w->trust_digest, sizeof(w->trust_digest), "unreadable");
-		}
-		return;
-	}
-	if (strcmp(digest, w->trust_digest) == 0)
-		return;
-	memcpy(w->trust_digest, digest, sizeof(digest));
-	if (strcmp(digest, w->trust->digest) == 0) {
-		reload_metric(w, "trust", "unchanged");
-		return;
-	}
-	if (trust_load(&w->trust_src, &t, err, sizeof(err)) != 0) {
-		log_error("trust configuration refused; keeping the previous one", "error", err);
+	bool unreadable = strcmp(w->trust_digest, "unreadable") == 0;
+	int rc = trust_poll(&w->trust_src, w->trust, w->trust_digest, &t);
+	if (rc < 0 && !(unreadable && strcmp(w->trust_digest, "unreadable") == 0))
 		reload_metric(w, "trust", "refused");
+	if (rc <= 0)
 		return;
-	}
-	char nkeys[24];
-	snprintf(nkeys, sizeof(nkeys), "%zu", t->nkeys);
-	log_info("trust configuration reloaded", "keys", nkeys, "keyset", t->keys_fp,
-	         "verify_enabled", t->s.verify_enabled ? "true" : "false", "allow_unsigned",
-	         t->s.allow_unsigned ? "true" : "false");
 	reviewer_set_trust(w->reviewer, t);
 	trust_unref(w->trust);
 	w->trust = t;

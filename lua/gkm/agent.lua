@@ -146,7 +146,7 @@ local function failed(entry, f)
   entry.message = f.message or "failed"
   if f.permanent then
     entry.message = entry.message
-      .. "; not tried again until the cache (its image, an annotation) or the policies change"
+      .. "; not tried again until the cache (its image, an annotation), the policies or the trusted keys change"
   elseif type(f.nextAttemptTime) == "string" then
     entry.nextAttemptTime = f.nextAttemptTime
   end

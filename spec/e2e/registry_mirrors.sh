@@ -166,7 +166,7 @@ spec:
 EOF
 $G apply --state "$S" -f "$W/big.yaml" >/dev/null 2>&1
 $GKM_BIN up --state "$S" --node node-1 --gpu-source file --gpu-file spec/fixtures/gpu/inventory/mixed.json \
-	--poll-ms 100 --registries-conf "$RC" --health-listen "" >"$W/up.log" 2>&1 &
+	--poll-ms 100 --registries-conf "$RC" --verify-enabled false --health-listen "" >"$W/up.log" 2>&1 &
 UP_PID=$!
 state() { $G get --state "$S" cgkmcn node-1 -o json 2>/dev/null |
 	py "import json,sys; print(json.load(sys.stdin)['status']['caches']['big']['state'])" 2>/dev/null; }
@@ -269,7 +269,7 @@ spec: {image: "$A/team/cache@$D"}
 EOF
 $G apply --state "$S2" -f "$W/fail.yaml" >/dev/null 2>&1
 $GKM_BIN up --state "$S2" --node node-1 --gpu-source file --gpu-file spec/fixtures/gpu/inventory/mixed.json \
-	--poll-ms 100 --registry-hosts-dir "$HD" --health-listen "" >"$W/up2.log" 2>&1 &
+	--poll-ms 100 --registry-hosts-dir "$HD" --verify-enabled false --health-listen "" >"$W/up2.log" 2>&1 &
 UP_PID=$!
 field2() { $G get --state "$S2" cgkmcn node-1 -o json 2>/dev/null |
 	py "import json,sys; c=json.load(sys.stdin)['status']['caches']['$1']; print($2)" 2>/dev/null; }
