@@ -512,6 +512,10 @@ struct req {
 	size_t body_max;
 	bool stream;
 	bool total_timeout;
+	/* blob downloads only: registries send them on to storage (S3, a CDN);
+	 * curl sends the Authorization header given here to no other host or
+	 * port, and a redirect never leaves HTTPS for a registry that speaks it */
+	bool follow;
 };
 
 static void xfer_free(struct xfer *x)
@@ -568,8 +572,9 @@ static int xfer_start(struct oci_registry *r, const struct req *q, struct xfer *
 	curl_easy_setopt(h, CURLOPT_ERRORBUFFER, x->errbuf);
 	curl_easy_setopt(h, CURLOPT_USERAGENT, "gkm/" GKM_VERSION);
 	curl_easy_setopt(h, CURLOPT_PROTOCOLS_STR, "http,https");
-	curl_easy_setopt(h, CURLOPT_REDIR_PROTOCOLS_STR, "http,https");
-	curl_easy_setopt(h, CURLOPT_FOLLOWLOCATION, 1L);
+	curl_easy_setopt(h, CURLOPT_REDIR_PROTOCOLS_STR, r->plain_http ? "http,https" : "https");
+	curl_easy_setopt(h, CURLOPT_FOLLOWLOCATION, q->follow ? 1L : 0L);
+	curl_easy_setopt(h, CURLOPT_UNRESTRICTED_AUTH, 0L);
 	curl_easy_setopt(h, CURLOPT_MAXREDIRS, 5L);
 	curl_easy_setopt(h, CURLOPT_CONNECTTIMEOUT, (long)r->o.connect_timeout_s);
 	curl_easy_setopt(h, CURLOPT_LOW_SPEED_LIMIT, 1L);
@@ -726,6 +731,11 @@ static void describe_cc(const struct oci_registry *r, const struct xfer *x, cons
 	if (x->cc == CURLE_OPERATION_TIMEDOUT)
 		oci_errf(err, "%s %s: timed out (%s)", method, url,
 		         x->errbuf[0] ? x->errbuf : "no progress");
+	else if (x->cc == CURLE_UNSUPPORTED_PROTOCOL)
+		oci_errf(err,
+		         "%s %s: redirected to a URL that is not followed (a registry that "
+		         "speaks HTTPS may not send a download to plain HTTP)",
+		         method, url);
 	else
 		oci_errf(err, "%s %s: %s%s%s", method, url, curl_easy_strerror(x->cc),
 		         x->errbuf[0] ? ": " : "", x->errbuf);
@@ -736,28 +746,47 @@ static void describe_cc(const struct oci_registry *r, const struct xfer *x, cons
 		               r->host);
 }
 
+/* What a registry says is shown to users (status, Events, denials): at most
+ * max bytes of it, printable ASCII only, so that a registry can neither
+ * flood a status nor put control sequences or markup in front of a user. */
+static void excerpt(char *out, size_t cap, const char *in, size_t len, size_t max)
+{
+	size_t n = 0;
+	for (size_t i = 0; i < len && n < max && n + 4 < cap; i++)
+		out[n++] = in[i] >= 0x20 && in[i] < 0x7f ? in[i] : in[i] == '\n' ? ' ' : '?';
+	if (len > max && n + 4 < cap) {
+		memcpy(out + n, "...", 3);
+		n += 3;
+	}
+	out[n] = '\0';
+}
+
+#define ERROR_EXCERPT_MAX 120
+
 /* "HTTP 404: MANIFEST_UNKNOWN manifest unknown" from a distribution error body. */
 static void describe_status(const struct xfer *x, const char *method, const char *url,
                             struct oci_err *err)
 {
-	char detail[512] = "";
+	char detail[ERROR_EXCERPT_MAX * 2 + 16] = "", code_s[48] = "", msg_s[ERROR_EXCERPT_MAX + 4];
 	if (x->body && x->body_len) {
 		cJSON *j = cJSON_ParseWithLength(x->body, x->body_len);
 		const cJSON *errs = j ? cJSON_GetObjectItemCaseSensitive(j, "errors") : NULL;
 		const cJSON *e0 = cJSON_IsArray(errs) ? cJSON_GetArrayItem(errs, 0) : NULL;
 		const cJSON *code = e0 ? cJSON_GetObjectItemCaseSensitive(e0, "code") : NULL;
 		const cJSON *msg = e0 ? cJSON_GetObjectItemCaseSensitive(e0, "message") : NULL;
-		if (cJSON_IsString(code) || cJSON_IsString(msg))
-			snprintf(detail, sizeof(detail), ": %s%s%s",
-			         cJSON_IsString(code) ? code->valuestring : "",
-			         cJSON_IsString(code) && cJSON_IsString(msg) ? " " : "",
-			         cJSON_IsString(msg) ? msg->valuestring : "");
-		else if (!j) {
-			size_t n = x->body_len < 160 ? x->body_len : 160;
-			snprintf(detail, sizeof(detail), ": %.*s", (int)n, x->body);
-			for (char *p = detail; *p; p++)
-				if (*p == '\n' || *p == '\r')
-					*p = ' ';
+		if (cJSON_IsString(code) || cJSON_IsString(msg)) {
+			if (cJSON_IsString(code))
+				excerpt(code_s, sizeof(code_s), code->valuestring,
+				        strlen(code->valuestring), 40);
+			msg_s[0] = '\0';
+			if (cJSON_IsString(msg))
+				excerpt(msg_s, sizeof(msg_s), msg->valuestring,
+				        strlen(msg->valuestring), ERROR_EXCERPT_MAX);
+			snprintf(detail, sizeof(detail), ": %s%s%s", code_s,
+			         code_s[0] && msg_s[0] ? " " : "", msg_s);
+		} else if (!j) {
+			excerpt(msg_s, sizeof(msg_s), x->body, x->body_len, ERROR_EXCERPT_MAX);
+			snprintf(detail, sizeof(detail), ": %s", msg_s);
 		}
 		cJSON_Delete(j);
 	}
@@ -1384,7 +1413,7 @@ struct stream {
 static int stream_start(struct stream *s, struct oci_err *e)
 {
 	char range[64];
-	struct req q = {.method = "GET", .stream = true, .up_fd = -1};
+	struct req q = {.method = "GET", .stream = true, .follow = true, .up_fd = -1};
 	if (s->delivered) {
 		snprintf(range, sizeof(range), "bytes=%" PRIu64 "-", s->delivered);
 		q.range = range;

@@ -122,16 +122,17 @@ _wait_port_file() { # file -> prints the port
 	return 1
 }
 
-proxy_start() { # name upstream_addr -> PROXY_<name>_ADDR
+proxy_start() { # name upstream_addr [cert key: HTTPS] -> PROXY_<name>_ADDR
 	local pf="$_REG_TMP/proxy-$1.port" port
-	/usr/bin/python3 "$_REG_LIB/regproxy.py" "$2" "$pf" >"$_REG_TMP/proxy-$1.log" 2>&1 &
+	/usr/bin/python3 "$_REG_LIB/regproxy.py" "$2" "$pf" ${3:+"$3" "$4"} >"$_REG_TMP/proxy-$1.log" 2>&1 &
 	_REG_PIDS="$_REG_PIDS $!"
 	port=$(_wait_port_file "$pf") || { echo "# proxy $1 did not start" >&2; return 1; }
 	eval "PROXY_${1}_ADDR=127.0.0.1:$port"
 }
 
-proxy_fault() { # addr json
-	curl -s -o /dev/null -X POST --data "$2" "http://$1/_control"
+proxy_fault() { # addr json (the proxy speaks HTTP, or HTTPS)
+	curl -sf -o /dev/null -X POST --data "$2" "http://$1/_control" ||
+		curl -skf -o /dev/null -X POST --data "$2" "https://$1/_control"
 }
 
 fwdproxy_start() { # -> FWDPROXY_ADDR; FWDPROXY_LOG lists "METHOD TARGET" per request

@@ -3,13 +3,18 @@
 to misbehave on cue, or to speak the OCI 1.1 referrers API (which Debian's
 docker-registry 2.8 does not).
 
-    regproxy.py UPSTREAM_HOST:PORT PORT_FILE
+    regproxy.py UPSTREAM_HOST:PORT PORT_FILE [CERT KEY]
+
+(with CERT and KEY it speaks HTTPS; the upstream is plain HTTP)
 
 It listens on a free loopback port (written to PORT_FILE) and forwards
 everything to UPSTREAM. Faults are set with POST /_control (JSON body);
 each applies to requests whose "METHOD PATH" matches "match" (a regex):
 
     {"fail": N, "status": 500}     the next N matching requests get status
+    {"fail": N, "body": "..."}     ... with this body (default: a distribution
+                                   error document)
+    {"redirect": "http://H:P"}     answer 307, Location the same path on H:P
     {"truncate": K, "times": N}    matching answers stop after K body bytes
                                    (Content-Length still says the full size)
     {"hang": true}                 read the request, never answer
@@ -20,8 +25,10 @@ each applies to requests whose "METHOD PATH" matches "match" (a regex):
     {"referrers": false}           answer the referrers API with 404
     {}                             no faults
 
-GET /_stats returns {"requests": [["METHOD", "PATH"], ...], "held": N}
-(N: requests the current hold fault has held).
+GET /_stats returns {"requests": [["METHOD", "PATH"], ...], "held": N,
+"authorized": [["METHOD", "PATH"], ...]} (N: requests the current hold
+fault has held; authorized: the requests that carried an Authorization
+header).
 
 Referrers: a manifest PUT whose body has a "subject" is recorded and
 answered with OCI-Subject; GET /v2/<name>/referrers/<digest> returns them
@@ -40,7 +47,7 @@ import urllib.parse
 
 UPSTREAM = sys.argv[1]
 LOCK = threading.Lock()
-STATE = {"fault": {}, "requests": [], "referrers": {}}
+STATE = {"fault": {}, "requests": [], "authorized": [], "referrers": {}}
 HOP = {"connection", "keep-alive", "transfer-encoding", "te", "trailer", "upgrade",
        "proxy-authorization", "proxy-authenticate"}
 
@@ -85,13 +92,15 @@ class Handler(http.server.BaseHTTPRequestHandler):
         body = self.read_body()
         with LOCK:
             STATE["requests"].append([self.command, self.path])
+            if self.headers.get("Authorization"):
+                STATE["authorized"].append([self.command, self.path])
         if self.path == "/_control":
             with LOCK:
                 STATE["fault"] = json.loads(body or b"{}")
             return self.send_plain(200, b"{}")
         if self.path == "/_stats":
             with LOCK:
-                data = json.dumps({"requests": STATE["requests"],
+                data = json.dumps({"requests": STATE["requests"], "authorized": STATE["authorized"],
                                    "held": STATE["fault"].get("held", 0)}).encode()
             return self.send_plain(200, data, {"Content-Type": "application/json"})
         with LOCK:
@@ -99,8 +108,11 @@ class Handler(http.server.BaseHTTPRequestHandler):
             if f and f.get("fail", 0) > 0:
                 f["fail"] -= 1
                 status = f.get("status", 500)
-                return self.send_plain(status, b'{"errors":[{"code":"UNAVAILABLE","message":"injected failure"}]}',
-                                       {"Content-Type": "application/json"})
+                body = f["body"].encode("latin-1") if "body" in f else \
+                    b'{"errors":[{"code":"UNAVAILABLE","message":"injected failure"}]}'
+                return self.send_plain(status, body, {"Content-Type": "application/json"})
+            if f and f.get("redirect"):
+                return self.send_plain(307, b"", {"Location": f["redirect"] + self.path})
         if f and f.get("hang"):
             time.sleep(3600)
             return None
@@ -215,6 +227,11 @@ class Server(socketserver.ThreadingMixIn, http.server.HTTPServer):
 
 def main():
     srv = Server(("127.0.0.1", 0), Handler)
+    if len(sys.argv) > 4:
+        import ssl
+        ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+        ctx.load_cert_chain(sys.argv[3], sys.argv[4])
+        srv.socket = ctx.wrap_socket(srv.socket, server_side=True)
     with open(sys.argv[2] + ".tmp", "w") as fh:
         fh.write(str(srv.server_address[1]))
     import os
