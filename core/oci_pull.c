@@ -168,6 +168,12 @@ int oci_pull_to_store(struct store *st, const char *refstr, const struct oci_pul
 	}
 	const char *digest = img.desc.digest;
 	if (store_lookup(st, digest, info) == 0) {
+		/* another reference brought these bytes: this one must serve every
+		 * layer too (its manifest and config it served already), or a
+		 * source that proved only a manifest would get the content */
+		for (size_t i = 0; i < img.manifest.n_layers && rc == 0; i++)
+			if ((rc = oci_repo_blob_readable(repo, &img.manifest.layers[i], err)))
+				oci_err_prefix(err, "%s does not serve layer %zu", refstr, i);
 		present = true;
 		goto done;
 	}

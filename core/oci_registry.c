@@ -1549,19 +1549,21 @@ static int blob_open_at(struct oci_registry *r, const char *repo, const struct o
 	return oci_blob_reader_new(&stream_source, s, d->digest, d->size, what, out);
 }
 
-int oci_registry_blob_exists(struct oci_registry *r, const char *repo, const char *digest,
-                             bool *exists, struct oci_err *err)
+/* HEAD a blob with the scope of a pull or of a push. */
+static int blob_head(struct oci_registry *r, const char *repo, const char *digest, bool push,
+                     bool *exists, struct oci_err *err)
 {
 	char url[URL_MAX], scope[512];
 	struct xfer *x = NULL;
-	push_scope(scope, sizeof(scope), repo);
+	(push ? push_scope : pull_scope)(scope, sizeof(scope), repo);
 	int rc = build_url(r, url, sizeof(url), "/%s/blobs/%s", repo, digest);
 	if (rc)
 		return rc;
 	struct req q = {.method = "HEAD", .total_timeout = true, .up_fd = -1};
 	if ((rc = request(r, &q, url, sizeof(url), scope, &x, err)))
 		return rc;
-	if (x->status == 200)
+	/* a registry that sends the blob on to storage knows it and serves it */
+	if (x->status == 200 || (!push && x->status >= 300 && x->status < 400))
 		*exists = true;
 	else if (x->status == 404)
 		*exists = false;
@@ -1570,6 +1572,25 @@ int oci_registry_blob_exists(struct oci_registry *r, const char *repo, const cha
 		rc = status_errno(x->status);
 	}
 	xfer_free(x);
+	return rc;
+}
+
+int oci_registry_blob_exists(struct oci_registry *r, const char *repo, const char *digest,
+                             bool *exists, struct oci_err *err)
+{
+	return blob_head(r, repo, digest, true, exists, err);
+}
+
+/* The source c serves the blob to these credentials: 0, or -ENOENT. */
+static int blob_readable_at(struct oci_registry *c, const char *repo, const struct oci_desc *d,
+                            struct oci_err *err)
+{
+	bool exists = false;
+	int rc = blob_head(c, repo, d->digest, false, &exists, err);
+	if (rc == 0 && !exists) {
+		oci_errf(err, "blob %s not found in %s/%s", d->digest, c->host, repo);
+		rc = -ENOENT;
+	}
 	return rc;
 }
 
@@ -1958,7 +1979,7 @@ static int mirror_blob_open(struct oci_registry *c, const char *repo, const stru
 	return oci_blob_reader_new(&mem_source, m, d->digest, d->size, what, out);
 }
 
-enum op { OP_RESOLVE, OP_MANIFEST, OP_BLOB, OP_REFERRERS };
+enum op { OP_RESOLVE, OP_MANIFEST, OP_BLOB, OP_BLOB_READABLE, OP_REFERRERS };
 
 struct call {
 	enum op op;
@@ -1979,6 +2000,8 @@ static int call_at(struct oci_registry *c, const char *repo, const struct call *
 	case OP_BLOB:
 		return c->mirror ? mirror_blob_open(c, repo, k->desc, k->what, k->out, err)
 		                 : blob_open_at(c, repo, k->desc, k->what, k->out, err);
+	case OP_BLOB_READABLE:
+		return blob_readable_at(c, repo, k->desc, err);
 	case OP_REFERRERS: {
 		struct oci_index *ix = k->out;
 		int rc = referrers_at(c, repo, k->reference, k->artifact_type, ix, err);
@@ -2004,7 +2027,8 @@ static int routed(struct oci_registry *r, const char *repo, const struct call *k
                   struct oci_err *err)
 {
 	struct oci_route rt;
-	bool by_digest = k->op == OP_BLOB || k->op == OP_REFERRERS || is_digest_ref(k->reference);
+	bool blob = k->op == OP_BLOB || k->op == OP_BLOB_READABLE;
+	bool by_digest = blob || k->op == OP_REFERRERS || is_digest_ref(k->reference);
 	int rc = oci_mirrors_route(r->mirrors, r->host, repo, by_digest, &rt, err);
 	if (rc)
 		return rc;
@@ -2014,7 +2038,7 @@ static int routed(struct oci_registry *r, const char *repo, const struct call *k
 	int mirror_said = 0; /* a mirror's "not there" */
 	for (size_t i = 0; i < rt.n; i++) {
 		const struct oci_endpoint *ep = &rt.ep[i];
-		const char *digest = k->op == OP_BLOB ? k->desc->digest : NULL;
+		const char *digest = blob ? k->desc->digest : NULL;
 		if (ep->mirror && digest && refused(r, ep->host, digest))
 			continue;
 		struct oci_registry *c = NULL;
@@ -2053,6 +2077,13 @@ static int routed(struct oci_registry *r, const char *repo, const struct call *k
 	}
 	oci_errf(err, "no source left for %s of %s/%s", k->reference, r->host, repo);
 	return -ENOENT;
+}
+
+int oci_registry_blob_readable(struct oci_registry *r, const char *repo, const struct oci_desc *d,
+                               struct oci_err *err)
+{
+	struct call k = {.op = OP_BLOB_READABLE, .reference = d->digest, .desc = d};
+	return routed(r, repo, &k, err);
 }
 
 int oci_registry_resolve(struct oci_registry *r, const char *repo, const char *reference,

@@ -120,6 +120,13 @@ __attribute__((warn_unused_result)) int
 oci_registry_blob_open(struct oci_registry *r, const char *repo, const struct oci_desc *d,
                        const char *what, struct oci_blob_reader **out, struct oci_err *err);
 
+/* The blob d is served to these credentials from repo's sources (mirrors
+ * first, as a pull goes; a HEAD, nothing downloaded): 0, -ENOENT, or the
+ * registry's refusal (-EACCES ...). */
+__attribute__((warn_unused_result)) int oci_registry_blob_readable(struct oci_registry *r,
+                                                                   const char *repo,
+                                                                   const struct oci_desc *d,
+                                                                   struct oci_err *err);
 __attribute__((warn_unused_result)) int oci_registry_blob_exists(struct oci_registry *r,
                                                                  const char *repo,
                                                                  const char *digest, bool *exists,

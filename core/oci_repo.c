@@ -110,6 +110,23 @@ int oci_repo_blob_open(struct oci_repo *r, const struct oci_desc *d, const char 
 	return oci_registry_blob_open(r->reg, r->ref.repository, d, what, out, err);
 }
 
+int oci_repo_blob_readable(struct oci_repo *r, const struct oci_desc *d, struct oci_err *err)
+{
+	if (!oci_digest_valid(d->digest)) {
+		oci_errf(err, "invalid blob digest '%s'", d->digest);
+		return -EINVAL;
+	}
+	if (!r->lay)
+		return oci_registry_blob_readable(r->reg, r->ref.repository, d, err);
+	char *path = oci_layout_blob_path(r->lay, d->digest);
+	int rc = !path ? -ENOMEM : access(path, R_OK) == 0 ? 0 : -errno;
+	if (rc)
+		oci_errf(err, "blob %s is not in %s: %s", d->digest, oci_repo_name(r),
+		         strerror(-rc));
+	free(path);
+	return rc;
+}
+
 int oci_repo_get_blob(struct oci_repo *r, const struct oci_desc *d, size_t max, const char *what,
                       char **out, size_t *len, struct oci_err *err)
 {

@@ -51,6 +51,10 @@ __attribute__((warn_unused_result)) int oci_repo_get_manifest(struct oci_repo *r
 __attribute__((warn_unused_result)) int
 oci_repo_blob_open(struct oci_repo *r, const struct oci_desc *d, const char *what,
                    struct oci_blob_reader **out, struct oci_err *err);
+/* The source serves blob d to these credentials (a registry: a HEAD; a
+ * layout: the file is there): 0, -ENOENT or the refusal. */
+__attribute__((warn_unused_result)) int
+oci_repo_blob_readable(struct oci_repo *r, const struct oci_desc *d, struct oci_err *err);
 /* A whole blob in memory, verified, at most max bytes. Caller frees *out. */
 __attribute__((warn_unused_result)) int oci_repo_get_blob(struct oci_repo *r,
                                                           const struct oci_desc *d, size_t max,

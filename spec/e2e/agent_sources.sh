@@ -7,7 +7,9 @@
 #   refused although another repository's signature of the same digest
 #   verified (and the content is already on the node);
 # - a dead or unauthorised registry fails only the caches that use it, and
-#   never makes another cache of the same digest fail, or become Ready.
+#   never makes another cache of the same digest fail, or become Ready;
+# - a source that serves the manifest and configuration of a digest on the
+#   node but not its layers does not get the content.
 # `gkm up` against real registries, sampled as a user samples it.
 set -u
 . "$(dirname "$0")/../lib/tap.sh"
@@ -105,6 +107,23 @@ sample 10 "Ready/Ready Failed/RegistryUnavailable Failed/Unauthorized" entries f
 ok $? "sampled 10 times: the dead and the unauthorised source fail only their own caches"
 grep -q "reason=RegistryUnavailable" "$UP_LOG" && grep -q "reason=Unauthorized" "$UP_LOG"
 ok $? "the log names each cache's own failure"
+
+# --- a source that serves the manifest but not the layers ---
+proxy_start nolayers "$R" || ok 1 "a proxy starts"
+P=$PROXY_nolayers_ADDR
+LAYER=$($G cache inspect "$R/caches/signed@$CUDA" -o json --no-signatures |
+	/usr/bin/python3 -c "import json,sys; print(json.load(sys.stdin)['layers'][0]['digest'])")
+proxy_fault "$P" "{\"fail\": 1000, \"status\": 404, \"match\": \"/blobs/$LAYER\"}"
+cache g partial "$P/caches/signed@$CUDA"
+apply
+wait_for 30 settled g partial
+sample 10 "Ready/Ready Failed/ImageNotFound" entries a/signed g/partial
+ok $? "a source without the layers: its cache is not linked to the content on the node (ImageNotFound)" ||
+	node_entry g partial e
+not_published g/partial
+ok $? "nothing is published as ready for it"
+grep "partial" "$UP_LOG" | grep -q "does not serve layer 0"
+ok $? "the log says which layer the source does not serve"
 
 up_stop
 finish
