@@ -48,6 +48,23 @@ bool node_capture_on_exit(const cJSON *cache)
 	       !cJSON_IsFalse(cJSON_GetObjectItemCaseSensitive(cap, "onPodExit"));
 }
 
+bool node_capture_namespace_allowed(const cJSON *cache, const char *ns)
+{
+	const char *own = obj_str(cache, "metadata.namespace");
+	if (*own)
+		return strcmp(own, ns) == 0;
+	const cJSON *v;
+	cJSON_ArrayForEach(v, cJSON_GetObjectItemCaseSensitive(
+	                          cJSON_GetObjectItemCaseSensitive(
+	                              cJSON_GetObjectItemCaseSensitive(cache, "spec"), "capture"),
+	                          "namespaces"))
+	{
+		if (cJSON_IsString(v) && *ns && strcmp(v->valuestring, ns) == 0)
+			return true;
+	}
+	return false;
+}
+
 bool node_capture_demanded(const char *root, const char *ns, const char *name, const cJSON *cache,
                            char **seen)
 {
@@ -486,6 +503,16 @@ void node_capture_run(struct node_capture *k)
 		return;
 	}
 	k->record = new_record(k);
+	const char *pod_ns = obj_str(k->record, "pod.namespace");
+	if (!node_capture_namespace_allowed(k->cache, pod_ns)) {
+		snprintf(msg, sizeof(msg),
+		         "pod %s/%s: its namespace is not one spec.capture.namespaces lists for "
+		         "this cache; nothing pushed",
+		         pod_ns, obj_str(k->record, "pod.name"));
+		refuse(k->record, "NamespaceNotAllowed", msg);
+		k->work[0] = '\0';
+		goto out;
+	}
 	if (!mkdtemp(k->work)) {
 		refuse(k->record, "CaptureFailed", strerror(errno));
 		k->work[0] = '\0';

@@ -27,6 +27,10 @@
 bool node_capture_repository(const cJSON *cache, char *repo, size_t len);
 /* Whether it captures each writable volume on pod exit (onPodExit not false). */
 bool node_capture_on_exit(const cJSON *cache);
+/* Whether a volume of a pod of namespace ns may be captured: a GKMCache's
+ * own namespace; for a ClusterGKMCache (whose captures push with gkm's own
+ * credentials) only the namespaces spec.capture.namespaces lists. */
+bool node_capture_namespace_allowed(const cJSON *cache, const char *ns);
 
 /* On demand: annotation gkm.io/capture; each new value asks for one capture
  * of the writable volumes live on the node. True (once per value, also

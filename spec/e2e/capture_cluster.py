@@ -138,7 +138,8 @@ def main():
          "spec.capture.repository with a tag is refused", diag=p.stderr)
 
     shared = {"apiVersion": "gkm.io/v1alpha1", "kind": "ClusterGKMCache", "metadata": {"name": "shared"},
-              "spec": {"image": ref, "capture": {"repository": reg + "/caches/shared-candidates"}}}
+              "spec": {"image": ref, "capture": {"repository": reg + "/caches/shared-candidates",
+                                                 "namespaces": [NS]}}}
     p = kube.kubectl("create", "secret", "docker-registry", "push", "-n", NS, "--docker-server=" + reg2,
                      "--docker-username=dana", "--docker-password=p4ss")
     t.ok(p.returncode == 0, "a Secret with the private registry's credentials", diag=p.stderr)
@@ -173,12 +174,12 @@ def main():
         return [n for st in (state, state2) if os.path.isdir(os.path.join(st, "captures", NS, "vector-add"))
                 for n in os.listdir(os.path.join(st, "captures", NS, "vector-add")) if n[0] != "."]
 
-    def publish(pod, name="vector-add", on=NODE, ns=NS):
+    def publish(pod, name="vector-add", on=NODE, ns=NS, pod_ns=NS):
         tgt = path("pods", pod, "mount")
         os.makedirs(os.path.dirname(tgt))
         where[pod] = on
-        stubs[on].NodePublishVolume(cc.publish_request(pb, "v-" + pod, tgt, name, ns=ns, pod=pod, uid="uid-" + pod,
-                                                       writable=True), timeout=30)
+        stubs[on].NodePublishVolume(cc.publish_request(pb, "v-" + pod, tgt, name, ns=ns, pod_ns=pod_ns, pod=pod,
+                                                       uid="uid-" + pod, writable=True), timeout=30)
         return tgt
 
     def unpublish(pod):
@@ -292,6 +293,22 @@ def main():
          and [(p["name"], p["node"]) for p in cs[0]["pods"]] == [("p9", NODE)],
          "a ClusterGKMCache with spec.capture: the pod's kernel is a candidate in its status "
          "(the same files on the same image: the same digest)", diag=(cs, cluster_entry(), agent.tail()))
+    # a pod of a namespace the ClusterGKMCache does not list: gkm's own
+    # credentials push nothing for it
+    tgt = publish("p15", "shared", ns=None, pod_ns="team-b")
+    compile_kernel(tgt, "stranger", HASH.replace("MUL", "STR"))
+    unpublish("p15")
+
+    def stranger_refused():
+        s = (get("clustergkmcache", "shared") or {}).get("status") or {}
+        return [r for r in s.get("captureRefusals") or [] if r["pod"]["name"] == "p15"] or None
+
+    r = (wait_for(stranger_refused, 60) or [{}])[0]
+    rc, out, err = gkm("cache", "inspect", reg + "/caches/shared-candidates:candidate-v-p15", "--no-signatures")
+    t.ok(r.get("reason") == "NamespaceNotAllowed" and "team-b" in r.get("message", "") and rc != 0
+         and len(shared_candidates() or []) == 1,
+         "a ClusterGKMCache captures only the namespaces spec.capture.namespaces lists: a volume of "
+         "team-b is refused (NamespaceNotAllowed), nothing pushed", diag=(r, shared_candidates(), out))
 
     # ---- a private repository: the cache's pull Secret pushes ----
     ok = wait_for(lambda: ready("private", digest) and ready("nocreds", digest), 60)
