@@ -670,8 +670,8 @@ out:
 static bool same_access(const struct agent *a, const struct cache *c, const struct cache *o)
 {
 	struct pull_secret_ref rc = {0}, ro = {0};
-	pull_secret_ref_of(c->obj, a->o.namespace_, &rc);
-	pull_secret_ref_of(o->obj, a->o.namespace_, &ro);
+	pull_secret_ref_of(c->obj, a->o.namespace_, a->o.global_credentials, &rc);
+	pull_secret_ref_of(o->obj, a->o.namespace_, a->o.global_credentials, &ro);
 	return pull_secret_ref_same(&rc, &ro);
 }
 
@@ -940,7 +940,7 @@ static void start_job(struct agent *a, struct cache *c, enum pull_sched_lane lan
 		snprintf(j->ref, sizeof(j->ref), "%s", c->ref);
 		snprintf(j->digest, sizeof(j->digest), "%s", c->digest);
 		j->want_targets_from_tree = c->targets_need_pull;
-		pull_secret_ref_of(c->obj, a->o.namespace_, &j->secrets);
+		pull_secret_ref_of(c->obj, a->o.namespace_, a->o.global_credentials, &j->secrets);
 		j->trust = a->trust ? trust_ref(a->trust) : NULL;
 	}
 	if (j && workers_submit(a->pool, lane == PULL_SCHED_FETCH ? fetch_image_work : pull_work,
@@ -2140,7 +2140,7 @@ static void captures_start(struct agent *a)
 		cj->k.os = a->os;
 		cj->k.cancel = &a->cancel;
 		cj->k.cache = cJSON_Duplicate(c->obj, 1);
-		pull_secret_ref_of(c->obj, a->o.namespace_, &cj->k.secrets);
+		pull_secret_ref_of(c->obj, a->o.namespace_, a->o.global_credentials, &cj->k.secrets);
 		a->capturing = true;
 		a->jobs++;
 		if (workers_submit(a->workers, capture_work, capture_done, cj) != 0) {

@@ -40,6 +40,9 @@ struct agent_opts {
 	/* gkm's namespace, where a ClusterGKMCache's pull Secrets are (NULL:
 	 * $POD_NAMESPACE, else "gkm") */
 	const char *namespace_;
+	/* namespaces whose caches without spec.pullSecrets the daemon's own
+	 * registry credentials serve ("a,b", "*"; NULL: only ClusterGKMCaches) */
+	const char *global_credentials;
 };
 
 struct agent;

@@ -24,6 +24,7 @@
 #include "objstore_kube.h"
 #include "operator.h"
 #include "policy_watch.h"
+#include "pull_secret.h"
 
 enum role { ROLE_AGENT = 1, ROLE_OPERATOR = 2, ROLE_UP = ROLE_AGENT | ROLE_OPERATOR };
 
@@ -42,6 +43,7 @@ struct dflags {
 	bool verify;
 	/* operator */
 	bool leader_elect, resolve_digests, resolve_set, kserve;
+	const char *global_creds; /* --global-credentials-namespaces */
 	const char *identity, *lease_name;
 	struct cli_registry reg;
 };
@@ -93,6 +95,7 @@ enum {
 	OPT_LEASE,
 	OPT_RESOLVE,
 	OPT_KSERVE,
+	OPT_GLOBAL_CREDS,
 };
 
 static const struct option all_opts[] = {
@@ -122,6 +125,7 @@ static const struct option all_opts[] = {
     {"lease-name", required_argument, 0, OPT_LEASE},
     {"resolve-digests", required_argument, 0, OPT_RESOLVE},
     {"kserve", required_argument, 0, OPT_KSERVE},
+    {"global-credentials-namespaces", required_argument, 0, OPT_GLOBAL_CREDS},
     {0, 0, 0, 0},
 };
 
@@ -132,6 +136,12 @@ static const struct option all_opts[] = {
 	"                         (default $POD_NAMESPACE, else gkm)\n"                            \
 	"  --policy-configmap N   the ConfigMap of Lua policies (default gkm-policies)\n"
 #define HELP_COMMON                                                                                \
+	"  --global-credentials-namespaces LIST\n"                                                 \
+	"                         namespaces whose GKMCaches without spec.pullSecrets the\n"       \
+	"                         registry credentials below serve (\"a,b\", \"*\": all; "         \
+	"default:\n"                                                                               \
+	"                         none, gkm up: all); ClusterGKMCaches always; the others\n"       \
+	"                         read anonymously\n"                                              \
 	"  --policy-dir DIR       Lua policies from a directory instead (reloaded on change)\n"    \
 	"  --health-listen ADDR   /healthz, /readyz, /metrics (default :8081, gkm up: none;\n"     \
 	"                         \"\" for none)\n"
@@ -270,6 +280,8 @@ static int parse(struct dflags *f, int argc, char **argv, const char *usage)
 	f->lease_name = "gkm-operator";
 	f->leader_elect = true;
 	f->verify = true;
+	/* one machine, one user: its credentials serve every namespace there */
+	f->global_creds = f->role == ROLE_UP ? "*" : "";
 	f->health_listen = f->role == ROLE_UP ? NULL : ":8081";
 	f->state = "/var/lib/gkm/standalone";
 	f->poll_ms = 250;
@@ -373,6 +385,14 @@ static int parse(struct dflags *f, int argc, char **argv, const char *usage)
 		case OPT_KSERVE:
 			if ((rc = parse_bool(f->cmd, "--kserve", optarg, &f->kserve)))
 				return rc;
+			break;
+		case OPT_GLOBAL_CREDS:
+			if (!pull_secret_global_valid(optarg))
+				return cli_usage_error(f->cmd,
+				                       "--global-credentials-namespaces '%s': want "
+				                       "namespace names separated by commas, or *",
+				                       optarg);
+			f->global_creds = optarg;
 			break;
 		case OPT_LEASE:
 			if (!obj_valid_name(optarg))
@@ -557,7 +577,8 @@ static void start_operator_on_loop(struct loop *l, void *ud)
 {
 	struct daemon *d = ud;
 	(void)l;
-	struct operator_opts oo = {.resolve_digests =
+	struct operator_opts oo = {.global_credentials = d->f->global_creds,
+	                           .resolve_digests =
 	                               d->f->resolve_set ? d->f->resolve_digests : !d->f->verify,
 	                           .verification_enabled = d->f->verify,
 	                           .watch_nodes = true,
@@ -671,6 +692,7 @@ static int run(struct dflags *f)
 	}
 	if (f->role & ROLE_AGENT) {
 		f->ao.node = f->node;
+		f->ao.global_credentials = f->global_creds;
 		f->ao.trust = d.trust;
 		f->ao.registry = &f->reg.reg;
 		f->ao.owner_node_refs = f->role == ROLE_AGENT;
@@ -683,7 +705,8 @@ static int run(struct dflags *f)
 		}
 	}
 	if (f->role == ROLE_UP) {
-		struct operator_opts oo = {.resolve_digests = true,
+		struct operator_opts oo = {.global_credentials = f->global_creds,
+		                           .resolve_digests = true,
 		                           .verification_enabled = f->verify,
 		                           .registry = &f->reg.reg};
 		if ((rc = operator_start(d.loop, d.workers, d.os, &d.slot, &oo, &d.op))) {

@@ -526,15 +526,17 @@ void node_capture_run(struct node_capture *k)
 		refuse(k->record, "SecretUnreadable", msg);
 		goto out;
 	}
+	/* no Secret: the daemon's own credentials only where they serve the
+	 * cache's namespace, else none at all (an empty credentials file) */
+	const char *auth = ps.auth_json ? ps.auth_json : k->secrets.global ? NULL : "{}";
 	if (write_file(k->work, "gpus.json", k->gpus_json ? k->gpus_json : "{\"gpus\":[]}", gpufile,
 	               sizeof(gpufile)) != 0 ||
-	    (ps.auth_json &&
-	     write_file(k->work, "auth.json", ps.auth_json, authfile, sizeof(authfile)) != 0)) {
+	    (auth && write_file(k->work, "auth.json", auth, authfile, sizeof(authfile)) != 0)) {
 		refuse(k->record, "CaptureFailed", "cannot write the capture's scratch files");
 		goto out;
 	}
-	int rc = spawn_capture(k, upper, name, ps.auth_json ? authfile : NULL, gpufile, &out, msg,
-	                       sizeof(msg));
+	int rc =
+	    spawn_capture(k, upper, name, auth ? authfile : NULL, gpufile, &out, msg, sizeof(msg));
 	if (rc == -ECANCELED) {
 		/* not refused: the next agent captures it */
 		cJSON_Delete(k->record);

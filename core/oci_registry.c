@@ -71,7 +71,8 @@ struct oci_registry {
 	struct oci_mirrors *mirrors;
 	struct oci_registry *front;
 	char *auth_json, *auth_file, *username, *password, *auth_source; /* endpoint clients' */
-	bool creds_named; /* credentials come from auth_json: messages name it */
+	bool creds_named;    /* credentials come from auth_json: messages name it */
+	bool creds_why_none; /* none on purpose: creds_source says why */
 	struct endpoint_client {
 		char key[1400];
 		struct oci_registry *reg;
@@ -190,6 +191,10 @@ static void load_creds(struct oci_registry *r, const struct oci_registry_opts *o
 		snprintf(r->creds_source, sizeof(r->creds_source), "%s",
 		         o->auth_source ? o->auth_source : "the pull secret");
 		r->creds_named = true;
+	} else if (o->no_default_auth_files && !o->auth_file && o->auth_source) {
+		/* none on purpose: say why in messages */
+		snprintf(r->creds_source, sizeof(r->creds_source), "%s", o->auth_source);
+		r->creds_why_none = true;
 	} else {
 		const char *files[4] = {o->auth_file, NULL, NULL, NULL};
 		char xdg[512] = "", dock[512] = "";
@@ -1007,9 +1012,13 @@ static int on_unauthorized(struct oci_registry *r, const struct xfer *x, const c
 			oci_errf(err,
 			         "registry %s requires a login and no credentials were found for "
 			         "it %s%s",
-			         r->host, r->creds_named ? "in " : "",
-			         r->creds_named ? r->creds_source
-			                        : "(use --authfile, --creds or a pull secret)");
+			         r->host,
+			         r->creds_named      ? "in "
+			         : r->creds_why_none ? ": "
+			                             : "",
+			         r->creds_named || r->creds_why_none
+			             ? r->creds_source
+			             : "(use --authfile, --creds or a pull secret)");
 			rc = -EACCES;
 		} else if (had && sent_auth) {
 			oci_errf(err, "registry %s rejected the credentials from %s", r->host,

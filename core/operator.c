@@ -488,7 +488,7 @@ static const char *digest_for(struct operator_ *op, struct ocache *c)
 			j->op = op;
 			snprintf(j->key, sizeof(j->key), "%s", c->key);
 			snprintf(j->image, sizeof(j->image), "%s", image);
-			pull_secret_ref_of(c->obj, NULL, &j->secrets);
+			pull_secret_ref_of(c->obj, NULL, op->o.global_credentials, &j->secrets);
 			c->resolving = true;
 			if (workers_submit(op->workers, resolve_work, resolve_done, j) != 0) {
 				c->resolving = false;
@@ -613,7 +613,7 @@ static cJSON *verification_of(struct operator_ *op, struct ocache *c, const char
 			snprintf(j->key, sizeof(j->key), "%s", c->key);
 			snprintf(j->image, sizeof(j->image), "%s", image);
 			snprintf(j->digest, sizeof(j->digest), "%s", digest);
-			pull_secret_ref_of(c->obj, NULL, &j->secrets);
+			pull_secret_ref_of(c->obj, NULL, op->o.global_credentials, &j->secrets);
 			j->trust = trust_ref(op->o.trust);
 			c->verifying = true;
 			if (workers_submit(op->workers, verify_work, verify_done, j) != 0) {

@@ -36,6 +36,8 @@ struct operator_opts {
 	 * access can set) makes a cache Verified here. Referenced by the
 	 * operator; operator_set_trust() replaces it. */
 	struct trust *trust;
+	/* as agent_opts.global_credentials */
+	const char *global_credentials;
 };
 
 struct operator_;

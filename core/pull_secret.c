@@ -46,10 +46,42 @@ int pull_secret_names(const cJSON *obj, char *buf, size_t len, char *err, size_t
 	return 0;
 }
 
-void pull_secret_ref_of(const cJSON *cache, const char *home, struct pull_secret_ref *out)
+/* "", "*" or "a,b" of namespace names. */
+bool pull_secret_global_valid(const char *s)
+{
+	char buf[1024], *save = NULL;
+	if (strcmp(s, "*") == 0 || !*s)
+		return true;
+	if (strlen(s) >= sizeof(buf))
+		return false;
+	snprintf(buf, sizeof(buf), "%s", s);
+	for (char *p = strtok_r(buf, ",", &save); p; p = strtok_r(NULL, ",", &save))
+		if (!obj_valid_label(p))
+			return false;
+	return s[strlen(s) - 1] != ',' && s[0] != ',';
+}
+
+bool pull_secret_global(const char *global, const char *ns)
+{
+	if (!*ns || (global && strcmp(global, "*") == 0))
+		return true;
+	size_t n = strlen(ns);
+	for (const char *p = global; p && *p;) {
+		const char *end = strchr(p, ',');
+		size_t len = end ? (size_t)(end - p) : strlen(p);
+		if (len == n && strncmp(p, ns, n) == 0)
+			return true;
+		p = end ? end + 1 : p + len;
+	}
+	return false;
+}
+
+void pull_secret_ref_of(const cJSON *cache, const char *home, const char *global,
+                        struct pull_secret_ref *out)
 {
 	const char *ns = obj_str(cache, "metadata.namespace");
 	const char *env = getenv("POD_NAMESPACE");
+	out->global = pull_secret_global(global, ns);
 	if (!*ns)
 		ns = home ? home : env && *env ? env : "gkm";
 	snprintf(out->ns, sizeof(out->ns), "%s", ns);
@@ -62,7 +94,9 @@ bool pull_secret_ref_same(const struct pull_secret_ref *a, const struct pull_sec
 {
 	if (a->err[0] || b->err[0])
 		return false;
-	return !strcmp(a->names, b->names) && (!a->names[0] || !strcmp(a->ns, b->ns));
+	if (!a->names[0] || !b->names[0])
+		return !a->names[0] && !b->names[0] && a->global == b->global;
+	return !strcmp(a->names, b->names) && !strcmp(a->ns, b->ns);
 }
 
 int pull_secret_opts(struct objstore *os, const struct pull_secret_ref *ref, const char *registry,
@@ -74,6 +108,14 @@ int pull_secret_opts(struct objstore *os, const struct pull_secret_ref *ref, con
 	if (ref->err[0]) {
 		snprintf(err, errlen, "%s", ref->err);
 		return -EINVAL;
+	}
+	if (!ref->names[0] && !ref->global) {
+		/* the daemon's own credentials are not this namespace's */
+		out->username = out->password = out->auth_file = out->auth_json = NULL;
+		out->no_default_auth_files = true;
+		out->auth_source = PULL_SECRET_NONE_WHY;
+		snprintf(ps->key, sizeof(ps->key), "(anonymous)");
+		return 0;
 	}
 	if (!ref->names[0] || !registry)
 		return 0;

@@ -5,6 +5,12 @@
  * when a registry job of the cache starts, so that a changed Secret is used
  * at the next try.
  *
+ * A cache that names no Secret reads with the daemon's own credentials only
+ * when it is a ClusterGKMCache or its namespace is one the operator of the
+ * cluster lists (--global-credentials-namespaces); any other reads
+ * anonymously, so that no tenant learns through gkm what only gkm's own
+ * credentials may read.
+ *
  * The Secret chosen is the first that holds credentials for the registry
  * host; when none does, the first that exists (a mirror's credentials may
  * be all it holds, or the registry lets anyone read). Blocking (worker
@@ -24,8 +30,9 @@
 /* The Secrets a cache names, as a registry job takes them to its worker. */
 struct pull_secret_ref {
 	char ns[64];     /* the cache's namespace; gkm's for a ClusterGKMCache */
-	char names[600]; /* "a,b"; "" for none: the daemon's own credentials */
+	char names[600]; /* "a,b"; "" for none: the daemon's own credentials, or none */
 	char err[256];   /* why spec.pullSecrets cannot be read ("" when it can) */
+	bool global;     /* without names: the daemon's own credentials serve it */
 };
 
 struct pull_secret {
@@ -41,8 +48,20 @@ __attribute__((warn_unused_result)) int pull_secret_names(const cJSON *obj, char
                                                           char *err, size_t errlen);
 
 /* The Secrets cache (a GKMCache or ClusterGKMCache object) names; home is
- * gkm's namespace (NULL: $POD_NAMESPACE, else "gkm"). */
-void pull_secret_ref_of(const cJSON *cache, const char *home, struct pull_secret_ref *out);
+ * gkm's namespace (NULL: $POD_NAMESPACE, else "gkm"); global lists the
+ * namespaces whose caches the daemon's own credentials serve ("a,b"; "*":
+ * every one; NULL or "": none but cluster-scoped caches). */
+void pull_secret_ref_of(const cJSON *cache, const char *home, const char *global,
+                        struct pull_secret_ref *out);
+/* Why a cache reads with no credentials, in messages. */
+#define PULL_SECRET_NONE_WHY                                                                       \
+	"no credentials (no spec.pullSecrets, and the namespace is not one gkm's own "             \
+	"credentials serve)"
+
+/* A valid global list: "", "*" or namespace names separated by commas. */
+bool pull_secret_global_valid(const char *list);
+/* Whether namespace ns ("" for cluster-scoped) is one global lists. */
+bool pull_secret_global(const char *global, const char *ns);
 
 /* Whether two caches read their images with the same credentials. */
 bool pull_secret_ref_same(const struct pull_secret_ref *a, const struct pull_secret_ref *b);

@@ -24,6 +24,7 @@
 #include "objstore_kube.h"
 #include "placement_events.h"
 #include "policy_watch.h"
+#include "pull_secret.h"
 #include "reviewer.h"
 #include "trust.h"
 #include "watched.h"
@@ -68,6 +69,9 @@ static const char usage[] =
     "  --workers N                threads for registry checks (default 4)\n"
     "  --https-threads N          HTTPS threads (default 2)\n"
     "  --max-checks N             registry checks in flight (default 64)\n"
+    "  --global-credentials-namespaces LIST  namespaces whose GKMCaches the registry\n"
+    "                             credentials below serve (\"a,b\", \"*\": all; default:\n"
+    "                             none); ClusterGKMCaches always, the others anonymously\n"
     "  --reload-interval-ms MS    how often files are checked for changes (default 2000)\n"
     "\n"
     "Pod placement (POST /mutate-pods, AdmissionReview v1 for Pods):\n"
@@ -110,6 +114,7 @@ enum {
 	OPT_CONTEXT,
 	OPT_EXCLUDE,
 	OPT_EVENT_INTERVAL,
+	OPT_GLOBAL_CREDS,
 };
 
 #define EXCLUDE_MAX 64
@@ -404,6 +409,7 @@ int cmd_webhook(int argc, char **argv)
 	    {"context", required_argument, 0, OPT_CONTEXT},
 	    {"exclude-namespaces", required_argument, 0, OPT_EXCLUDE},
 	    {"event-interval-ms", required_argument, 0, OPT_EVENT_INTERVAL},
+	    {"global-credentials-namespaces", required_argument, 0, OPT_GLOBAL_CREDS},
 	    CLI_REGISTRY_OPTIONS,
 	    CLI_KEY_OPTION,
 	    {0, 0, 0, 0},
@@ -518,6 +524,15 @@ int cmd_webhook(int argc, char **argv)
 		case OPT_EVENT_INTERVAL:
 			if (!(rc = parse_num("--event-interval-ms", optarg, 10, 600000, &v)))
 				w.event_interval_ms = v;
+			break;
+		case OPT_GLOBAL_CREDS:
+			if (!pull_secret_global_valid(optarg))
+				rc = cli_usage_error(
+				    CMD,
+				    "--global-credentials-namespaces '%s': want namespace "
+				    "names separated by commas, or *",
+				    optarg);
+			ro.global_credentials = optarg;
 			break;
 		default:
 			if ((rc = cli_registry_flag(&creg, c, optarg, CMD)) != 0) {

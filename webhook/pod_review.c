@@ -23,6 +23,7 @@
 #include "log.h"
 #include "pod_patch.h"
 #include "pod_volumes.h"
+#include "pull_secret.h"
 #include "review.h"
 
 #define PLACEMENT_ANNOTATION "gkm.io/placement"
@@ -154,6 +155,7 @@ static bool match_image(struct review *rv, struct pod_cache *pc, struct check *c
 		snprintf(c->pinned, sizeof(c->pinned), "%s", e->digest);
 	c->ref_text = oci_ref_format(&c->ref);
 	pc->check = c;
+	c->global = pull_secret_global(rv->r->o.global_credentials, e->cluster ? "" : e->ns);
 	return true;
 }
 

@@ -51,6 +51,9 @@ struct check {
 	struct oci_ref ref;          /* parsed */
 	char *ref_text;              /* canonical reference (cache key) */
 	char pinned[OCI_DIGEST_MAX]; /* a digest to use instead of resolving the tag */
+	/* the webhook's own registry credentials serve the cache's namespace
+	 * (--global-credentials-namespaces); else the image is read anonymously */
+	bool global;
 	struct job *job;             /* waiting for it, or NULL */
 	struct check *next_waiter;   /* in job->waiters */
 	/* the outcome, once done */

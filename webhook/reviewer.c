@@ -13,6 +13,7 @@
 
 #include "admission_review.h"
 #include "image_check.h"
+#include "pull_secret.h"
 #include "log.h"
 #include "metrics.h"
 #include "oci_ref.h"
@@ -33,6 +34,7 @@ struct job {
 	char digest[OCI_DIGEST_MAX]; /* known digest, or "" to resolve the tag */
 	struct trust *trust;
 	bool verify;
+	bool global; /* with the webhook's own credentials (else anonymous) */
 	int rc;
 	struct image_check_result res;
 	struct check *waiters;
@@ -305,9 +307,18 @@ static void review_ready(struct review *rv)
 
 /* ---- caches and registry jobs (loop thread) ---- */
 
-static void verdict_key(char *key, size_t cap, const char *digest, const struct trust *t)
+/* The tag resolution's cache key: one per credentials, as the verdict's. */
+static void resolve_key(char *key, size_t cap, const char *ref_text, bool global)
 {
-	snprintf(key, cap, "%s|%s", digest, t->s.verify_enabled ? t->keys_fp : "-");
+	snprintf(key, cap, "%s|%c", ref_text, global ? 'g' : 'a');
+}
+
+/* What one read learns serves only reads with the same credentials. */
+static void verdict_key(char *key, size_t cap, const char *digest, const struct trust *t,
+                        bool global)
+{
+	snprintf(key, cap, "%s|%s|%c", digest, t->s.verify_enabled ? t->keys_fp : "-",
+	         global ? 'g' : 'a');
 }
 
 static bool cache_lookup(struct reviewer *r, struct ttl_cache *c, const char *name, const char *key,
@@ -389,8 +400,14 @@ static void job_free(struct job *j)
 static void job_work(void *ud)
 {
 	struct job *j = ud;
+	struct oci_registry_opts o = j->r->o.registry;
+	if (!j->global) {
+		o.username = o.password = o.auth_file = o.auth_json = NULL;
+		o.no_default_auth_files = true;
+		o.auth_source = PULL_SECRET_NONE_WHY;
+	}
 	j->rc = image_check_run(&j->ref, j->digest[0] ? j->digest : NULL,
-	                        j->verify ? j->trust->keys : NULL, &j->r->o.registry, &j->res);
+	                        j->verify ? j->trust->keys : NULL, &o, &j->res);
 }
 
 static void job_done(struct loop *l, void *ud)
@@ -411,12 +428,13 @@ static void job_done(struct loop *l, void *ud)
 	                                                             : "unavailable";
 	metrics_add(r->m_checks, METRICS_L(result), 1);
 	if (j->rc == 0) {
-		char key[256];
+		char key[256], rkey[1100];
+		resolve_key(rkey, sizeof(rkey), j->ref_text, j->global);
 		if (j->res.resolved &&
-		    ttl_cache_put(r->resolved, j->ref_text, j->res.digest,
-		                  strlen(j->res.digest) + 1, now + r->o.resolve_ttl_ms) != 0)
+		    ttl_cache_put(r->resolved, rkey, j->res.digest, strlen(j->res.digest) + 1,
+		                  now + r->o.resolve_ttl_ms) != 0)
 			log_warn("cannot cache a tag resolution", "error", "out of memory");
-		verdict_key(key, sizeof(key), j->res.digest, j->trust);
+		verdict_key(key, sizeof(key), j->res.digest, j->trust, j->global);
 		uint64_t ttl = !j->verify || image_verdict_accepted(&j->res.verdict)
 		                   ? r->o.verified_ttl_ms
 		                   : r->o.rejected_ttl_ms;
@@ -457,8 +475,8 @@ static bool wait_for_job(struct check *c, const char *digest)
 	bool verify = rv->trust->s.verify_enabled;
 	char *key = NULL;
 	struct job *j;
-	if (asprintf(&key, "%s|%s|%s", c->ref_text, digest ? digest : "",
-	             verify ? rv->trust->keys_fp : "-") < 0) {
+	if (asprintf(&key, "%s|%s|%s|%c", c->ref_text, digest ? digest : "",
+	             verify ? rv->trust->keys_fp : "-", c->global ? 'g' : 'a') < 0) {
 		check_fail(c, "WebhookError", "out of memory");
 		return false;
 	}
@@ -486,6 +504,7 @@ static bool wait_for_job(struct check *c, const char *digest)
 		key = NULL;
 		j->trust = trust_ref(rv->trust);
 		j->verify = verify;
+		j->global = c->global;
 		snprintf(j->digest, sizeof(j->digest), "%s", digest ? digest : "");
 		if (workers_submit(r->o.workers, job_work, job_done, j) != 0) {
 			job_free(j);
@@ -512,16 +531,16 @@ static bool check_start(struct check *c)
 	struct reviewer *r = c->rv->r;
 	char resolved[OCI_DIGEST_MAX];
 	struct image_verdict v;
-	char key[256];
+	char key[256], rkey[1100];
 	const struct trust *t = c->rv->trust;
 	const char *digest = c->ref.digest ? c->ref.digest : c->pinned[0] ? c->pinned : NULL;
-	if (!digest &&
-	    cache_lookup(r, r->resolved, "resolve", c->ref_text, resolved, sizeof(resolved))) {
+	resolve_key(rkey, sizeof(rkey), c->ref_text, c->global);
+	if (!digest && cache_lookup(r, r->resolved, "resolve", rkey, resolved, sizeof(resolved))) {
 		resolved[sizeof(resolved) - 1] = '\0';
 		digest = resolved;
 	}
 	if (digest) {
-		verdict_key(key, sizeof(key), digest, t);
+		verdict_key(key, sizeof(key), digest, t, c->global);
 		if (cache_lookup(r, r->verdicts, "verdict", key, &v, sizeof(v))) {
 			check_succeed(c, digest, &v, t->s.verify_enabled);
 			return false;
@@ -591,6 +610,7 @@ static int prepare_cache_review(struct review *rv, const char **reason, char *er
 	c = &rv->checks[0];
 	c->rv = rv;
 	c->image = rv->req.image;
+	c->global = pull_secret_global(rv->r->o.global_credentials, rv->req.namespace_);
 	if (oci_ref_parse(rv->req.image, &c->ref, &oerr) != 0) {
 		*reason = "InvalidImageReference";
 		snprintf(err, errlen, "spec.image: %s", oci_err_str(&oerr, -EINVAL));

@@ -46,6 +46,9 @@ struct reviewer_opts {
 	size_t cache_entries;              /* per cache */
 	unsigned max_jobs;                 /* registry checks in flight */
 	struct oci_registry_opts registry; /* its strings must outlive the reviewer */
+	/* namespaces whose caches registry's credentials serve ("a,b", "*";
+	 * ""/NULL: only cluster-scoped caches; see core/pull_secret.h) */
+	const char *global_credentials;
 	/* Pods. catalog NULL: /mutate-pods is not served (404). */
 	struct cache_catalog *catalog;         /* loop-owned, fed by the watches */
 	const char *const *exclude_namespaces; /* NULL-terminated; pods there are never touched */

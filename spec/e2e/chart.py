@@ -625,16 +625,16 @@ def check_webhook(r):
     timeouts = {int(wh.get("timeoutSeconds", 0)) for cfg in cfgs for wh in cfg["webhooks"]}
     if not deadline or any(deadline >= 1000 * x for x in timeouts):
         probs.append("webhook --deadline-ms=%d is not below timeoutSeconds %s" % (deadline, timeouts))
-    auth = flag_value(wc["args"], "--registry-authfile")
+    auth = flag_value(wc["args"], "--authfile")
     if r.opts.get("registry_auth"):
         m = mounts_by_path(wc).get(os.path.dirname(auth or ""))
         sec = ((wvols.get(m["name"]) if m else None) or {}).get("secret", {})
         if sec.get("secretName") != r.opts["registry_auth"] or \
                 {"key": ".dockerconfigjson", "path": os.path.basename(auth)} not in sec.get("items", []):
-            probs.append("webhook --registry-authfile=%s is not .dockerconfigjson of Secret %s" %
+            probs.append("webhook --authfile=%s is not .dockerconfigjson of Secret %s" %
                          (auth, r.opts["registry_auth"]))
     elif auth:
-        probs.append("webhook --registry-authfile without registry.authSecret")
+        probs.append("webhook --authfile without registry.authSecret")
     if flag_value(wc["args"], "--registry-plain-http") != r.opts.get("plain_http"):
         probs.append("webhook --registry-plain-http=%r" % flag_value(wc["args"], "--registry-plain-http"))
     cert_mgr = r.opts.get("cert_manager", False)

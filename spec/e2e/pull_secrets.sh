@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
 # Credentials per namespace on a real API server (GKM_KUBE_ASSETS) with a
 # real docker-registry behind htpasswd: a GKMCache names pull Secrets of its
-# own namespace, a ClusterGKMCache Secrets of gkm's namespace. Two namespaces
+# own namespace, a ClusterGKMCache Secrets of gkm's namespace; without any,
+# the agent's own credentials serve only the namespaces it is told to and
+# ClusterGKMCaches. Two namespaces
 # name the same digest; the node already holds it for the one with the
 # credentials, and the other is still refused (Unauthorized, naming the
 # registry and the Secret) until its own credentials reach the registry.
@@ -77,9 +79,13 @@ kubectl get gkmc -n team-a -o name >/dev/null && cache team-a c regcred &&
 	[ "$(kubectl get gkmc c -n team-a -o jsonpath='{.spec.pullSecrets[0].name}')" = regcred ]
 ok $? "the CRD keeps spec.pullSecrets"
 
+# the agent's own credentials (registry.authSecret) serve team-a and
+# ClusterGKMCaches only
+/usr/bin/python3 -c "import base64, json; print(json.dumps({'auths': {'$A': {'auth': base64.b64encode(b'dana:p4ss').decode()}}}))" >"$W/global.json"
 POD_NAMESPACE=gkm-system $G agent --node n1 --kubeconfig "$KUBECONFIG" \
 	--gpu-file spec/fixtures/gpu/inventory/t4.json --root "$W/root" --run-dir "$W/run" \
-	--health-listen "" >"$W/agent.log" 2>&1 &
+	--authfile "$W/global.json" --global-credentials-namespaces team-a \
+	--verify-enabled false --health-listen "" >"$W/agent.log" 2>&1 &
 PID[agent]=$!
 
 entry() { # ns cache field
@@ -135,6 +141,30 @@ ok $? "a ClusterGKMCache reads its Secret in gkm's namespace"
 cluster_cache other regcred
 wait_for 60 is Unauthorized kubectl get cgkmcn n1 -o jsonpath='{.status.caches.other.reason}'
 ok $? "a ClusterGKMCache never reads a team's Secret (regcred is not in gkm's namespace)"
+# no pullSecrets: the agent's own credentials serve the namespaces listed
+# and ClusterGKMCaches, never another tenant's
+cache team-a mine
+cache team-b theirs
+kubectl create namespace team-c >/dev/null
+cache team-c theirs
+kubectl apply -f - >/dev/null <<EOF
+apiVersion: gkm.io/v1alpha1
+kind: ClusterGKMCache
+metadata:
+  name: global
+  annotations: {gkm.io/resolvedDigest: "$D"}
+spec:
+  image: $A/private/cache:v1
+EOF
+wait_for 60 is Ready entry team-a mine state &&
+	wait_for 60 is Ready kubectl get cgkmcn n1 -o jsonpath='{.status.caches.global.state}'
+ok $? "no pullSecrets: team-a (listed) and a ClusterGKMCache read with the agent's own credentials: Ready"
+wait_for 60 is Unauthorized entry team-c theirs reason && wait_for 60 is Unauthorized entry team-b theirs reason
+ok $? "no pullSecrets in team-b and team-c (not listed): read anonymously, Unauthorized, although the node holds the digest"
+case "$(entry team-c theirs message)" in *"not one gkm's own credentials serve"*) r=0 ;; *) r=1 ;; esac
+ok $r "the message says why no credentials were used ($(entry team-c theirs message))"
+[ ! -e "$W/root/caches/team-c/theirs/data" ]
+ok $? "team-c's view is not published"
 kubectl apply -f - >/dev/null 2>"$W/bad.err" <<EOF
 apiVersion: gkm.io/v1alpha1
 kind: GKMCache
@@ -149,7 +179,7 @@ ok $? "the API server refuses a pullSecrets name that is no Secret name"
 # (Incompatible) is not told to team-b's caches, which cannot read it
 POD_NAMESPACE=gkm-system $G agent --node n2 --kubeconfig "$KUBECONFIG" \
 	--gpu-file spec/fixtures/gpu/inventory/mi210.json --root "$W/root2" --run-dir "$W/run2" \
-	--health-listen "" >"$W/agent2.log" 2>&1 &
+	--verify-enabled false --health-listen "" >"$W/agent2.log" 2>&1 &
 PID[agent2]=$!
 entry2() { kubectl get gkmcn n2 -n "$1" -o jsonpath="{.status.caches.$2.$3}" 2>/dev/null; }
 wait_for 60 is Incompatible entry2 team-a c state

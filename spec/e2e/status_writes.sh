@@ -152,7 +152,7 @@ PY
 	# the agent: the last cache of a namespace deleted
 	port=$(free_port)
 	$G agent --node node-a --kubeconfig "$KUBECONFIG" --gpu-file spec/fixtures/gpu/inventory/h100.json \
-		--root "$W/$on-root" --run-dir "$W/$on-run" --health-listen "127.0.0.1:$port" \
+		--root "$W/$on-root" --run-dir "$W/$on-run" --verify-enabled false --health-listen "127.0.0.1:$port" \
 		>"$W/agent-$on.log" 2>&1 &
 	PID[agent]=$!
 	gkmcache solo only

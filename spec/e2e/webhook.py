@@ -19,33 +19,11 @@ ROOT = os.environ.get("GKM_ROOT", os.path.join(os.path.dirname(__file__), "..", 
 sys.path.insert(0, os.path.join(ROOT, "spec", "lib"))
 from tap import Tap  # noqa: E402
 from webhook_env import (ANN, DEADLINE_MS, FIXTURE, GKM, Blackhole, Registry,  # noqa: E402
-                         Webhook, available, cleanup, init, make_ca, make_cert, path, review,
-                         run, tls_context, write)
+                         Webhook, available, cleanup, decide, init, make_ca, make_cert, path,
+                         post, review, run, tls_context, write)
 
 t = Tap()
 init("gkm-webhook-e2e.")
-def post(wh, urlpath, body, ca="ca", timeout=10):
-    """POST over a fresh verified TLS connection: (status, decoded JSON or text, peer cert sha256)."""
-    c = http.client.HTTPSConnection("127.0.0.1", wh.port, context=tls_context(ca), timeout=timeout)
-    data = body if isinstance(body, (bytes, str)) else json.dumps(body)
-    c.request("POST", urlpath, body=data, headers={"Content-Type": "application/json"})
-    peer = hashlib.sha256(c.sock.getpeercert(binary_form=True)).hexdigest()
-    r = c.getresponse()
-    raw = r.read().decode()
-    c.close()
-    try:
-        return r.status, json.loads(raw), peer
-    except ValueError:
-        return r.status, raw, peer
-
-
-def decide(wh, image, endpoint="/mutate", **kw):
-    status, doc, _ = post(wh, endpoint, review(image, **kw))
-    if status != 200 or not isinstance(doc, dict):
-        raise RuntimeError(f"HTTP {status}: {doc}")
-    return doc["response"]
-
-
 def patch_of(resp):
     if "patch" not in resp:
         return None

@@ -8,6 +8,7 @@ with its JSON log and metrics, and AdmissionReview documents.
     ...
     env.cleanup()          # kills what is left, removes the directory
 """
+import hashlib
 import http.client
 import json
 import os
@@ -223,15 +224,42 @@ def tls_context(ca):
 
 
 def review(image, op="CREATE", kind="GKMCache", group="gkm.io", annotations=None, old=None,
-           uid="4b5f8a9e-0001", obj=None):
-    meta = {"name": "llama", "namespace": "team-a"}
+           uid="4b5f8a9e-0001", obj=None, namespace="team-a"):
+    """An AdmissionReview of a cache (namespace "" for a ClusterGKMCache)."""
+    meta = {"name": "llama"}
+    if namespace:
+        meta["namespace"] = namespace
     if annotations is not None:
         meta["annotations"] = annotations
     if obj is None:
         obj = {"apiVersion": "gkm.io/v1alpha1", "kind": kind, "metadata": meta,
                "spec": {"image": image}}
     req = {"uid": uid, "kind": {"group": group, "version": "v1alpha1", "kind": kind},
-           "resource": {"group": group, "version": "v1alpha1", "resource": "gkmcaches"},
-           "namespace": "team-a", "name": "llama", "operation": op, "object": obj,
-           "oldObject": old, "dryRun": False}
+           "resource": {"group": group, "version": "v1alpha1",
+                        "resource": "gkmcaches" if namespace else "clustergkmcaches"},
+           "name": "llama", "operation": op, "object": obj, "oldObject": old, "dryRun": False}
+    if namespace:
+        req["namespace"] = namespace
     return {"apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview", "request": req}
+
+
+def post(wh, urlpath, body, ca="ca", timeout=10):
+    """POST over a fresh verified TLS connection: (status, decoded JSON or text, peer cert sha256)."""
+    c = http.client.HTTPSConnection("127.0.0.1", wh.port, context=tls_context(ca), timeout=timeout)
+    data = body if isinstance(body, (bytes, str)) else json.dumps(body)
+    c.request("POST", urlpath, body=data, headers={"Content-Type": "application/json"})
+    peer = hashlib.sha256(c.sock.getpeercert(binary_form=True)).hexdigest()
+    r = c.getresponse()
+    raw = r.read().decode()
+    c.close()
+    try:
+        return r.status, json.loads(raw), peer
+    except ValueError:
+        return r.status, raw, peer
+
+
+def decide(wh, image, endpoint="/mutate", **kw):
+    status, doc, _ = post(wh, endpoint, review(image, **kw))
+    if status != 200 or not isinstance(doc, dict):
+        raise RuntimeError(f"HTTP {status}: {doc}")
+    return doc["response"]
