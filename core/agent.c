@@ -2140,7 +2140,8 @@ static void captures_start(struct agent *a)
 		cj->k.os = a->os;
 		cj->k.cancel = &a->cancel;
 		cj->k.cache = cJSON_Duplicate(c->obj, 1);
-		pull_secret_ref_of(c->obj, a->o.namespace_, a->o.global_credentials, &cj->k.secrets);
+		pull_secret_ref_of(c->obj, a->o.namespace_, a->o.global_credentials,
+		                   &cj->k.secrets);
 		a->capturing = true;
 		a->jobs++;
 		if (workers_submit(a->workers, capture_work, capture_done, cj) != 0) {

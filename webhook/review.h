@@ -54,8 +54,8 @@ struct check {
 	/* the webhook's own registry credentials serve the cache's namespace
 	 * (--global-credentials-namespaces); else the image is read anonymously */
 	bool global;
-	struct job *job;             /* waiting for it, or NULL */
-	struct check *next_waiter;   /* in job->waiters */
+	struct job *job;           /* waiting for it, or NULL */
+	struct check *next_waiter; /* in job->waiters */
 	/* the outcome, once done */
 	bool done;
 	const char *fail_reason; /* CamelCase reason when it could not be checked */
