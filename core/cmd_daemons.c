@@ -44,6 +44,7 @@ struct dflags {
 	/* operator */
 	bool leader_elect, resolve_digests, resolve_set, kserve;
 	const char *global_creds; /* --global-credentials-namespaces */
+	const char *agent_sa;     /* --agent-service-account */
 	const char *identity, *lease_name;
 	struct cli_registry reg;
 };
@@ -96,6 +97,7 @@ enum {
 	OPT_RESOLVE,
 	OPT_KSERVE,
 	OPT_GLOBAL_CREDS,
+	OPT_AGENT_SA,
 };
 
 static const struct option all_opts[] = {
@@ -126,6 +128,7 @@ static const struct option all_opts[] = {
     {"resolve-digests", required_argument, 0, OPT_RESOLVE},
     {"kserve", required_argument, 0, OPT_KSERVE},
     {"global-credentials-namespaces", required_argument, 0, OPT_GLOBAL_CREDS},
+    {"agent-service-account", required_argument, 0, OPT_AGENT_SA},
     {0, 0, 0, 0},
 };
 
@@ -188,6 +191,11 @@ static const char usage_operator[] =
     "  --resolve-digests BOOL resolve tags to digests here, for clusters without the\n"
     "                         admission webhook (default: true when --verify-enabled "
     "false)\n"
+    "  --agent-service-account NS/NAME\n"
+    "                         the node agents' ServiceAccount: the operator keeps, in\n"
+    "                         each namespace where caches name pull Secrets, a Role\n"
+    "                         that may get exactly those (gkm-agent-pull-secrets) bound\n"
+    "                         to it (default: none kept)\n"
     "  --kserve BOOL          kernel caches of KServe LocalModelCaches (annotation\n"
     "                         gkm.io/kernel-cache-image): a ClusterGKMCache each, placed\n"
     "                         in the node groups' storage (default false)\n" CLI_KEY_HELP HELP_KUBE
@@ -259,6 +267,7 @@ static bool role_takes(enum role r, int opt)
 	case OPT_LEASE:
 	case OPT_RESOLVE:
 	case OPT_KSERVE:
+	case OPT_AGENT_SA:
 		return r == ROLE_OPERATOR;
 	default:
 		return true;
@@ -386,6 +395,17 @@ static int parse(struct dflags *f, int argc, char **argv, const char *usage)
 			if ((rc = parse_bool(f->cmd, "--kserve", optarg, &f->kserve)))
 				return rc;
 			break;
+		case OPT_AGENT_SA: {
+			const char *sl = strchr(optarg, '/');
+			char ns[64];
+			snprintf(ns, sizeof(ns), "%.*s", sl ? (int)(sl - optarg) : 0, optarg);
+			if (!sl || !obj_valid_label(ns) || !obj_valid_name(sl + 1))
+				return cli_usage_error(
+				    f->cmd, "--agent-service-account '%s': want NAMESPACE/NAME",
+				    optarg);
+			f->agent_sa = optarg;
+			break;
+		}
 		case OPT_GLOBAL_CREDS:
 			if (!pull_secret_global_valid(optarg))
 				return cli_usage_error(f->cmd,
@@ -578,6 +598,7 @@ static void start_operator_on_loop(struct loop *l, void *ud)
 	struct daemon *d = ud;
 	(void)l;
 	struct operator_opts oo = {.global_credentials = d->f->global_creds,
+	                           .agent_service_account = d->f->agent_sa,
 	                           .resolve_digests =
 	                               d->f->resolve_set ? d->f->resolve_digests : !d->f->verify,
 	                           .verification_enabled = d->f->verify,

@@ -282,6 +282,8 @@ static const struct {
     {"serving.kserve.io/v1alpha1", "LocalModelNodeGroup", "localmodelnodegroups", false},
     {"events.k8s.io/v1", "Event", "events", true},
     {"coordination.k8s.io/v1", "Lease", "leases", true},
+    {"rbac.authorization.k8s.io/v1", "Role", "roles", true},
+    {"rbac.authorization.k8s.io/v1", "RoleBinding", "rolebindings", true},
     {"apiextensions.k8s.io/v1", "CustomResourceDefinition", "customresourcedefinitions", false},
     {"gkm.io/v1alpha1", "GKMCache", "gkmcaches", true},
     {"gkm.io/v1alpha1", "ClusterGKMCache", "clustergkmcaches", false},

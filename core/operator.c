@@ -17,6 +17,7 @@
 #include "oci_pull.h"
 #include "oci_repo.h"
 #include "pull_secret.h"
+#include "secret_grants.h"
 #include "soon_timer.h"
 #include "strmap.h"
 
@@ -70,6 +71,8 @@ struct operator_ {
 	struct node_labels *labels;   /* the cache labels of Nodes, when watched */
 	struct claims *claims;        /* spec.claim (Kubernetes) */
 	struct kserve *kserve;        /* LocalModelCaches (--kserve) */
+	struct secret_grants *grants; /* the agents' pull Secrets (agent_service_account) */
+	bool grants_known;
 	bool labels_started;
 	struct soon_timer flush_timer;
 	uint64_t resync_timer;
@@ -223,12 +226,16 @@ static void on_cache(void *ud, enum objstore_event_type t, const cJSON *obj)
 			node_labels_drop(op->labels, label);
 		if (op->claims)
 			claims_cache_deleted(op->claims, key);
+		if (op->grants)
+			secret_grants_cache(op->grants, key, NULL);
 		cJSON_Delete(c->obj);
 		c->obj = NULL;
 		forget_if_gone(op, c);
 		return;
 	}
 	bool echo = own_write(c, obj);
+	if (op->grants)
+		secret_grants_cache(op->grants, key, obj);
 	cJSON_Delete(c->obj);
 	c->obj = cJSON_Duplicate(obj, 1);
 	if (!echo)
@@ -1016,6 +1023,11 @@ static void flush(struct loop *l, void *ud)
 		reconcile(op, c);
 		n++;
 	}
+	/* every cache has been seen: Roles no cache needs can go */
+	if (op->grants && !op->grants_known && operator_ready(op)) {
+		op->grants_known = true;
+		secret_grants_caches_known(op->grants);
+	}
 	/* every cache has been aggregated once: where each is Ready is known */
 	if (op->labels && !op->labels_started) {
 		op->labels_started = true;
@@ -1038,6 +1050,8 @@ static void resync_tick(struct loop *l, void *ud)
 	remove_orphans(op);
 	if (op->claims)
 		claims_resync(op->claims);
+	if (op->grants)
+		secret_grants_resync(op->grants);
 	if (op->kserve)
 		kserve_resync(op->kserve);
 	if (op->labels_started)
@@ -1100,7 +1114,10 @@ int operator_start(struct loop *l, struct workers *w, struct objstore *os,
 		rc = claims_new(w, os, MANAGER, mark_key, op, &op->claims);
 	if (!rc && o->kserve)
 		rc = kserve_new(w, os, MANAGER, &op->kserve);
+	if (!rc && o->agent_service_account)
+		rc = secret_grants_new(w, os, MANAGER, o->agent_service_account, NULL, &op->grants);
 	if (rc) {
+		secret_grants_free(op->grants);
 		claims_free(op->claims);
 		node_labels_free(op->labels);
 		node_reports_free(op->reports);
@@ -1157,6 +1174,7 @@ void operator_stop(struct operator_ *op)
 	node_labels_free(op->labels);
 	claims_free(op->claims);
 	kserve_free(op->kserve);
+	secret_grants_free(op->grants);
 	size_t pos = 0;
 	void *name;
 	while (strmap_next(&op->nodes, &pos, NULL, &name))

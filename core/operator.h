@@ -38,6 +38,10 @@ struct operator_opts {
 	struct trust *trust;
 	/* as agent_opts.global_credentials */
 	const char *global_credentials;
+	/* Kubernetes: the node agents' ServiceAccount ("ns/name"): they may read
+	 * only the pull Secrets caches name, through Roles the operator keeps
+	 * (secret_grants.h); NULL: not managed */
+	const char *agent_service_account;
 };
 
 struct operator_;

@@ -61,6 +61,12 @@ bool pull_secret_global_valid(const char *s)
 	return s[strlen(s) - 1] != ',' && s[0] != ',';
 }
 
+const char *pull_secret_home(const char *home)
+{
+	const char *env = getenv("POD_NAMESPACE");
+	return home ? home : env && *env ? env : "gkm";
+}
+
 bool pull_secret_global(const char *global, const char *ns)
 {
 	if (!*ns || (global && strcmp(global, "*") == 0))
@@ -80,10 +86,9 @@ void pull_secret_ref_of(const cJSON *cache, const char *home, const char *global
                         struct pull_secret_ref *out)
 {
 	const char *ns = obj_str(cache, "metadata.namespace");
-	const char *env = getenv("POD_NAMESPACE");
 	out->global = pull_secret_global(global, ns);
 	if (!*ns)
-		ns = home ? home : env && *env ? env : "gkm";
+		ns = pull_secret_home(home);
 	snprintf(out->ns, sizeof(out->ns), "%s", ns);
 	if (pull_secret_names(cache, out->names, sizeof(out->names), out->err, sizeof(out->err)) ==
 	    0)

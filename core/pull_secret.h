@@ -63,6 +63,10 @@ bool pull_secret_global_valid(const char *list);
 /* Whether namespace ns ("" for cluster-scoped) is one global lists. */
 bool pull_secret_global(const char *global, const char *ns);
 
+/* gkm's namespace, where a ClusterGKMCache's Secrets are: home, else
+ * $POD_NAMESPACE, else "gkm". */
+const char *pull_secret_home(const char *home);
+
 /* Whether two caches read their images with the same credentials. */
 bool pull_secret_ref_same(const struct pull_secret_ref *a, const struct pull_secret_ref *b);
 
