@@ -94,17 +94,24 @@ static char *names_of(struct secret_grants *g, const char *ns)
 	return out;
 }
 
-static cJSON *role_obj(const struct secret_grants *g, const char *ns, const char *names)
+/* A Role or RoleBinding of ns, named and labelled as the operator's. */
+static cJSON *rbac_obj(const char *kind, const char *ns)
 {
 	cJSON *o = cJSON_CreateObject();
 	cJSON_AddStringToObject(o, "apiVersion", RBAC);
-	cJSON_AddStringToObject(o, "kind", "Role");
+	cJSON_AddStringToObject(o, "kind", kind);
 	cJSON *md = cJSON_AddObjectToObject(o, "metadata");
 	cJSON_AddStringToObject(md, "name", SECRET_GRANTS_NAME);
 	cJSON_AddStringToObject(md, "namespace", ns);
 	cJSON *lb = cJSON_AddObjectToObject(md, "labels");
 	cJSON_AddStringToObject(lb, SECRET_GRANTS_LABEL, "true");
 	cJSON_AddStringToObject(lb, "app.kubernetes.io/managed-by", "gkm");
+	return o;
+}
+
+static cJSON *role_obj(const char *ns, const char *names)
+{
+	cJSON *o = rbac_obj("Role", ns);
 	cJSON *rule = cJSON_CreateObject();
 	cJSON_AddItemToArray(cJSON_AddArrayToObject(o, "rules"), rule);
 	cJSON_AddItemToArray(cJSON_AddArrayToObject(rule, "apiGroups"), cJSON_CreateString(""));
@@ -121,15 +128,7 @@ static cJSON *role_obj(const struct secret_grants *g, const char *ns, const char
 
 static cJSON *binding_obj(const struct secret_grants *g, const char *ns)
 {
-	cJSON *o = cJSON_CreateObject();
-	cJSON_AddStringToObject(o, "apiVersion", RBAC);
-	cJSON_AddStringToObject(o, "kind", "RoleBinding");
-	cJSON *md = cJSON_AddObjectToObject(o, "metadata");
-	cJSON_AddStringToObject(md, "name", SECRET_GRANTS_NAME);
-	cJSON_AddStringToObject(md, "namespace", ns);
-	cJSON *lb = cJSON_AddObjectToObject(md, "labels");
-	cJSON_AddStringToObject(lb, SECRET_GRANTS_LABEL, "true");
-	cJSON_AddStringToObject(lb, "app.kubernetes.io/managed-by", "gkm");
+	cJSON *o = rbac_obj("RoleBinding", ns);
 	cJSON *ref = cJSON_AddObjectToObject(o, "roleRef");
 	cJSON_AddStringToObject(ref, "apiGroup", "rbac.authorization.k8s.io");
 	cJSON_AddStringToObject(ref, "kind", "Role");
@@ -158,7 +157,7 @@ static void work(void *ud)
 		return;
 	}
 	/* the Role first: the binding never names a Role that allows more */
-	cJSON *role = role_obj(j->g, j->ns, j->names), *binding = binding_obj(j->g, j->ns);
+	cJSON *role = role_obj(j->ns, j->names), *binding = binding_obj(j->g, j->ns);
 	j->rc = os->ops->apply(os, role, j->g->manager, false, NULL, j->err, sizeof(j->err));
 	if (j->rc == 0)
 		j->rc =
