@@ -21,7 +21,7 @@ DEPS := build-essential pkg-config git ca-certificates \
 	docker-registry skopeo umoci apache2-utils openssl curl \
 	python3 python3-grpcio python3-grpc-tools python3-yaml \
 	golang-1.19-go golang-github-masterminds-sprig-dev golang-gopkg-yaml.v3-dev golang-google-protobuf-dev \
-	libarchive-tools zstd isal time wrk hyperfine \
+	libarchive-tools zstd isal time wrk hyperfine e2fsprogs \
 	etcd-server xz-utils containerd runc containernetworking-plugins busybox-static
 
 PKGS := lua5.4 libcurl libcjson libarchive yaml-0.1 openssl libmicrohttpd zlib libzstd

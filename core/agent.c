@@ -7,6 +7,8 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
+#include <sys/statvfs.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -1586,7 +1588,30 @@ static void failure_json(cJSON *o, const struct attempt *att)
  * fallback = [{..., state, reason, message}]}: the CSI plugin's records, in
  * the shape of the node status pods[] and fallbackPods[]; a fallback volume
  * (an empty directory instead of the cache) does not use the cache. */
-static cJSON *usage_json(const struct cache_view_usage *u)
+/* A writable volume's size-limited layer (csi/csi_layer.h), as the CSI
+ * plugin keeps it under ROOT/csi: its limit and what the pod wrote, rounded
+ * to MiB so that a writing pod does not rewrite the node status at every
+ * reconcile. Nothing for a volume without a layer. */
+static void layer_usage(const struct agent *a, const char *key, cJSON *o)
+{
+	char vdir[PATH_MAX], layer[PATH_MAX + 8];
+	struct stat sd, sl;
+	struct statvfs sv;
+	if (!key || !*key || key[0] == '.' || strchr(key, '/'))
+		return;
+	snprintf(vdir, sizeof(vdir), "%s/csi/volumes/%s", a->root, key);
+	snprintf(layer, sizeof(layer), "%s/layer", vdir);
+	/* a mount of its own: another device than the directory it is in */
+	if (stat(vdir, &sd) != 0 || stat(layer, &sl) != 0 || sd.st_dev == sl.st_dev ||
+	    statvfs(layer, &sv) != 0)
+		return;
+	uint64_t total = (uint64_t)sv.f_blocks * sv.f_frsize;
+	uint64_t used = total - (uint64_t)sv.f_bfree * sv.f_frsize;
+	cJSON_AddNumberToObject(o, "sizeLimitBytes", (double)total);
+	cJSON_AddNumberToObject(o, "writtenBytes", (double)(used >> 20 << 20));
+}
+
+static cJSON *usage_json(const struct agent *a, const struct cache_view_usage *u)
 {
 	cJSON *usage = cJSON_CreateObject();
 	cJSON *list = cJSON_AddArrayToObject(usage, "list");
@@ -1598,6 +1623,8 @@ static cJSON *usage_json(const struct cache_view_usage *u)
 		cJSON_AddStringToObject(o, "podNamespace", p->namespace ? p->namespace : "");
 		cJSON_AddStringToObject(o, "podUID", p->uid ? p->uid : "");
 		cJSON_AddStringToObject(o, "volumeId", p->volume_id ? p->volume_id : "");
+		if (!p->read_only || p->fallback)
+			layer_usage(a, p->volume_id, o);
 		if (p->fallback) {
 			cJSON_AddStringToObject(o, "state", p->fallback_state);
 			cJSON_AddStringToObject(o, "reason", p->fallback_reason);
@@ -1667,7 +1694,7 @@ static cJSON *decide_input(struct agent *a, struct cache *c, const struct cache_
 			cJSON_AddItemToArray(ids, cJSON_CreateString(r.compatible_gpus[i]));
 		cache_view_ready_free(&r);
 	}
-	cJSON_AddItemToObject(in, "usage", usage_json(u));
+	cJSON_AddItemToObject(in, "usage", usage_json(a, u));
 	if (c->entry)
 		cJSON_AddItemToObject(in, "previous", cJSON_Duplicate(c->entry, 1));
 	return in;

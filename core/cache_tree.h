@@ -18,4 +18,12 @@
 __attribute__((warn_unused_result)) int cache_tree_unite(const char *src, const char *dst,
                                                          const char *src_name, struct oci_err *err);
 
+/* Copy an overlay's upper layer src into dst (an empty directory on another
+ * file system) as it is: as cache_tree_unite, and every kind of entry
+ * (whiteouts: what the writer deleted from the layer below; devices, FIFOs),
+ * set-id bits and hard links kept, so that what judges the copy (a capture)
+ * sees what the writer left. Holes stay holes, here as in cache_tree_unite. */
+__attribute__((warn_unused_result)) int cache_tree_copy_layer(const char *src, const char *dst,
+                                                              struct oci_err *err);
+
 #endif

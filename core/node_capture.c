@@ -291,8 +291,9 @@ static bool may_mount(void)
 
 /* Run gkm cache capture; 0 with *out its JSON, else the last line of its
  * errors in msg. */
-static int spawn_capture(struct node_capture *k, int upper, const char *name, const char *authfile,
-                         const char *gpufile, cJSON **out, char *msg, size_t msglen)
+static int spawn_capture(struct node_capture *k, int upper, const char *where, const char *name,
+                         const char *authfile, const char *gpufile, cJSON **out, char *msg,
+                         size_t msglen)
 {
 	char exe[PATH_MAX], tag[PATH_MAX + 700], outp[PATH_MAX + 16], errp[PATH_MAX + 16], from[64];
 	ssize_t n = readlink("/proc/self/exe", exe, sizeof(exe) - 1);
@@ -411,8 +412,6 @@ static int spawn_capture(struct node_capture *k, int upper, const char *name, co
 		line += strlen(prefix);
 	snprintf(msg, msglen, "%s", *line ? line : "gkm cache capture failed");
 	/* the child names the upper layer by its descriptor: say where it is */
-	char where[PATH_MAX + 8];
-	snprintf(where, sizeof(where), "%s/upper", k->dir);
 	errbuf_rename_path(msg, msglen, CAPTURE_UPPER_PATH, where);
 	free(text);
 	return -EPERM;
@@ -471,12 +470,16 @@ static void remove_work(const char *work)
 }
 
 /* The volume's upper layer, open (the directory is the agent's or the CSI
- * plugin's, never the pod's: the pod sees only the merged view). */
-static int open_upper(const struct node_capture *k)
+ * plugin's, never the pod's: the pod sees only the merged view). A live
+ * volume with a size limit has it on its layer (csi/csi_layer.h). */
+static int open_upper(const struct node_capture *k, char *upper, size_t len)
 {
-	char upper[PATH_MAX + 8];
-	snprintf(upper, sizeof(upper), "%s/upper", k->dir);
+	snprintf(upper, len, "%s/upper", k->dir);
 	int fd = open(upper, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+	if (fd < 0 && errno == ENOENT) {
+		snprintf(upper, len, "%s/layer/upper", k->dir);
+		fd = open(upper, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+	}
 	if (fd < 0 || fd > CAPTURE_UPPER_FD)
 		return fd;
 	/* kept clear of the number it gets in the child, where dup2 onto
@@ -492,7 +495,8 @@ void node_capture_run(struct node_capture *k)
 	struct pull_secret ps;
 	memset(&ps, 0, sizeof(ps));
 	cJSON *out = NULL;
-	int upper = open_upper(k);
+	char where[PATH_MAX + 16];
+	int upper = open_upper(k, where, sizeof(where));
 	const char *name = upper >= 0 ? cache_dir_in(upper) : NULL;
 	if (!name) {
 		if (upper >= 0)
@@ -535,8 +539,8 @@ void node_capture_run(struct node_capture *k)
 		refuse(k->record, "CaptureFailed", "cannot write the capture's scratch files");
 		goto out;
 	}
-	int rc =
-	    spawn_capture(k, upper, name, auth ? authfile : NULL, gpufile, &out, msg, sizeof(msg));
+	int rc = spawn_capture(k, upper, where, name, auth ? authfile : NULL, gpufile, &out, msg,
+	                       sizeof(msg));
 	if (rc == -ECANCELED) {
 		/* not refused: the next agent captures it */
 		cJSON_Delete(k->record);

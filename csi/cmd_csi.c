@@ -7,6 +7,7 @@
 
 #include "cli.h"
 #include "cmd.h"
+#include "csi_layer.h"
 #include "csi_node.h"
 #include "csi_server.h"
 #include "fsutil.h"
@@ -36,6 +37,11 @@ static const char usage[] =
     "  --state-dir DIR        upper layers of writable volumes (default ROOT/csi)\n"
     "  --health-listen ADDR   serve /healthz, /readyz, /metrics on [HOST]:PORT (default:\n"
     "                         none)\n"
+    "  --writable-size-limit Q  what a pod may write into a writable volume (or an\n"
+    "                         onMiss \"empty\" directory) unless its sizeLimit attribute\n"
+    "                         says: a quantity of bytes (default 10Gi; 0: no limit).\n"
+    "                         Enforced by a sparse ext4 image per volume on a loop\n"
+    "                         device: past it the pod gets ENOSPC\n"
     "  --threads N            calls answered concurrently (default 4)\n"
     "  --drain-timeout SEC    on SIGTERM, how long calls in flight may finish (default 10)\n";
 
@@ -50,6 +56,7 @@ enum {
 	OPT_DRAIN,
 	OPT_CONFIG_DIR,
 	OPT_DRIVER,
+	OPT_SIZE_LIMIT,
 };
 
 struct daemon {
@@ -153,6 +160,7 @@ int csi_main(int argc, char **argv)
 	    {"health-listen", required_argument, 0, OPT_HEALTH},
 	    {"threads", required_argument, 0, OPT_THREADS},
 	    {"drain-timeout", required_argument, 0, OPT_DRAIN},
+	    {"writable-size-limit", required_argument, 0, OPT_SIZE_LIMIT},
 	    {0, 0, 0, 0},
 	};
 	const char *cmd = "gkm csi";
@@ -161,6 +169,8 @@ int csi_main(int argc, char **argv)
 	const char *config_dir = NULL, *driver = CSI_DRIVER_NAME;
 	char cfg_root[PATH_MAX], cfg_run[PATH_MAX];
 	unsigned long long threads = 4, drain = 10;
+	uint64_t size_limit = 10ull
+	                      << 30; /* what most model servers' kernel caches need, with room */
 	int opt;
 
 	cli_reset();
@@ -198,6 +208,14 @@ int csi_main(int argc, char **argv)
 			if (cli_parse_u64(optarg, 64, &threads) != 0 || threads == 0)
 				return cli_usage_error(cmd, "--threads wants 1 to 64, not '%s'",
 				                       optarg);
+			break;
+		case OPT_SIZE_LIMIT:
+			if (csi_layer_parse_size(optarg, &size_limit) != 0)
+				return cli_usage_error(
+				    cmd,
+				    "--writable-size-limit wants a quantity of bytes "
+				    "(10Gi, 500Mi; 0: none), not '%s'",
+				    optarg);
 			break;
 		case OPT_DRAIN:
 			if (cli_parse_u64(optarg, 3600, &drain) != 0)
@@ -271,6 +289,7 @@ int csi_main(int argc, char **argv)
 	    .state_dir = state_dir,
 	    .version = GKM_VERSION,
 	    .driver = driver,
+	    .size_limit = size_limit,
 	};
 	if ((err = csi_node_new(&cfg, &node)) != 0) {
 		log_error("cannot start the CSI node service", "run_dir", run_dir, "error",

@@ -16,9 +16,11 @@
 
 #include <cjson/cJSON.h>
 
+#include "cache_tree.h"
 #include "cache_view.h"
 #include "fsutil.h"
 #include "csi.pb-c.h"
+#include "csi_layer.h"
 #include "csi_mount.h"
 #include "csi_volume.h"
 #include "log.h"
@@ -46,6 +48,7 @@ struct tree_size {
 
 struct csi_node {
 	char *node_id, *root, *run_dir, *state_dir, *volumes_dir, *version, *driver;
+	uint64_t size_limit; /* the default of the sizeLimit attribute */
 	pthread_mutex_t lock;
 	struct entry **vols;
 	size_t nvols, cap;
@@ -266,6 +269,62 @@ static int overlay_dir(const struct csi_node *n, const struct csi_volume *v, con
 	return key_dir(n, key, sub, buf, size);
 }
 
+/* Writes of this volume go to a size-limited layer (csi_layer.h) mounted at
+ * <dir>/layer: its upper, work and fallback directories live there. */
+static bool layered(const struct csi_volume *v)
+{
+	return v->size_limit && (v->writable || v->fallback || v->empty_on_miss);
+}
+
+/* A directory the pod writes to ("upper", "work", "fallback"), in the layer
+ * when there is one. */
+static int own_dir(const struct csi_node *n, const struct csi_volume *v, const char *sub, char *buf,
+                   size_t size)
+{
+	char rel[32];
+	snprintf(rel, sizeof(rel), "%s%s", layered(v) ? "layer/" : "", sub);
+	return overlay_dir(n, v, rel, buf, size);
+}
+
+/* Remove a volume's directory: its layer unmounted first (the image file
+ * goes with the rest). 0 when it is gone. */
+static int clear_dir(const char *vdir)
+{
+	char layer[PATH_MAX];
+	int rc = snprintf(layer, sizeof(layer), "%s/layer", vdir) >= (int)sizeof(layer)
+	             ? -ENAMETOOLONG
+	             : csi_mount_unmount(layer);
+	return rc ? rc : csi_mount_remove_tree(vdir);
+}
+
+/* A fresh volume directory, with its size-limited layer when it has one. */
+static int make_dir(const struct csi_node *n, const struct csi_volume *v, struct csi_reply *r)
+{
+	char vdir[PATH_MAX], layer[PATH_MAX], img[PATH_MAX], err[256] = "";
+	int rc;
+	if ((rc = overlay_dir(n, v, NULL, vdir, sizeof(vdir))) ||
+	    (rc = overlay_dir(n, v, "layer", layer, sizeof(layer))) ||
+	    (rc = overlay_dir(n, v, "layer.img", img, sizeof(img)))) {
+		fail(r, CSI_INTERNAL, "volume directories: %s", strerror(-rc));
+		return rc;
+	}
+	/* Start from nothing: leftovers of an attempt that never got mounted
+	 * hold nothing anyone wrote. */
+	if ((rc = clear_dir(vdir)) || (rc = fsutil_mkdirs(layered(v) ? layer : vdir, 0700))) {
+		fail(r, CSI_INTERNAL, "volume directory %s: %s", vdir, strerror(-rc));
+		return rc;
+	}
+	if (layered(v) && (rc = csi_layer_mount(img, v->size_limit, layer, err, sizeof(err)))) {
+		fail(r, CSI_INTERNAL,
+		     "cannot make the volume's %llu-byte layer: %s (sizeLimit \"0\", or the "
+		     "chart's csi.writableSizeLimit 0, goes without a limit)",
+		     (unsigned long long)v->size_limit, err);
+		if (csi_mount_remove_tree(vdir) != 0)
+			log_warn("cannot remove volume directory", "dir", vdir);
+	}
+	return rc;
+}
+
 static void describe(const struct csi_volume *v, char *buf, size_t size)
 {
 	if (v->cache_namespace[0])
@@ -277,7 +336,7 @@ static void describe(const struct csi_volume *v, char *buf, size_t size)
 /* ---- publish: request parsing ---- */
 
 struct attrs {
-	const char *name, *ns, *read_only, *on_miss, *pod_name, *pod_ns, *pod_uid;
+	const char *name, *ns, *read_only, *on_miss, *pod_name, *pod_ns, *pod_uid, *size_limit;
 };
 
 /* One of two spellings; both given and different is an error. */
@@ -319,6 +378,8 @@ static int read_attrs(const Csi__V1__NodePublishVolumeRequest *req, struct attrs
 			slot = &a->read_only;
 		else if (strcmp(k, "onMiss") == 0)
 			slot = &a->on_miss;
+		else if (strcmp(k, "sizeLimit") == 0)
+			slot = &a->size_limit;
 		else if (strcmp(k, "csi.storage.k8s.io/pod.name") == 0)
 			slot = &a->pod_name;
 		else if (strcmp(k, "csi.storage.k8s.io/pod.namespace") == 0)
@@ -330,7 +391,7 @@ static int read_attrs(const Csi__V1__NodePublishVolumeRequest *req, struct attrs
 		if (!slot) {
 			fail(r, CSI_INVALID_ARGUMENT,
 			     "unknown volume attribute '%s' (gkm reads cacheName, cacheNamespace, "
-			     "readOnly, onMiss, and the older csi.gkm.io/GKMCache, "
+			     "readOnly, onMiss, sizeLimit, and the older csi.gkm.io/GKMCache, "
 			     "csi.gkm.io/namespace)",
 			     shown(k, b, 64));
 			return -EINVAL;
@@ -387,8 +448,8 @@ static int check_path(const char *field, const char *p, struct csi_reply *r)
 
 /* Validate a publish request into *v (strings borrowed from req: copy before
  * keeping). Fails with INVALID_ARGUMENT or PERMISSION_DENIED. */
-static int parse_publish(const Csi__V1__NodePublishVolumeRequest *req, struct csi_volume *v,
-                         struct csi_reply *r)
+static int parse_publish(const struct csi_node *n, const Csi__V1__NodePublishVolumeRequest *req,
+                         struct csi_volume *v, struct csi_reply *r)
 {
 	struct attrs a;
 	char b[80];
@@ -448,6 +509,14 @@ static int parse_publish(const Csi__V1__NodePublishVolumeRequest *req, struct cs
 	}
 	if (req->readonly) /* the pod spec's readOnly wins */
 		writable = false;
+	uint64_t limit = n->size_limit;
+	if (a.size_limit && csi_layer_parse_size(a.size_limit, &limit) != 0) {
+		fail(r, CSI_INVALID_ARGUMENT,
+		     "sizeLimit must be a quantity of bytes (\"10Gi\", \"500Mi\", \"0\" for no "
+		     "limit), not '%s'",
+		     shown(a.size_limit, b, 64));
+		return -EINVAL;
+	}
 	if (a.on_miss && strcmp(a.on_miss, "empty") != 0 && strcmp(a.on_miss, "fail") != 0) {
 		fail(r, CSI_INVALID_ARGUMENT, "onMiss must be \"fail\" or \"empty\", not '%s'",
 		     shown(a.on_miss, b, 64));
@@ -499,6 +568,7 @@ static int parse_publish(const Csi__V1__NodePublishVolumeRequest *req, struct cs
 	v->empty_on_miss = a.on_miss && strcmp(a.on_miss, "empty") == 0;
 	v->pod_read_only = req->readonly;
 	v->shared = shared;
+	v->size_limit = limit;
 	v->fallback_state = v->fallback_reason = v->fallback_message = "";
 	return 0;
 }
@@ -638,13 +708,14 @@ static int mount_fallback(struct csi_node *n, const struct csi_volume *v, struct
 	char vdir[PATH_MAX], dir[PATH_MAX];
 	int rc, fd = -1;
 	if ((rc = overlay_dir(n, v, NULL, vdir, sizeof(vdir))) ||
-	    (rc = overlay_dir(n, v, "fallback", dir, sizeof(dir)))) {
+	    (rc = own_dir(n, v, "fallback", dir, sizeof(dir)))) {
 		fail(r, CSI_INTERNAL, "fallback directory: %s", strerror(-rc));
 		return rc;
 	}
+	if ((rc = make_dir(n, v, r)))
+		return rc;
 	/* Writable by the pod's user whoever that is, like an emptyDir. */
-	if ((rc = csi_mount_remove_tree(vdir)) || (rc = fsutil_mkdirs(dir, 0700)) ||
-	    (chmod(dir, 0777) != 0 && (rc = -errno)) ||
+	if ((rc = fsutil_mkdirs(dir, 0700)) || (chmod(dir, 0777) != 0 && (rc = -errno)) ||
 	    ((fd = open(dir, O_PATH | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC)) < 0 &&
 	     (rc = -errno))) {
 		fail(r, CSI_INTERNAL, "fallback directory %s: %s", dir, strerror(-rc));
@@ -657,7 +728,7 @@ static int mount_fallback(struct csi_node *n, const struct csi_volume *v, struct
 out:
 	if (fd >= 0)
 		close(fd);
-	if (rc && csi_mount_remove_tree(vdir) != 0)
+	if (rc && clear_dir(vdir) != 0)
 		log_warn("cannot remove fallback directory", "dir", vdir);
 	return rc;
 }
@@ -678,32 +749,31 @@ static int mount_volume(struct csi_node *n, const struct csi_volume *v, int fd, 
 		return rc;
 	}
 	if ((rc = overlay_dir(n, v, NULL, vdir, sizeof(vdir))) ||
-	    (rc = overlay_dir(n, v, "upper", upper, sizeof(upper))) ||
-	    (rc = overlay_dir(n, v, "work", work, sizeof(work)))) {
+	    (rc = own_dir(n, v, "upper", upper, sizeof(upper))) ||
+	    (rc = own_dir(n, v, "work", work, sizeof(work)))) {
 		fail(r, CSI_INTERNAL, "overlay directories: %s", strerror(-rc));
 		return rc;
 	}
-	/* Start from empty layers: leftovers of an attempt that never got
-	 * mounted hold nothing anyone wrote. */
-	if ((rc = csi_mount_remove_tree(vdir)) || (rc = fsutil_mkdirs(upper, 0700)) ||
-	    (rc = fsutil_mkdirs(work, 0700))) {
-		fail(r, CSI_INTERNAL, "overlay directories under %s: %s", vdir, strerror(-rc));
+	if ((rc = make_dir(n, v, r)))
 		return rc;
+	if ((rc = fsutil_mkdirs(upper, 0700)) || (rc = fsutil_mkdirs(work, 0700))) {
+		fail(r, CSI_INTERNAL, "overlay directories under %s: %s", vdir, strerror(-rc));
+		goto out;
 	}
 	/* The upper root becomes the volume's root: writable by the pod's
 	 * user whoever that is (the layer is private to this one volume). */
 	if (chmod(upper, 0777) != 0) {
 		rc = -errno;
 		fail(r, CSI_INTERNAL, "chmod %s: %s", upper, strerror(-rc));
-		return rc;
+		goto out;
 	}
 	rc = csi_mount_overlay(fd, upper, work, v->target_path);
-	if (rc) {
+	if (rc)
 		fail(r, CSI_INTERNAL, "overlay mount at %s failed: %s", v->target_path,
 		     strerror(-rc));
-		if (csi_mount_remove_tree(vdir) != 0)
-			log_warn("cannot remove overlay directories", "dir", vdir);
-	}
+out:
+	if (rc && clear_dir(vdir) != 0)
+		log_warn("cannot remove overlay directories", "dir", vdir);
 	return rc;
 }
 
@@ -805,7 +875,7 @@ static void undo_target(struct csi_node *n, const struct csi_volume *v, bool cre
 	if (created && rmdir(v->target_path) != 0 && errno != ENOENT)
 		log_warn("cannot remove target after a failed publish", "target", v->target_path,
 		         "error", strerror(errno));
-	if (overlay_dir(n, v, NULL, vdir, sizeof(vdir)) == 0 && csi_mount_remove_tree(vdir) != 0)
+	if (overlay_dir(n, v, NULL, vdir, sizeof(vdir)) == 0 && clear_dir(vdir) != 0)
 		log_warn("cannot remove the volume's directories", "dir", vdir);
 }
 
@@ -892,7 +962,7 @@ static void node_publish(struct csi_node *n, const uint8_t *data, size_t len, st
 		fail(r, CSI_INVALID_ARGUMENT, "malformed NodePublishVolumeRequest");
 		return;
 	}
-	if (parse_publish(req, &want, r))
+	if (parse_publish(n, req, &want, r))
 		goto out;
 
 	pthread_mutex_lock(&n->lock);
@@ -982,6 +1052,28 @@ static bool hand_over(struct csi_node *n, const struct csi_volume *v, const char
 	if (!v->writable || v->fallback ||
 	    !cache_view_capture_on(n->root, v->cache_namespace, v->cache_name))
 		return false;
+	if (layered(v)) {
+		/* the agent reads <vdir>/upper on the node's own disk: the layer
+		 * is copied there as it is, then goes (clear_dir) */
+		char from[PATH_MAX], to[PATH_MAX];
+		struct oci_err e = {{0}};
+		int rc = own_dir(n, v, "upper", from, sizeof(from));
+		if (rc == 0)
+			rc = overlay_dir(n, v, "upper", to, sizeof(to));
+		if (rc == 0 && (rc = fsutil_mkdirs(to, 0700)) == 0)
+			rc = cache_tree_copy_layer(from, to, &e);
+		char layer[PATH_MAX], img[PATH_MAX];
+		if (rc == 0 && (rc = overlay_dir(n, v, "layer", layer, sizeof(layer))) == 0 &&
+		    (rc = csi_mount_unmount(layer)) == 0 &&
+		    (rc = overlay_dir(n, v, "layer.img", img, sizeof(img))) == 0 &&
+		    (rc = csi_mount_remove_tree(layer)) == 0 && unlink(img) != 0)
+			rc = -errno;
+		if (rc) {
+			log_warn("cannot copy the volume's layer for capture; removing it",
+			         "volume", v->volume_id, "error", e.msg[0] ? e.msg : strerror(-rc));
+			return false;
+		}
+	}
 	cJSON *pod = cJSON_CreateObject();
 	cJSON_AddStringToObject(pod, "name", v->pod_name ? v->pod_name : "");
 	cJSON_AddStringToObject(pod, "namespace", v->pod_namespace ? v->pod_namespace : "");
@@ -1020,7 +1112,7 @@ static int teardown(struct csi_node *n, const struct csi_volume *v, struct csi_r
 	char key[CSI_VOLUME_KEY_MAX + 1];
 	csi_volume_key(v, key);
 	if (overlay_dir(n, v, NULL, vdir, sizeof(vdir)) == 0 && !hand_over(n, v, key, vdir) &&
-	    csi_mount_remove_tree(vdir) != 0)
+	    clear_dir(vdir) != 0)
 		log_warn("cannot remove the volume's directories (removed at next start)", "dir",
 		         vdir);
 	rc = cache_view_usage_remove(n->run_dir, v->cache_namespace, v->cache_name, key);
@@ -1190,7 +1282,8 @@ static void node_stats(struct csi_node *n, const uint8_t *data, size_t len, stru
 	if (rc == 0 && own) {
 		char upper[PATH_MAX];
 		struct statvfs sv;
-		rc = overlay_dir(n, &v, own, upper, sizeof(upper));
+		/* a limited layer's free space is what the limit leaves */
+		rc = own_dir(n, &v, own, upper, sizeof(upper));
 		if (rc == 0)
 			rc = csi_mount_tree_usage(upper, &ubytes, &uinodes);
 		if (rc == 0 && statvfs(upper, &sv) != 0)
@@ -1205,7 +1298,8 @@ static void node_stats(struct csi_node *n, const uint8_t *data, size_t len, stru
 		goto out;
 	}
 	/* A read-only volume is exactly as big as the cache; a writable one can
-	 * grow into the free space of the file system its own directory is on. */
+	 * grow into the free space of its layer (sizeLimit), or without a limit
+	 * of the file system its own directory is on. */
 	Csi__V1__VolumeUsage ub = CSI__V1__VOLUME_USAGE__INIT, ui = CSI__V1__VOLUME_USAGE__INIT;
 	ub.unit = CSI__V1__VOLUME_USAGE__UNIT__BYTES;
 	ub.used = clamp64(bytes + ubytes);
@@ -1441,7 +1535,7 @@ static void remove_orphans(struct csi_node *n)
 		char path[PATH_MAX];
 		if (key_dir(n, de->d_name, NULL, path, sizeof(path)) != 0)
 			continue;
-		int rc = csi_mount_remove_tree(path);
+		int rc = clear_dir(path);
 		log_info("removed orphaned overlay directories", "dir", path, "error",
 		         rc ? strerror(-rc) : "");
 	}
@@ -1537,6 +1631,7 @@ int csi_node_new(const struct csi_node_config *cfg, struct csi_node **out)
 	n->volumes_dir = join(cfg->run_dir, "volumes");
 	n->version = strdup(cfg->version && *cfg->version ? cfg->version : "0.0.0");
 	n->driver = strdup(cfg->driver ? cfg->driver : CSI_DRIVER_NAME);
+	n->size_limit = cfg->size_limit;
 	int rc = -ENOMEM;
 	if (!n->node_id || !n->root || !n->run_dir || !n->state_dir || !n->volumes_dir ||
 	    !n->version || !n->driver)

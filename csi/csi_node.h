@@ -67,6 +67,10 @@ struct csi_node_config {
 	const char *state_dir; /* overlay and fallback dirs; NULL: <root>/csi */
 	const char *version;   /* GetPluginInfo's vendor_version */
 	const char *driver;    /* GetPluginInfo's name; NULL: CSI_DRIVER_NAME */
+	/* what a pod may write into a writable volume (or an onMiss "empty"
+	 * directory) when the volume's sizeLimit attribute does not say
+	 * (csi_layer.h); 0: no limit */
+	uint64_t size_limit;
 };
 
 struct csi_node;

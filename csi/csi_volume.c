@@ -73,7 +73,7 @@ bool csi_volume_same(const struct csi_volume *a, const struct csi_volume *b)
 	       eq(a->pod_name, b->pod_name) && eq(a->pod_namespace, b->pod_namespace) &&
 	       eq(a->pod_uid, b->pod_uid) && a->writable == b->writable &&
 	       a->empty_on_miss == b->empty_on_miss && a->pod_read_only == b->pod_read_only &&
-	       a->shared == b->shared;
+	       a->shared == b->shared && a->size_limit == b->size_limit;
 }
 
 void csi_volume_clear(struct csi_volume *v)
@@ -109,6 +109,7 @@ int csi_volume_copy(struct csi_volume *dst, const struct csi_volume *src)
 	    .empty_on_miss = src->empty_on_miss,
 	    .pod_read_only = src->pod_read_only,
 	    .shared = src->shared,
+	    .size_limit = src->size_limit,
 	    .started = src->started,
 	    .fallback = src->fallback,
 	    .fallback_state = strdup(src->fallback_state ? src->fallback_state : ""),
@@ -148,23 +149,24 @@ int csi_volume_save(const char *dir, const struct csi_volume *v)
 	cJSON *o = cJSON_CreateObject();
 	cJSON *pod = o ? cJSON_AddObjectToObject(o, "pod") : NULL;
 	cJSON *fb = o && v->fallback ? cJSON_AddObjectToObject(o, "fallback") : NULL;
-	bool ok = pod && (fb || !v->fallback) &&
-	          cJSON_AddStringToObject(o, "volumeId", v->volume_id) &&
-	          cJSON_AddStringToObject(o, "targetPath", v->target_path) &&
-	          cJSON_AddStringToObject(o, "cacheNamespace", v->cache_namespace) &&
-	          cJSON_AddStringToObject(o, "cacheName", v->cache_name) &&
-	          cJSON_AddStringToObject(o, "digest", v->digest) &&
-	          cJSON_AddBoolToObject(o, "writable", v->writable) &&
-	          cJSON_AddStringToObject(pod, "name", v->pod_name) &&
-	          cJSON_AddStringToObject(pod, "namespace", v->pod_namespace) &&
-	          cJSON_AddStringToObject(pod, "uid", v->pod_uid) &&
-	          cJSON_AddStringToObject(o, "started", ts) &&
-	          cJSON_AddStringToObject(o, "onMiss", v->empty_on_miss ? "empty" : "fail") &&
-	          cJSON_AddBoolToObject(o, "podReadOnly", v->pod_read_only) &&
-	          (!v->shared || cJSON_AddBoolToObject(o, "shared", true)) &&
-	          (!fb || (cJSON_AddStringToObject(fb, "state", v->fallback_state) &&
-	                   cJSON_AddStringToObject(fb, "reason", v->fallback_reason) &&
-	                   cJSON_AddStringToObject(fb, "message", v->fallback_message)));
+	bool ok =
+	    pod && (fb || !v->fallback) && cJSON_AddStringToObject(o, "volumeId", v->volume_id) &&
+	    cJSON_AddStringToObject(o, "targetPath", v->target_path) &&
+	    cJSON_AddStringToObject(o, "cacheNamespace", v->cache_namespace) &&
+	    cJSON_AddStringToObject(o, "cacheName", v->cache_name) &&
+	    cJSON_AddStringToObject(o, "digest", v->digest) &&
+	    cJSON_AddBoolToObject(o, "writable", v->writable) &&
+	    cJSON_AddStringToObject(pod, "name", v->pod_name) &&
+	    cJSON_AddStringToObject(pod, "namespace", v->pod_namespace) &&
+	    cJSON_AddStringToObject(pod, "uid", v->pod_uid) &&
+	    cJSON_AddStringToObject(o, "started", ts) &&
+	    cJSON_AddStringToObject(o, "onMiss", v->empty_on_miss ? "empty" : "fail") &&
+	    cJSON_AddBoolToObject(o, "podReadOnly", v->pod_read_only) &&
+	    (!v->shared || cJSON_AddBoolToObject(o, "shared", true)) &&
+	    (!v->size_limit || cJSON_AddNumberToObject(o, "sizeLimit", (double)v->size_limit)) &&
+	    (!fb || (cJSON_AddStringToObject(fb, "state", v->fallback_state) &&
+	             cJSON_AddStringToObject(fb, "reason", v->fallback_reason) &&
+	             cJSON_AddStringToObject(fb, "message", v->fallback_message)));
 	char *text = ok ? cJSON_PrintUnformatted(o) : NULL;
 	cJSON_Delete(o);
 	if (!text)
@@ -256,6 +258,9 @@ static int parse_state(const char *text, size_t len, struct csi_volume *out)
 	    cache_view_parse_rfc3339(started->valuestring, &v.started) != 0)
 		goto out;
 	v.writable = cJSON_IsTrue(w);
+	const cJSON *lim = cJSON_GetObjectItemCaseSensitive(o, "sizeLimit");
+	if (cJSON_IsNumber(lim) && lim->valuedouble >= 0 && lim->valuedouble < 1e19)
+		v.size_limit = (uint64_t)lim->valuedouble;
 	*out = v;
 	memset(&v, 0, sizeof(v));
 	rc = 0;

@@ -7,7 +7,8 @@
  *    "cacheName", "digest", "writable": bool,
  *    "pod": {"name", "namespace", "uid"}, "started": "RFC3339",
  *    "onMiss": "fail" | "empty", "podReadOnly": bool,
- *    "fallback": {"state", "reason", "message"}, "shared": bool}
+ *    "fallback": {"state", "reason", "message"}, "shared": bool,
+ *    "sizeLimit": bytes (a writable layer's, csi_layer.h; absent: none)}
  *
  * A shared volume is one the kubelet may publish at several targets of this
  * node at once (a multi-node access mode: a ReadOnlyMany PersistentVolume
@@ -21,6 +22,7 @@
 
 #include <stdbool.h>
 #include <stddef.h>
+#include <stdint.h>
 #include <time.h>
 
 enum {
@@ -42,6 +44,7 @@ struct csi_volume {
 	bool empty_on_miss; /* onMiss "empty": a fallback directory where the cache is not usable */
 	bool pod_read_only; /* the request's readonly: nothing may be written */
 	bool shared;        /* published per target: see above */
+	uint64_t size_limit; /* what the pod may write (csi_layer.h); 0: no limit */
 	time_t started;
 	/* Published as a fallback: the cache's state and reason on the node
 	 * and the sentence a refused mount would give; all "" otherwise. */

@@ -535,6 +535,74 @@ def test_writable_overlay():
             t.eq(f.read(), FILES[manifest], "the store entry never changed")
 
 
+def loop_backing():
+    """The image files loop devices are attached to now."""
+    out = []
+    for dev in os.listdir("/sys/block"):
+        try:
+            with open("/sys/block/%s/loop/backing_file" % dev) as f:
+                out.append(f.read().strip())
+        except OSError:
+            pass
+    return out
+
+
+def test_size_limit():
+    """sizeLimit: the pod's writes go to an ext4 layer of that size; past it
+    the write fails with ENOSPC, and nothing else feels it."""
+    small, other = new_target("lim-1"), new_target("lim-2")
+    with channel() as ch:
+        node = pbg.NodeStub(ch)
+        code, details = publish(node, "v-lim-1", small, writable=True, pod="lim-1", uid="l1",
+                                extra={"sizeLimit": "16Mi"})
+        code2, _ = publish(node, "v-lim-2", other, writable=True, pod="lim-2", uid="l2")
+        t.ok(code == C.OK and code2 == C.OK and cc.mounts().get(small, ("", ""))[1] == "overlay",
+             "a writable volume with sizeLimit 16Mi is published (an overlay on its own layer)",
+             diag=(code, details))
+        vdir = os.path.join(root, "csi", "volumes", "v-lim-1")
+        img = os.path.join(vdir, "layer.img")
+        t.ok(os.path.getsize(img) == 16 << 20 and img in loop_backing(),
+             "its layer is a 16 MiB image file on a loop device", diag=loop_backing())
+        err, written = None, 0
+        try:
+            with open(os.path.join(small, "io.triton.cache", "huge.bin"), "wb") as f:
+                for _ in range(32):
+                    f.write(os.urandom(1 << 20))
+                    f.flush()
+                    written += 1 << 20
+                os.fsync(f.fileno())
+        except OSError as e:
+            err = e.errno
+        t.ok(err == errno.ENOSPC and written < 17 << 20,
+             "a pod writing 32 MiB into it gets ENOSPC before 17 MiB", diag=(err, written))
+        t.ok(os.stat(img).st_blocks * 512 <= 17 << 20,
+             "the node holds at most the limit for it (the image is sparse)", diag=os.stat(img).st_blocks)
+        with open(os.path.join(other, "io.triton.cache", "fine.bin"), "wb") as f:
+            f.write(os.urandom(4 << 20))
+        with open(os.path.join(small, "io.triton.cache", "AAAA", "kernel.json"), "rb") as f:
+            cached = f.read()
+        t.ok(cached == FILES["io.triton.cache/AAAA/kernel.json"]
+             and os.path.getsize(os.path.join(other, "io.triton.cache", "fine.bin")) == 4 << 20,
+             "the full volume still reads the cache, and another volume of it writes 4 MiB")
+        code, st = stats(node, "v-lim-1", small)
+        units = {u.unit: u for u in st.usage} if code == C.OK else {}
+        by = units.get(pb.VolumeUsage.BYTES)
+        base_bytes = tree_counts(store_entry)[1]
+        t.ok(by and by.used >= base_bytes + (14 << 20) and by.available < (1 << 20)
+             and by.total <= base_bytes + (16 << 20),
+             "NodeGetVolumeStats: the cache plus the full layer used, next to nothing available",
+             diag=(code, st))
+        code, details = publish(node, "v-lim-bad", new_target("lim-bad"), writable=True, pod="lim-3",
+                                uid="l3", extra={"sizeLimit": "lots"})
+        t.ok(code == C.INVALID_ARGUMENT and "sizeLimit" in details, "a sizeLimit that is no quantity is refused",
+             diag=(code, details))
+        for vid, tgt in (("v-lim-1", small), ("v-lim-2", other)):
+            code, details = unpublish(node, vid, tgt)
+            t.ok(code == C.OK, "unpublish %s" % vid, diag=(code, details))
+        t.ok(not os.path.exists(vdir) and img not in loop_backing(),
+             "unpublish unmounts the layer, releases its loop device and removes its image")
+
+
 def test_unpublish_edge_cases():
     with channel() as ch:
         node = pbg.NodeStub(ch)
@@ -854,7 +922,7 @@ try:
                test_path_traversal,
                test_permission_denied, test_failed_precondition, test_fallback,
                test_read_only_publish_and_sharing,
-               test_writable_overlay, test_unpublish_edge_cases, test_shared_volume, test_concurrent_100, test_busy_volume,
+               test_writable_overlay, test_size_limit, test_unpublish_edge_cases, test_shared_volume, test_concurrent_100, test_busy_volume,
                test_internal_error_undoes,
                test_sigkill_and_restart, test_metrics, test_second_instance_refused, test_chart_flags,
                test_sigterm_drains]:

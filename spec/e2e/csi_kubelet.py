@@ -29,6 +29,7 @@ import urllib.request
 ROOT = os.environ.get("GKM_ROOT") or os.path.abspath(os.path.join(os.path.dirname(__file__), "..", ".."))
 BUILD = os.environ.get("GKM_BUILD") or os.path.join(ROOT, "build")
 sys.path.insert(0, os.path.join(ROOT, "spec", "lib"))
+import csi_client as cc  # noqa: E402
 import kube_e2e  # noqa: E402
 import kubeenv  # noqa: E402
 import kubenode  # noqa: E402
@@ -237,9 +238,22 @@ def main():
          "the usage record names each pod's kubelet target path and the kubelet's volume id")
     print("# usage reached the node object %.1f s after the mounts" % (time.monotonic() - t0))
     vid = {u["name"]: u["volumeId"] for u in usage["pods"]}
-    upper = os.path.join(state, "csi", "volumes", vid.get("writer", "?"))
-    t.ok(os.path.isfile(os.path.join(upper, "upper", "io.triton.cache", "written-by-pod")),
+    upper = cc.own_dir(state, vid.get("writer", "?"), "upper")[0]
+    t.ok(os.path.isfile(os.path.join(upper, "io.triton.cache", "written-by-pod")),
          "the writer's file is in its volume's own upper layer (ROOT/csi/volumes/<kubelet's volume id>)")
+    with open(os.path.join(target("writer"), "io.triton.cache", "compiled.bin"), "wb") as fh:
+        fh.write(os.urandom(3 << 20))
+
+    def writer_usage():
+        e = entry() or {}
+        p = [p for p in e.get("pods") or [] if p.get("podName") == "writer"]
+        return p[0] if p and p[0].get("writtenBytes", 0) >= 3 << 20 else None
+    w = wait_for(writer_usage, 60) or {}
+    t.ok((10 << 30) - (1 << 28) <= w.get("sizeLimitBytes", 0) <= 10 << 30
+         and 3 << 20 <= w.get("writtenBytes", 0) < 5 << 20
+         and not [p for p in (entry() or {}).get("pods") or [] if p.get("podName") == "reader" and "writtenBytes" in p],
+         "the node object reports the writer's size limit (10Gi by default) and the MiB it wrote; "
+         "nothing for the read-only pod", diag=(w, entry()))
 
     # ---- pods deleted: the kubelet unpublishes ----
     kubectl("delete", "pod", "reader", "-n", NS, "--wait=false")
@@ -283,9 +297,9 @@ def main():
     fb = wait_for(lambda: findmnt(target("fallback")), 30)
     usage = json.load(open(os.path.join(run, "usage", NS, "vector-add-hip", "usage.json")))["pods"]
     vid = usage[0]["volumeId"] if len(usage) == 1 else "?"
-    own = os.path.join(state, "csi", "volumes", vid, "fallback")
+    own, root = cc.own_dir(state, vid, "fallback")
     t.ok(fb and fb["fstype"] != "overlay" and fb["options"].split(",")[0] == "rw"
-         and {"nosuid", "nodev"} <= set(fb["options"].split(",")) and fb["source"].endswith("[%s]" % own)
+         and {"nosuid", "nodev"} <= set(fb["options"].split(",")) and fb["source"].endswith("[%s]" % root)
          and os.listdir(target("fallback")) == [],
          "the kubelet publishes it: an empty, rw, nosuid, nodev bind of the volume's own directory "
          "(ROOT/csi/volumes/<volume id>/fallback) at the pod's target path", diag=(fb, usage, csi.tail()))

@@ -165,7 +165,7 @@ def main():
         before = metric("gkm_csi_fallback_total", label)
         code, details, vid, tgt = publish(name, extra={"onMiss": "empty"})
         pod = "pod-%d" % n[0]
-        own = os.path.join(state, "csi", "volumes", vid, "fallback")
+        own = cc.own_dir(state, vid, "fallback")[0]
         t.ok(code == C.OK and cc.mount_count(tgt) == 1 and os.listdir(tgt) == []
              and os.path.samefile(tgt, own),
              "%s, onMiss empty: published as an empty directory of the volume's own" % what,

@@ -29,6 +29,17 @@ def load_stubs(outdir):
     return importlib.import_module("csi_pb2"), importlib.import_module("csi_pb2_grpc")
 
 
+def own_dir(state, key, sub):
+    """A volume's own directory sub ("upper", "fallback") under the plugin's
+    state directory: (its path, the root of the mount it is on as findmnt
+    names a bind of it). With a size limit (the default) it lives on the
+    volume's loop-mounted layer, ROOT/csi/volumes/<key>/layer."""
+    vdir = os.path.join(state, "csi", "volumes", key)
+    if os.path.isdir(os.path.join(vdir, "layer", sub)):
+        return os.path.join(vdir, "layer", sub), "/" + sub
+    return os.path.join(vdir, sub), os.path.join(vdir, sub)
+
+
 def mounts():
     """{mount point: (per-mount options, fs type)} from /proc/self/mountinfo (last wins)."""
     out = {}
