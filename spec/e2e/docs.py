@@ -20,7 +20,7 @@ BUILD = os.environ.get("GKM_BUILD") or os.path.join(ROOT, "build")
 RENDER = os.path.join(BUILD, "spec", "gkm-chart-render")
 DOCS = os.path.join(ROOT, "charts", "gkm", "docs")
 HANDWRITTEN = [os.path.join(ROOT, "README.md")] + [
-    os.path.join(DOCS, f) for f in ("architecture.md", "config.md", "troubleshooting.md", "testing.md")]
+    os.path.join(DOCS, f) for f in ("architecture.md", "config.md", "troubleshooting.md", "testing.md", "security.md")]
 
 t = Tap()
 
