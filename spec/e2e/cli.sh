@@ -66,6 +66,12 @@ timeout 20 $G policy eval "$tmp/gc-hook" compat spec/fixtures/compat/triton-cuda
 [ $? -eq 1 ] && grep -q "blocked function.*__gc" "$tmp/out"
 ok $? "policy eval of a hook that sets a __gc finalizer: blocked, in time"
 
+mkdir -p "$tmp/pattern-top"
+printf 'local s = string.rep("a", 200000)\ns:find("(.-)x(.-)y")\nlocal M = {}\nfunction M.evaluate() return { gpus = {} } end\nreturn M\n' >"$tmp/pattern-top/compat.lua"
+timeout 20 $G policy check "$tmp/pattern-top" >"$tmp/out" 2>&1
+[ $? -eq 1 ] && grep -q "matching steps on a subject of 200000 bytes" "$tmp/out"
+ok $? "policy check refuses a module whose backtracking pattern over a long string would run for minutes"
+
 $G policy test policies $fx/admission-cases.json >"$tmp/out" 2>&1
 [ $? -eq 0 ] && grep -q "2 passed, 0 failed" "$tmp/out"
 ok $? "policy test runs cases against the default policy"
