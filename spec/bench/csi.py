@@ -5,7 +5,9 @@ real gRPC client over the unix socket with real mounts (root needed).
 Each run publishes and unpublishes 1,000 volumes one after the other (after
 20 warm-up pairs) and takes p50/p99 of the client-side call time; the figures
 are the median over GKM_BENCH_RUNS runs (default 5) with min..max, for a
-read-only bind mount and for a writable overlay, with the run directory on a
+read-only bind mount, for a writable overlay on its 10Gi size-limited layer
+(the default: a sparse ext4 image on a loop device per volume) and for one
+without a limit (sizeLimit "0"), with the run directory on a
 tmpfs (as /run is on a node), and for a persistent volume (the PersistentVolume
 of a cache's claim: one volume id, MULTI_NODE_READER_ONLY, a target per pod)
 while 50 other pods of the node hold the same volume. One more run puts the run directory on the
@@ -60,12 +62,13 @@ def main():
 
         def request(i, writable, persistent):
             """Pod i's publish request: its own inline volume, or its target
-            of the one persistent volume."""
+            of the one persistent volume; writable "unlimited": sizeLimit 0."""
             os.makedirs(os.path.join(pods, "p%d" % i), exist_ok=True)
             return cc.publish_request(pb, "gkm-pv" if persistent else "vol-%d" % i,
                                       os.path.join(pods, "p%d" % i, "mount"), "cache", ns="bench",
-                                      pod_ns="bench", pod="pod-%d" % i, uid="u%d" % i, writable=writable,
-                                      mode=rox if persistent else None)
+                                      pod_ns="bench", pod="pod-%d" % i, uid="u%d" % i, writable=bool(writable),
+                                      mode=rox if persistent else None,
+                                      extra={"sizeLimit": "0"} if writable == "unlimited" else None)
 
         def unpublish(node, req):
             node.NodeUnpublishVolume(pb.NodeUnpublishVolumeRequest(volume_id=req.volume_id,
@@ -83,7 +86,8 @@ def main():
             return (t1 - t0) * 1000, (t2 - t1) * 1000
 
         def measure(node, writable, runs, results, where, persistent=False):
-            mode = ("writable overlay" if writable else "read-only bind") + ", run dir on " + where
+            mode = {False: "read-only bind", True: "writable, 10Gi layer",
+                    "unlimited": "writable, no size limit"}[writable] + ", run dir on " + where
             if persistent:
                 mode = "persistent, 50 held; " + mode
             for _ in range(runs):
@@ -105,7 +109,7 @@ def main():
         plugin = cc.Plugin(tmp, root, run, threads=4).start()
         ch = grpc.insecure_channel(plugin.endpoint)
         node = pbg.NodeStub(ch)
-        for writable in (False, True):
+        for writable in (False, True, "unlimited"):
             measure(node, writable, RUNS, results, "tmpfs")
         held = [request(10 ** 6 + i, False, True) for i in range(50)]
         for req in held:
