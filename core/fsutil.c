@@ -3,6 +3,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <limits.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -19,55 +20,66 @@ int fsutil_read_file(const char *path, size_t max, char **out, size_t *len)
 	return rc;
 }
 
-int fsutil_read_fd(int fd, size_t max, char **out, size_t *len)
+int fsutil_slurp(ssize_t (*rd)(void *ctx, void *buf, size_t len), void *ctx, size_t max,
+                 size_t hint, char **out, size_t *len)
 {
-	char *buf = NULL;
-	size_t got = 0, cap = 0;
 	int rc = 0;
-	/* streams too (a pipe, /dev/stdin): read until EOF, never past max */
+	size_t cap = hint && hint <= max ? hint + 1 : 8192;
+	size_t n = 0;
+	char *buf = malloc(cap);
+	if (!buf)
+		return -ENOMEM;
 	for (;;) {
-		if (got == cap) {
-			if (cap > max) {
-				rc = -EFBIG;
-				goto out;
-			}
-			size_t ncap = cap ? cap * 2 : 4096;
-			if (ncap > max + 1)
-				ncap = max + 1;
-			char *nb = realloc(buf, ncap + 1);
+		if (n + 1 >= cap) {
+			char *nb = realloc(buf, cap * 2);
 			if (!nb) {
 				rc = -ENOMEM;
 				goto out;
 			}
 			buf = nb;
-			cap = ncap;
+			cap *= 2;
 		}
-		ssize_t r = read(fd, buf + got, cap - got);
-		if (r < 0 && errno == EINTR)
-			continue;
-		if (r < 0) {
-			rc = -errno;
+		/* never more than one byte past max: enough to tell it is too big */
+		size_t want = cap - n - 1, room = max - n;
+		if (room < SIZE_MAX)
+			room++;
+		if (want > room)
+			want = room;
+		ssize_t k = rd(ctx, buf + n, want);
+		if (k < 0) {
+			rc = (int)k;
 			goto out;
 		}
-		if (r == 0)
+		if (k == 0)
 			break;
-		got += (size_t)r;
-		if (got > max) {
+		n += (size_t)k;
+		if (n > max) {
 			rc = -EFBIG;
 			goto out;
 		}
 	}
-	if (!buf && !(buf = malloc(1))) {
-		rc = -ENOMEM;
-		goto out;
-	}
-	buf[got] = '\0';
+	buf[n] = '\0';
 	*out = buf;
-	*len = got;
+	*len = n;
 	buf = NULL;
 out:
 	free(buf);
 	return rc;
+}
+
+static ssize_t fd_rd(void *ctx, void *buf, size_t len)
+{
+	for (;;) {
+		ssize_t r = read(*(int *)ctx, buf, len);
+		if (r >= 0 || errno != EINTR)
+			return r < 0 ? -errno : r;
+	}
+}
+
+int fsutil_read_fd(int fd, size_t max, char **out, size_t *len)
+{
+	/* streams too (a pipe, /dev/stdin): read until EOF, never past max */
+	return fsutil_slurp(fd_rd, &fd, max, 0, out, len);
 }
 
 static int fsync_dir_of(const char *path)

@@ -25,4 +25,11 @@ __attribute__((warn_unused_result)) int fsutil_mkdirs(const char *path, mode_t m
 /* Append one line (a '\n' is added) with a single write(2) under O_APPEND. */
 __attribute__((warn_unused_result)) int fsutil_append_line(const char *path, const char *line);
 
+/* Everything rd gives (a count, 0 at the end, -errno) into a NUL-terminated
+ * buffer of at most max bytes, -EFBIG past it; hint: the size expected (0:
+ * unknown). Caller frees *out. */
+__attribute__((warn_unused_result)) int
+fsutil_slurp(ssize_t (*rd)(void *ctx, void *buf, size_t len), void *ctx, size_t max, size_t hint,
+             char **out, size_t *len);
+
 #endif

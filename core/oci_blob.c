@@ -1,5 +1,7 @@
 #include "oci_blob.h"
 
+#include "fsutil.h"
+
 #include <errno.h>
 #include <inttypes.h>
 #include <stdio.h>
@@ -118,47 +120,6 @@ void oci_blob_close(struct oci_blob_reader *r)
 	free(r);
 }
 
-int oci_slurp(ssize_t (*rd)(void *ctx, void *buf, size_t len), void *ctx, size_t max, size_t hint,
-              char **out, size_t *len)
-{
-	int rc = 0;
-	size_t cap = hint && hint <= max ? hint + 1 : 8192;
-	size_t n = 0;
-	char *buf = malloc(cap);
-	if (!buf)
-		return -ENOMEM;
-	for (;;) {
-		if (n + 1 >= cap) {
-			char *nb = realloc(buf, cap * 2);
-			if (!nb) {
-				rc = -ENOMEM;
-				goto out;
-			}
-			buf = nb;
-			cap *= 2;
-		}
-		ssize_t k = rd(ctx, buf + n, cap - n - 1);
-		if (k < 0) {
-			rc = (int)k;
-			goto out;
-		}
-		if (k == 0)
-			break;
-		n += (size_t)k;
-		if (n > max) {
-			rc = -EFBIG;
-			goto out;
-		}
-	}
-	buf[n] = '\0';
-	*out = buf;
-	*len = n;
-	buf = NULL;
-out:
-	free(buf);
-	return rc;
-}
-
 static ssize_t reader_rd(void *ctx, void *buf, size_t len)
 {
 	return oci_blob_read(ctx, buf, len);
@@ -173,7 +134,7 @@ int oci_blob_slurp(struct oci_blob_reader *r, size_t max, char **out, size_t *le
 		         r->want, r->size, max);
 		rc = -EFBIG;
 	} else {
-		rc = oci_slurp(reader_rd, r, max, r->size >= 0 ? (size_t)r->size : 0, out, len);
+		rc = fsutil_slurp(reader_rd, r, max, r->size >= 0 ? (size_t)r->size : 0, out, len);
 		if (rc == -EFBIG)
 			oci_errf(err, "%s %s is more than the %zu bytes accepted", r->what, r->want,
 			         max);

@@ -51,12 +51,6 @@ void oci_blob_close(struct oci_blob_reader *r);
 __attribute__((warn_unused_result)) int
 oci_blob_slurp(struct oci_blob_reader *r, size_t max, char **out, size_t *len, struct oci_err *err);
 
-/* Read everything rd yields into one malloc'd, NUL-terminated buffer;
- * -EFBIG past max bytes, or rd's own -errno. hint: expected size (0 if
- * unknown). */
-__attribute__((warn_unused_result)) int oci_slurp(ssize_t (*rd)(void *ctx, void *buf, size_t len),
-                                                  void *ctx, size_t max, size_t hint, char **out,
-                                                  size_t *len);
 /* read(2) on the fd in ctx ((void *)(intptr_t)fd), EINTR retried, -errno. */
 ssize_t oci_fd_read(void *ctx, void *buf, size_t len);
 

@@ -65,24 +65,6 @@ out:
 	return rc;
 }
 
-static int mkdir_p(const char *path, mode_t mode)
-{
-	char buf[PATH_MAX];
-	if (snprintf(buf, sizeof(buf), "%s", path) >= (int)sizeof(buf))
-		return -ENAMETOOLONG;
-	for (char *p = buf + 1; *p; p++) {
-		if (*p != '/')
-			continue;
-		*p = '\0';
-		if (mkdir(buf, mode) < 0 && errno != EEXIST)
-			return -errno;
-		*p = '/';
-	}
-	if (mkdir(buf, mode) < 0 && errno != EEXIST)
-		return -errno;
-	return 0;
-}
-
 int oci_layout_open(const char *dir, bool create, struct oci_layout **out, struct oci_err *err)
 {
 	struct oci_layout *l = calloc(1, sizeof(*l));
@@ -100,7 +82,7 @@ int oci_layout_open(const char *dir, bool create, struct oci_layout **out, struc
 			         strerror(errno));
 			goto out;
 		}
-		if ((rc = mkdir_p(blobs, 0755))) {
+		if ((rc = fsutil_mkdirs(blobs, 0755))) {
 			oci_errf(err, "cannot create layout %s: %s", dir, strerror(-rc));
 			goto out;
 		}
@@ -113,7 +95,7 @@ int oci_layout_open(const char *dir, bool create, struct oci_layout **out, struc
 			rc = rc ? rc : -EINVAL;
 			goto out;
 		}
-		if (create && (rc = mkdir_p(blobs, 0755)))
+		if (create && (rc = fsutil_mkdirs(blobs, 0755)))
 			goto io;
 	}
 	if (access(index, F_OK) < 0) {
@@ -319,7 +301,7 @@ int oci_layout_commit_blob(struct oci_layout *l, const char *tmp_path, const cha
 		goto out;
 	}
 	*strrchr(dir, '/') = '\0';
-	if ((rc = mkdir_p(dir, 0755)))
+	if ((rc = fsutil_mkdirs(dir, 0755)))
 		goto fail;
 	int fd = open(tmp_path, O_RDONLY | O_CLOEXEC);
 	if (fd < 0 || fsync(fd) < 0) {

@@ -17,6 +17,7 @@
 
 #include "base64.h"
 #include "errbuf.h"
+#include "fsutil.h"
 
 #include <cjson/cJSON.h>
 #include <errno.h>
@@ -267,36 +268,11 @@ int sig_key_load_private(const char *pem, size_t len, const char *passphrase, st
 
 static int slurp(const char *path, char **buf, size_t *len, char *why, size_t whylen)
 {
-	int fd = open(path, O_RDONLY | O_CLOEXEC);
-	if (fd < 0) {
-		int e = errno;
-		errbuf_set(why, whylen, "%s: %s", path, strerror(e));
-		return -e;
-	}
-	char *b = malloc(MAX_KEY_FILE + 1);
-	size_t n = 0;
-	int rc = b ? 0 : -ENOMEM;
-	while (rc == 0) {
-		ssize_t r = read(fd, b + n, MAX_KEY_FILE + 1 - n);
-		if (r < 0 && errno == EINTR)
-			continue;
-		if (r < 0)
-			rc = -errno;
-		else if (r == 0)
-			break;
-		else if ((n += (size_t)r) > MAX_KEY_FILE)
-			rc = -EFBIG;
-	}
-	close(fd);
-	if (rc < 0) {
+	int rc = fsutil_read_file(path, MAX_KEY_FILE, buf, len);
+	if (rc)
 		errbuf_set(why, whylen, "%s: %s", path,
 		           rc == -EFBIG ? "larger than 64 KiB" : strerror(-rc));
-		free(b);
-		return rc;
-	}
-	*buf = b;
-	*len = n;
-	return 0;
+	return rc;
 }
 
 int sig_key_load_public_file(const char *path, struct sig_key **out, char *why, size_t whylen)

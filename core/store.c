@@ -8,6 +8,7 @@
 #include "store.h"
 
 #include "fstree.h"
+#include "fsutil.h"
 #include "log.h"
 
 #include <cjson/cJSON.h>
@@ -246,24 +247,6 @@ void store_close(struct store *s)
 	free(s);
 }
 
-static int mkdir_p(const char *path)
-{
-	char buf[4096];
-	if ((size_t)snprintf(buf, sizeof(buf), "%s", path) >= sizeof(buf))
-		return -ENAMETOOLONG;
-	for (char *p = buf + 1; *p; p++) {
-		if (*p != '/')
-			continue;
-		*p = '\0';
-		if (mkdir(buf, 0755) < 0 && errno != EEXIST)
-			return -errno;
-		*p = '/';
-	}
-	if (mkdir(buf, 0755) < 0 && errno != EEXIST)
-		return -errno;
-	return 0;
-}
-
 int store_open(const char *root, struct store **out)
 {
 	if (root == NULL)
@@ -277,7 +260,7 @@ int store_open(const char *root, struct store **out)
 	int rc = -ENOMEM;
 	if ((s->root = strdup(root)) == NULL)
 		goto fail;
-	if ((rc = mkdir_p(root)) < 0)
+	if ((rc = fsutil_mkdirs(root, 0755)) < 0)
 		goto fail;
 	s->rootfd = open(root, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
 	if (s->rootfd < 0) {
