@@ -20,6 +20,29 @@ void cli_reset(void)
 	opterr = 1;
 }
 
+int cli_next(int argc, char **argv, const char *shortopts, const struct option *opts,
+             const char *cmd, const char *usage, int *exit_code)
+{
+	int opt;
+	*exit_code = -1;
+	while ((opt = getopt_long(argc, argv, shortopts, opts, NULL)) != -1) {
+		if (opt != 'h' && opt != '?' && opt != ':' && opt != CLI_OPT_LOG_LEVEL &&
+		    opt != CLI_OPT_LOG_FORMAT)
+			return opt;
+		switch (cli_common(opt, optarg, cmd, usage)) {
+		case CLI_CONTINUE:
+			continue;
+		case CLI_EXIT_OK:
+			*exit_code = EXIT_OK;
+			return -1;
+		case CLI_EXIT_USAGE:
+			*exit_code = EXIT_USAGE;
+			return -1;
+		}
+	}
+	return -1;
+}
+
 int cli_usage_error(const char *cmd, const char *fmt, ...)
 {
 	va_list ap;

@@ -29,6 +29,17 @@ enum cli_result { CLI_CONTINUE = 0, CLI_EXIT_OK, CLI_EXIT_USAGE };
  * cmd names the subcommand in error messages ("gkm policy"). */
 enum cli_result cli_common(int opt, const char *arg, const char *cmd, const char *usage);
 
+/* The option parser of every command: the next of the command's own flags
+ * (optarg its value), the common ones handled here. Flags may come before
+ * or after the positional arguments, as kubectl and cosign take them (GNU
+ * getopt moves the positional ones to the end; a shortopts starting with
+ * '+' stops at the first, for commands that run another command); "--"
+ * ends them. -1 at the end: optind is then the first positional argument,
+ * and *exit_code is -1, or the exit code the command returns now (--help
+ * printed: EXIT_OK; a bad flag: EXIT_USAGE, said). Start with cli_reset(). */
+int cli_next(int argc, char **argv, const char *shortopts, const struct option *opts,
+             const char *cmd, const char *usage, int *exit_code);
+
 /* Reset getopt for a fresh parse of a sub-argv. */
 void cli_reset(void);
 

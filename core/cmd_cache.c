@@ -73,26 +73,16 @@ static int parse(struct cli *c, int argc, char **argv, const char *usage, const 
                  const char *shortopts, int (*own)(struct cli *c, int opt, const char *arg))
 {
 	cli_reset();
-	int opt;
-	while ((opt = getopt_long(argc, argv, shortopts, opts, NULL)) != -1) {
+	int opt, ex;
+	while ((opt = cli_next(argc, argv, shortopts, opts, c->cmd, usage, &ex)) != -1) {
 		int r = common_flag(c, opt, optarg);
+		if (r == 0 && own)
+			r = own(c, opt, optarg);
 		if (r < 0)
 			return EXIT_USAGE;
-		if (r > 0)
-			continue;
-		if (own) {
-			r = own(c, opt, optarg);
-			if (r < 0)
-				return EXIT_USAGE;
-			if (r > 0)
-				continue;
-		}
-		enum cli_result cr = cli_common(opt, optarg, c->cmd, usage);
-		if (cr == CLI_EXIT_OK)
-			return -1; /* --help printed */
-		if (cr == CLI_EXIT_USAGE)
-			return EXIT_USAGE;
 	}
+	if (ex >= 0)
+		return ex == EXIT_OK ? -1 : EXIT_USAGE; /* -1: --help printed */
 	return 0;
 }
 

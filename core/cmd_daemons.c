@@ -299,7 +299,8 @@ static int parse(struct dflags *f, int argc, char **argv, const char *usage)
 	f->ao.run_dir = "/run/gkm";
 	cli_registry_init(&f->reg, false);
 	cli_reset();
-	while ((c = getopt_long(argc, argv, "h", all_opts, NULL)) != -1) {
+	int exit_code;
+	while ((c = cli_next(argc, argv, "h", all_opts, f->cmd, usage, &exit_code)) != -1) {
 		if (c >= CLI_OPT_FIRST_FREE && c < CLI_OPT_AUTHFILE && !role_takes(f->role, c))
 			return cli_usage_error(f->cmd, "unknown flag '%s' for this command",
 			                       argv[optind - 1]);
@@ -426,16 +427,10 @@ static int parse(struct dflags *f, int argc, char **argv, const char *usage)
 				return EXIT_USAGE;
 			if (rc > 0)
 				break;
-			switch (cli_common(c, optarg, f->cmd, usage)) {
-			case CLI_EXIT_OK:
-				return -1;
-			case CLI_EXIT_USAGE:
-				return EXIT_USAGE;
-			case CLI_CONTINUE:
-				break;
-			}
 		}
 	}
+	if (exit_code >= 0)
+		return exit_code == EXIT_OK ? -1 : EXIT_USAGE;
 	if (optind != argc)
 		return cli_usage_error(f->cmd, "unexpected argument '%s'", argv[optind]);
 	if (f->ao.gpu_file && !strcmp(f->ao.gpu_source, "auto"))

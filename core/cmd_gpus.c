@@ -156,7 +156,8 @@ int cmd_gpus(int argc, char **argv)
 	bool json = false;
 	int opt;
 	cli_reset();
-	while ((opt = getopt_long(argc, argv, "ho:", opts, NULL)) != -1) {
+	int exit_code;
+	while ((opt = cli_next(argc, argv, "ho:", opts, cmd, usage, &exit_code)) != -1) {
 		switch (opt) {
 		case OPT_SOURCE:
 			source = optarg;
@@ -180,16 +181,10 @@ int cmd_gpus(int argc, char **argv)
 				    cmd, "invalid --output '%s' (want table or json)", optarg);
 			break;
 		default:
-			switch (cli_common(opt, optarg, cmd, usage)) {
-			case CLI_EXIT_OK:
-				return EXIT_OK;
-			case CLI_EXIT_USAGE:
-				return EXIT_USAGE;
-			case CLI_CONTINUE:
-				break;
-			}
 		}
 	}
+	if (exit_code >= 0)
+		return exit_code == EXIT_OK ? EXIT_OK : EXIT_USAGE;
 	if (optind < argc)
 		return cli_usage_error(cmd, "unexpected argument '%s'", argv[optind]);
 	if (!source)

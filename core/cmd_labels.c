@@ -140,7 +140,8 @@ int cmd_labels(int argc, char **argv)
 	bool dry_run = false;
 	int c;
 	cli_reset();
-	while ((c = getopt_long(argc, argv, "hn:", opts, NULL)) != -1) {
+	int exit_code;
+	while ((c = cli_next(argc, argv, "hn:", opts, CMD, usage, &exit_code)) != -1) {
 		switch (c) {
 		case OPT_KUBECONFIG:
 			kubeconfig = optarg;
@@ -156,16 +157,10 @@ int cmd_labels(int argc, char **argv)
 			dry_run = true;
 			break;
 		default:
-			switch (cli_common(c, optarg, CMD, usage)) {
-			case CLI_EXIT_OK:
-				return EXIT_OK;
-			case CLI_EXIT_USAGE:
-				return EXIT_USAGE;
-			case CLI_CONTINUE:
-				break;
-			}
 		}
 	}
+	if (exit_code >= 0)
+		return exit_code == EXIT_OK ? EXIT_OK : EXIT_USAGE;
 	const char *verb = optind < argc ? argv[optind] : "";
 	int rest = argc - optind - 1;
 	if (!strcmp(verb, "key") && rest == 1)

@@ -61,7 +61,8 @@ static int parse_objargs(int argc, char **argv, const char *cmd, const char *usa
 	int c;
 	*a = (struct objargs){.state = DEFAULT_STATE};
 	cli_reset();
-	while ((c = getopt_long(argc, argv, "hn:Af:o:", opts, NULL)) != -1) {
+	int exit_code;
+	while ((c = cli_next(argc, argv, "hn:Af:o:", opts, cmd, usage, &exit_code)) != -1) {
 		switch (c) {
 		case 's':
 			a->state = optarg;
@@ -86,16 +87,10 @@ static int parse_objargs(int argc, char **argv, const char *cmd, const char *usa
 			a->output = optarg;
 			break;
 		default:
-			switch (cli_common(c, optarg, cmd, usage)) {
-			case CLI_EXIT_OK:
-				return -1;
-			case CLI_EXIT_USAGE:
-				return EXIT_USAGE;
-			case CLI_CONTINUE:
-				break;
-			}
 		}
 	}
+	if (exit_code >= 0)
+		return exit_code == EXIT_OK ? -1 : EXIT_USAGE;
 	a->argc = argc - optind;
 	a->argv = argv + optind;
 	return 0;

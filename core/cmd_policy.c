@@ -266,7 +266,8 @@ int cmd_policy(int argc, char **argv)
 	unsigned long long v;
 	int c;
 	cli_reset();
-	while ((c = getopt_long(argc, argv, "+h", opts, NULL)) != -1) {
+	int exit_code;
+	while ((c = cli_next(argc, argv, "h", opts, CMD, usage, &exit_code)) != -1) {
 		switch (c) {
 		case OPT_MEMORY:
 			if (cli_parse_u64(optarg, 1ull << 34, &v) != 0 || v < (1u << 20))
@@ -290,16 +291,10 @@ int cmd_policy(int argc, char **argv)
 			lim.wall_ms = v;
 			break;
 		default:
-			switch (cli_common(c, optarg, CMD, usage)) {
-			case CLI_EXIT_OK:
-				return EXIT_OK;
-			case CLI_EXIT_USAGE:
-				return EXIT_USAGE;
-			case CLI_CONTINUE:
-				break;
-			}
 		}
 	}
+	if (exit_code >= 0)
+		return exit_code == EXIT_OK ? EXIT_OK : EXIT_USAGE;
 	int n = argc - optind;
 	char **a = argv + optind;
 	if (n < 1)

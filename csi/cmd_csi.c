@@ -174,7 +174,8 @@ int csi_main(int argc, char **argv)
 	int opt;
 
 	cli_reset();
-	while ((opt = getopt_long(argc, argv, "h", opts, NULL)) != -1) {
+	int exit_code;
+	while ((opt = cli_next(argc, argv, "h", opts, cmd, usage, &exit_code)) != -1) {
 		switch (opt) {
 		case OPT_ENDPOINT:
 			endpoint = optarg;
@@ -224,16 +225,10 @@ int csi_main(int argc, char **argv)
 				    optarg);
 			break;
 		default:
-			switch (cli_common(opt, optarg, cmd, usage)) {
-			case CLI_CONTINUE:
-				break;
-			case CLI_EXIT_OK:
-				return EXIT_OK;
-			case CLI_EXIT_USAGE:
-				return EXIT_USAGE;
-			}
 		}
 	}
+	if (exit_code >= 0)
+		return exit_code == EXIT_OK ? EXIT_OK : EXIT_USAGE;
 	if (optind < argc)
 		return cli_usage_error(cmd, "unexpected argument '%s'", argv[optind]);
 	if (!node_id || !*node_id)

@@ -428,7 +428,7 @@ int cmd_webhook(int argc, char **argv)
 	};
 	struct https_opts ho = {.threads = 2, .max_body = ADMISSION_MAX_BYTES};
 	unsigned long long v, nworkers = 4;
-	int c, rc, exit_code = EXIT_FAIL, quit = -1;
+	int c, rc = 0, exit_code = EXIT_FAIL, quit = -1;
 	char err[1200];
 	char *cert = NULL, *key = NULL, trust_dir[4096];
 	size_t cl = 0, kl = 0;
@@ -442,7 +442,7 @@ int cmd_webhook(int argc, char **argv)
 	creg.reg.retries = 1;
 	creg.reg.backoff_ms = 200;
 	cli_reset();
-	while ((c = getopt_long(argc, argv, "+h", opts, NULL)) != -1) {
+	while ((c = cli_next(argc, argv, "h", opts, CMD, usage, &quit)) != -1) {
 		rc = 0;
 		switch (c) {
 		case OPT_LISTEN:
@@ -535,26 +535,16 @@ int cmd_webhook(int argc, char **argv)
 			ro.global_credentials = optarg;
 			break;
 		default:
-			if ((rc = cli_registry_flag(&creg, c, optarg, CMD)) != 0) {
+			if ((rc = cli_registry_flag(&creg, c, optarg, CMD)) != 0)
 				rc = rc < 0 ? EXIT_USAGE : 0;
-				break;
-			}
-			switch (cli_common(c, optarg, CMD, usage)) {
-			case CLI_EXIT_OK:
-				quit = EXIT_OK;
-				break;
-			case CLI_EXIT_USAGE:
-				quit = EXIT_USAGE;
-				break;
-			case CLI_CONTINUE:
-				break;
-			}
 		}
-		if (rc || quit >= 0) {
-			cli_registry_clear(&creg);
-			free(w.exclude_buf);
-			return quit >= 0 ? quit : rc;
-		}
+		if (rc)
+			break;
+	}
+	if (rc || quit >= 0) {
+		cli_registry_clear(&creg);
+		free(w.exclude_buf);
+		return quit >= 0 ? quit : rc;
 	}
 	if (optind < argc || !w.cert_file || !w.key_file) {
 		cli_registry_clear(&creg);

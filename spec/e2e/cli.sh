@@ -51,6 +51,12 @@ printf '{\n  "image": ]\n}\n' >"$tmp/bad.json"
 $G policy eval policies admission "$tmp/bad.json" >"$tmp/out" 2>&1
 [ $? -eq 1 ] && grep -q "invalid JSON at line 2" "$tmp/out"
 ok $? "policy eval names a JSON syntax error with its line"
+$G policy eval policies admission $fx/admission-unsigned.json --timeout-ms 2000 >"$tmp/out" 2>&1
+[ $? -eq 0 ] && grep -q '"reason":[[:space:]]*"Unsigned"' "$tmp/out"
+ok $? "flags after the positional arguments, as kubectl and cosign take them"
+$G policy eval policies admission $fx/admission-unsigned.json --timeout-ms 0 >"$tmp/out" 2>&1
+[ $? -eq 2 ] && grep -q -- "--timeout-ms wants 1 to 3600000" "$tmp/out"
+ok $? "... and checked as before"
 $G policy eval policies nohook $fx/admission-unsigned.json >"$tmp/out" 2>&1
 [ $? -eq 1 ] && grep -q "unknown hook 'nohook'" "$tmp/out"
 ok $? "policy eval refuses an unknown hook"
