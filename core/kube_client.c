@@ -1241,18 +1241,31 @@ static int send_json(struct kube_client *c, const char *method, const char *path
 	return rc;
 }
 
+/* Every write's first step: the path of the object verb acts on, ns and
+ * name taken from obj (when given) where the caller passes none; a name is
+ * required unless the verb creates (the collection's path then). */
+static int object_path(const struct kube_resource *r, const char *verb, const char *ns,
+                       const char *name, const cJSON *obj, const char *sub, char *buf, size_t len,
+                       struct kube_error *err)
+{
+	bool create = strcmp(verb, "create") == 0;
+	if (!ns && obj)
+		ns = kube_obj_namespace(obj);
+	if (!name && obj && !create)
+		name = kube_obj_name(obj);
+	if ((!create && !name) || (r->namespaced && !ns)) {
+		kube_error_set(err, KUBE_BAD_REQUEST, "%s %s: %s required", verb, r->kind,
+		               create ? "a namespace is" : "name and namespace are");
+		return -EINVAL;
+	}
+	return path_or_fail(r, ns, create ? NULL : name, sub, buf, len, err);
+}
+
 int kube_client_create(struct kube_client *c, const struct kube_resource *r, const char *ns,
                        const cJSON *obj, cJSON **out, struct kube_error *err)
 {
 	char path[PATH_MAX_LEN];
-	if (!ns)
-		ns = kube_obj_namespace(obj);
-	if (r->namespaced && !ns) {
-		kube_error_set(err, KUBE_BAD_REQUEST, "create %s: a namespace is required",
-		               r->kind);
-		return -EINVAL;
-	}
-	int rc = path_or_fail(r, ns, NULL, NULL, path, sizeof(path), err);
+	int rc = object_path(r, "create", ns, NULL, obj, NULL, path, sizeof(path), err);
 	if (rc < 0)
 		return rc;
 	return send_json(c, "POST", path, "application/json", obj, out, err);
@@ -1262,16 +1275,7 @@ int kube_client_replace(struct kube_client *c, const struct kube_resource *r, co
                         const char *name, const cJSON *obj, cJSON **out, struct kube_error *err)
 {
 	char path[PATH_MAX_LEN];
-	if (!ns)
-		ns = kube_obj_namespace(obj);
-	if (!name)
-		name = kube_obj_name(obj);
-	if (!name || (r->namespaced && !ns)) {
-		kube_error_set(err, KUBE_BAD_REQUEST, "replace %s: name and namespace are required",
-		               r->kind);
-		return -EINVAL;
-	}
-	int rc = path_or_fail(r, ns, name, NULL, path, sizeof(path), err);
+	int rc = object_path(r, "replace", ns, name, obj, NULL, path, sizeof(path), err);
 	if (rc < 0)
 		return rc;
 	return send_json(c, "PUT", path, "application/json", obj, out, err);
@@ -1287,16 +1291,8 @@ int kube_client_apply(struct kube_client *c, const struct kube_resource *r, cons
 		               "apply: a field manager (at most 128 bytes) is required");
 		return -EINVAL;
 	}
-	if (!ns)
-		ns = kube_obj_namespace(obj);
-	if (!name)
-		name = kube_obj_name(obj);
-	if (!name || (r->namespaced && !ns)) {
-		kube_error_set(err, KUBE_BAD_REQUEST, "apply %s: name and namespace are required",
-		               r->kind);
-		return -EINVAL;
-	}
-	int rc = path_or_fail(r, ns, name, o->status ? "status" : NULL, path, sizeof(path), err);
+	int rc = object_path(r, "apply", ns, name, obj, o->status ? "status" : NULL, path,
+	                     sizeof(path), err);
 	if (rc < 0)
 		return rc;
 	if (kube_query_add(path, sizeof(path), "fieldManager", o->field_manager) < 0 ||
@@ -1312,12 +1308,7 @@ int kube_client_delete(struct kube_client *c, const struct kube_resource *r, con
                        const char *name, const struct kube_delete_opts *o, struct kube_error *err)
 {
 	char path[PATH_MAX_LEN];
-	if (!name || (r->namespaced && !ns)) {
-		kube_error_set(err, KUBE_BAD_REQUEST, "delete %s: name and namespace are required",
-		               r->kind);
-		return -EINVAL;
-	}
-	int rc = path_or_fail(r, ns, name, NULL, path, sizeof(path), err);
+	int rc = object_path(r, "delete", ns, name, NULL, NULL, path, sizeof(path), err);
 	if (rc < 0)
 		return rc;
 	cJSON *body = cJSON_CreateObject();
