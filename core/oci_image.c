@@ -159,6 +159,36 @@ static int annotations_from(const cJSON *o, const char *what, cJSON **out, struc
 	return 0;
 }
 
+/* The descriptor array key of j (a manifest's layers, an index's
+ * manifests), at most max entries, each named "<item> N" in messages; *n
+ * counts those parsed (the caller clears them, also on failure). */
+static int desc_array(const cJSON *j, const char *key, const char *doc, const char *item, int max,
+                      struct oci_desc **out, size_t *n, struct oci_err *err)
+{
+	const cJSON *arr = cJSON_GetObjectItemCaseSensitive(j, key), *it;
+	if (!cJSON_IsArray(arr)) {
+		oci_errf(err, "%s has no %s array", doc, key);
+		return -EINVAL;
+	}
+	int count = cJSON_GetArraySize(arr);
+	if (count > max) {
+		oci_errf(err, "%s has %d %s (at most %d accepted)", doc, count, key, max);
+		return -EINVAL;
+	}
+	if (count > 0 && !(*out = calloc((size_t)count, sizeof(**out))))
+		return -ENOMEM;
+	cJSON_ArrayForEach(it, arr)
+	{
+		char what[48];
+		snprintf(what, sizeof(what), "%s %zu", item, *n);
+		int rc = oci_desc_from_json(it, what, &(*out)[*n], err);
+		if (rc)
+			return rc;
+		(*n)++;
+	}
+	return 0;
+}
+
 int oci_desc_from_json(const cJSON *j, const char *what, struct oci_desc *out, struct oci_err *err)
 {
 	struct oci_desc d = {0};
@@ -342,29 +372,9 @@ int oci_manifest_parse(const char *buf, size_t len, const char *content_type,
 	if ((rc = oci_desc_from_json(cJSON_GetObjectItemCaseSensitive(j, "config"),
 	                             "manifest config", &m.config, err)))
 		goto out;
-	rc = -EINVAL;
-	const cJSON *layers = cJSON_GetObjectItemCaseSensitive(j, "layers");
-	if (!cJSON_IsArray(layers)) {
-		oci_errf(err, "manifest has no layers array");
+	if ((rc = desc_array(j, "layers", "manifest", "layer", OCI_MAX_LAYERS, &m.layers,
+	                     &m.n_layers, err)))
 		goto out;
-	}
-	int n = cJSON_GetArraySize(layers);
-	if (n > OCI_MAX_LAYERS) {
-		oci_errf(err, "manifest has %d layers (at most %d accepted)", n, OCI_MAX_LAYERS);
-		goto out;
-	}
-	rc = -ENOMEM;
-	if (n > 0 && !(m.layers = calloc((size_t)n, sizeof(*m.layers))))
-		goto out;
-	const cJSON *it;
-	cJSON_ArrayForEach(it, layers)
-	{
-		char what[48];
-		snprintf(what, sizeof(what), "layer %zu", m.n_layers);
-		if ((rc = oci_desc_from_json(it, what, &m.layers[m.n_layers], err)))
-			goto out;
-		m.n_layers++;
-	}
 	if ((rc = subject_from(j, "manifest", &m.subject, err)))
 		goto out;
 	if ((rc = annotations_from(j, "manifest", &m.annotations, err)))
@@ -422,29 +432,9 @@ int oci_index_parse(const char *buf, size_t len, const char *content_type, struc
 	if (dup_str(mt, &ix.media_type) || dup_str(jstr(j, "artifactType"), &ix.artifact_type))
 		goto out;
 	rc = -EINVAL;
-	const cJSON *ms = cJSON_GetObjectItemCaseSensitive(j, "manifests");
-	if (!cJSON_IsArray(ms)) {
-		oci_errf(err, "index has no manifests array");
+	if ((rc = desc_array(j, "manifests", "index", "index entry", OCI_MAX_INDEX_ENTRIES,
+	                     &ix.manifests, &ix.n_manifests, err)))
 		goto out;
-	}
-	int n = cJSON_GetArraySize(ms);
-	if (n > OCI_MAX_INDEX_ENTRIES) {
-		oci_errf(err, "index has %d entries (at most %d accepted)", n,
-		         OCI_MAX_INDEX_ENTRIES);
-		goto out;
-	}
-	rc = -ENOMEM;
-	if (n > 0 && !(ix.manifests = calloc((size_t)n, sizeof(*ix.manifests))))
-		goto out;
-	const cJSON *it;
-	cJSON_ArrayForEach(it, ms)
-	{
-		char what[48];
-		snprintf(what, sizeof(what), "index entry %zu", ix.n_manifests);
-		if ((rc = oci_desc_from_json(it, what, &ix.manifests[ix.n_manifests], err)))
-			goto out;
-		ix.n_manifests++;
-	}
 	if ((rc = subject_from(j, "index", &ix.subject, err)))
 		goto out;
 	if ((rc = annotations_from(j, "index", &ix.annotations, err)))
