@@ -16,7 +16,7 @@
 #include "cache_view.h"
 #include "compat_targets.h"
 #include "fallback_notice.h"
-#include "gpu_probe.h"
+#include "gpu_sources.h"
 #include "kube_workqueue.h"
 #include "local_model.h"
 #include "log.h"

@@ -20,7 +20,7 @@
 #include "cmd_cache.h"
 #include "errbuf.h"
 #include "fstree.h"
-#include "gpu_probe.h"
+#include "gpu_sources.h"
 #include "kube_client.h"
 #include "kube_config.h"
 #include "oci_image.h"

@@ -7,7 +7,7 @@
 
 #include "cli.h"
 #include "cmd.h"
-#include "gpu_probe.h"
+#include "gpu_sources.h"
 
 static const char usage[] =
     "Usage: gkm gpus [--source nvml|rocm|file|auto] [--file F] [--sysfs-root D] [-o table|json]\n"

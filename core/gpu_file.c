@@ -8,7 +8,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "gpu_probe.h"
+#include "gpu_sources.h"
 #include "jsonfile.h"
 
 #define MAX_FILE_BYTES (1024 * 1024)

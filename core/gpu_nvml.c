@@ -13,7 +13,7 @@
 #include <stdio.h>
 #include <string.h>
 
-#include "gpu_probe.h"
+#include "gpu_sources.h"
 
 /* ---- From the NVML API reference ---- */
 typedef int nvmlReturn_t;

@@ -17,7 +17,7 @@
 #include <sys/utsname.h>
 #include <unistd.h>
 
-#include "gpu_probe.h"
+#include "gpu_sources.h"
 
 #define KFD_NODES "class/kfd/kfd/topology/nodes"
 #define MAX_NODES 1024

@@ -15,7 +15,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#include "gpu_probe.h"
+#include "gpu_sources.h"
 
 static char fake_lib[1024], legacy_lib[1024], fixtures[1024], trace_path[256];
 
