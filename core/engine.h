@@ -17,6 +17,7 @@
 #include <stdint.h>
 
 #include "bundle.h"
+#include "engine_module.h"
 
 enum engine_status {
 	ENGINE_OK = 0,
@@ -59,17 +60,6 @@ struct engine_hook {
 	static const struct engine_hook ident                                                      \
 	    __attribute__((used, section("gkm_hooks"), aligned(sizeof(void *)))) = {__VA_ARGS__}
 const struct engine_hook *engine_hook_find(const char *name);
-
-/* ---- Built-in C modules reachable as require('gkm.NAME'). ----
- * Register with ENGINE_MODULE(ident, "gkm.name", open_fn) in the file that
- * implements the module; open_fn pushes the module table (luaL_newlib). */
-struct engine_module {
-	const char *name;
-	lua_CFunction open;
-};
-#define ENGINE_MODULE(ident, ...)                                                                  \
-	static const struct engine_module ident                                                    \
-	    __attribute__((used, section("gkm_modules"), aligned(sizeof(void *)))) = {__VA_ARGS__}
 
 struct engine;
 

@@ -8,7 +8,7 @@
 #include <string.h>
 
 #include "embedded.h"
-#include "engine.h"
+#include "engine_module.h"
 #include "log.h"
 #include "loop.h"
 
