@@ -1,6 +1,8 @@
-/* Inside the reviewer (webhook/reviewer.c): a review in flight and the
- * image checks it waits for, shared with the pod reviews (webhook/
- * pod_review.c). Not an interface for anything else in the webhook.
+/* Inside the reviewer: a review in flight and the image checks it waits for
+ * (webhook/review.c), which the cache reviews (webhook/reviewer.c) and the
+ * pod reviews (webhook/pod_review.c) both use; neither of those two is
+ * called from here (a review says what decides it). Not an interface for
+ * anything else in the webhook.
  *
  * A review waits for zero or more checks, one per image: a cache review for
  * its spec.image, a pod review for each image volume that names a cache. A
@@ -75,8 +77,26 @@ struct review {
 	unsigned nchecks, waiting; /* waiting: checks not done yet */
 	uint64_t timer;            /* deadline timer while waiting */
 	struct pod_review *pod;    /* EP_PODS */
+	/* Loop thread: every check is back (or none was needed): decide and
+	 * answer (review_finish, review_deny) */
+	void (*decide)(struct review *rv);
 	struct review *live_prev, *live_next;
 };
+
+extern const char *const review_endpoint_names[]; /* by enum endpoint */
+
+/* Monotonic clock, ns. */
+uint64_t review_mono_ns(void);
+/* Answer with a plain-text body / an AdmissionReview; any thread. */
+void review_send_text(struct https_request *rq, unsigned status, const char *text);
+void review_send(struct reviewer *r, struct https_request *rq, enum endpoint ep,
+                 const struct admission_response *resp);
+/* Take rv off the live list / free it (it must be off the list). */
+void review_live_remove(struct review *rv);
+void review_free(struct review *rv);
+/* Shutting down, the loop gone: release every registry job (their checks
+ * are left without one). */
+void review_jobs_close(struct reviewer *r);
 
 /* Loop thread. Start every check of rv (each 0 or a failure recorded in
  * it); rv is decided now when none has to wait, else when the last is back
