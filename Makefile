@@ -30,18 +30,20 @@ PKG_LIBS   = $(shell pkg-config --libs $(PKGS) 2>/dev/null) -lpthread -ldl -lm
 
 WARN     := -Wall -Wextra -Werror -Wshadow -Wformat=2 -Wno-unused-parameter
 CFLAGS   ?= -O2 -g
+# core/ is one folder per layer (core/README.md); headers are named without it
+CORE_INCLUDES := $(patsubst %/,-I%,$(sort $(dir $(wildcard core/*/*.h))))
 ALL_CFLAGS = -std=gnu11 -fPIC $(WARN) $(CFLAGS) -D_GNU_SOURCE -DGKM_VERSION='"$(VERSION)"' \
-	-Icore -I$(BUILD)/gen $(PKG_CFLAGS)
+	$(CORE_INCLUDES) -I$(BUILD)/gen $(PKG_CFLAGS)
 SAN      := -fsanitize=address,undefined -fno-omit-frame-pointer -fno-sanitize-recover=undefined
 
 EMBED_FILES := $(sort $(shell find lua policies -name '*.lua' 2>/dev/null))
 
 .DEFAULT_GOAL := all
 
--include $(wildcard core/*.mk webhook/*.mk csi/*.mk spec/*.mk)
+-include $(wildcard core/*/*.mk webhook/*.mk csi/*.mk spec/*.mk)
 
-MAIN_SRC := core/main.c
-LIB_SRCS := $(filter-out $(MAIN_SRC),$(wildcard core/*.c webhook/*.c))
+MAIN_SRC := core/cmd/main.c
+LIB_SRCS := $(filter-out $(MAIN_SRC),$(wildcard core/*/*.c webhook/*.c))
 LIB_OBJS := $(patsubst %.c,$(BUILD)/obj/%.o,$(LIB_SRCS)) $(BUILD)/obj/embedded.o
 SAN_OBJS := $(patsubst %.c,$(BUILD)/san/%.o,$(LIB_SRCS)) $(BUILD)/san/embedded.o
 UNIT_SRCS := $(wildcard spec/unit/test_*.c)
@@ -51,12 +53,12 @@ SPEC_MOD  := $(BUILD)/spec/gkmspec.so
 .PHONY: all deps test unit-tests lint format bench run install clean manifests image
 all: $(BUILD)/gkm
 
-$(BUILD)/gkm: $(BUILD)/obj/core/main.o $(LIB_OBJS)
+$(BUILD)/gkm: $(BUILD)/obj/core/cmd/main.o $(LIB_OBJS)
 	@echo "  LD      $@"
 	$(Q)$(CC) $(CFLAGS) -rdynamic -o $@ $^ -Wl,--as-needed $(PKG_LIBS)
 
 # The same binary built with the sanitizers, for end-to-end tests of bad input.
-$(BUILD)/gkm-san: $(BUILD)/san/core/main.o $(SAN_OBJS)
+$(BUILD)/gkm-san: $(BUILD)/san/core/cmd/main.o $(SAN_OBJS)
 	@echo "  LD san  $@"
 	$(Q)$(CC) $(CFLAGS) $(SAN) -rdynamic -o $@ $^ -Wl,--as-needed $(PKG_LIBS)
 
@@ -116,14 +118,14 @@ test: deps
 spec-extra::
 
 lint:
-	clang-format --dry-run --Werror $(wildcard core/*.[ch] webhook/*.[ch] csi/*.[ch] spec/unit/*.[ch] spec/lib/*.[ch])
+	clang-format --dry-run --Werror $(wildcard core/*/*.[ch] webhook/*.[ch] csi/*.[ch] spec/unit/*.[ch] spec/lib/*.[ch])
 	cppcheck --quiet --error-exitcode=1 --enable=warning,portability --inline-suppr \
-		--suppress=missingIncludeSystem -D__GNUC__ -Icore \
+		--suppress=missingIncludeSystem -D__GNUC__ $(CORE_INCLUDES) \
 		--include=spec/lint/cppcheck.h core webhook csi
 	luacheck --quiet lua policies spec/lua
 
 format:
-	clang-format -i $(wildcard core/*.[ch] webhook/*.[ch] csi/*.[ch] spec/unit/*.[ch] spec/lib/*.[ch])
+	clang-format -i $(wildcard core/*/*.[ch] webhook/*.[ch] csi/*.[ch] spec/unit/*.[ch] spec/lib/*.[ch])
 
 bench: deps all
 	@BUILD=$(BUILD) bash spec/bench/run.sh

@@ -33,27 +33,31 @@ def code_metrics(root=ROOT):
     out = {}
     for d in ("core", "webhook", "csi"):
         top = os.path.join(root, d)
-        for f in sorted(os.listdir(top)):
-            if not f.endswith(".c"):
-                continue
-            text = open(os.path.join(top, f)).read()
-            for kind, name, helps, labels in _REGISTER.findall(text):
-                help_text = "".join(re.findall(r'"((?:[^"\\]|\\.)*)"', helps)).replace('\\"', '"')
-                out[name] = {"name": name, "type": kind,
-                             "labels": [] if labels == "NULL" else labels.strip('"').split(","),
-                             "help": help_text, "file": "%s/%s" % (d, f)}
+        for sub, _, names in sorted(os.walk(top)):
+            for f in sorted(n for n in names if n.endswith(".c")):
+                _register(out, root, os.path.join(sub, f))
     return [out[k] for k in sorted(out)]
+
+
+def _register(out, root, path):
+    """The metrics the source file path registers, into out."""
+    text = open(path).read()
+    for kind, name, helps, labels in _REGISTER.findall(text):
+        help_text = "".join(re.findall(r'"((?:[^"\\]|\\.)*)"', helps)).replace('\\"', '"')
+        out[name] = {"name": name, "type": kind,
+                     "labels": [] if labels == "NULL" else labels.strip('"').split(","),
+                     "help": help_text, "file": os.path.relpath(path, root)}
 
 
 # Which daemons serve the metrics a source file registers.
 SERVED_BY = {
-    "core/agent.c": ["agent", "up"],
-    "core/operator.c": ["operator", "up"],
-    "core/engine.c": ["agent", "operator", "up", "webhook"],
-    "core/policy_watch.c": ["agent", "operator", "up", "webhook"],
-    "core/kube_client.c": ["agent", "operator"],
-    # the Lua controller framework (core/kube_controller.h): no daemon runs one yet
-    "core/kube_controller.c": [],
+    "core/node/agent.c": ["agent", "up"],
+    "core/node/operator.c": ["operator", "up"],
+    "core/lua/engine.c": ["agent", "operator", "up", "webhook"],
+    "core/lua/policy_watch.c": ["agent", "operator", "up", "webhook"],
+    "core/kube/kube_client.c": ["agent", "operator"],
+    # the Lua controller framework (core/lua/kube_controller.h): no daemon runs one yet
+    "core/lua/kube_controller.c": [],
 }
 
 
