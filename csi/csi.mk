@@ -1,4 +1,4 @@
-# CSI node plugin: build/gkm-csi.so, the module `gkm csi` loads (core/module.h),
+# CSI node plugin: build/gkm-csi.so, the module `gkm csi` loads (core/cmd/module.h),
 # so that only the CSI plugin maps gRPC and its C++ runtime; the other daemons
 # stay lean. Its C sources are csi/*.c and those generated from csi/csi.proto
 # with protoc-c; it calls into the gkm binary (linked -rdynamic) for the rest.

@@ -1,7 +1,7 @@
 /* What the webhook learns about an image from its registry: the digest its
  * tag names, and each of its signatures checked against the trusted keys.
- * The registry side (client, signature discovery) is core/oci_repo.h and
- * core/oci_sig.h, the cryptography core/signature.h; this is the one call
+ * The registry side (client, signature discovery) is core/oci/oci_repo.h and
+ * core/oci/oci_sig.h, the cryptography core/oci/signature.h; this is the one call
  * the webhook's workers make. Blocking: runs on a worker thread and touches
  * no loop state. */
 #ifndef GKM_IMAGE_CHECK_H

@@ -47,7 +47,7 @@ struct reviewer_opts {
 	unsigned max_jobs;                 /* registry checks in flight */
 	struct oci_registry_opts registry; /* its strings must outlive the reviewer */
 	/* namespaces whose caches registry's credentials serve ("a,b", "*";
-	 * ""/NULL: only cluster-scoped caches; see core/pull_secret.h) */
+	 * ""/NULL: only cluster-scoped caches; see core/node/pull_secret.h) */
 	const char *global_credentials;
 	/* Pods. catalog NULL: /mutate-pods is not served (404). */
 	struct cache_catalog *catalog;         /* loop-owned, fed by the watches */

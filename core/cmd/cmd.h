@@ -1,6 +1,6 @@
 /* Subcommands of the gkm multi-call binary. Each takes the argv that starts
  * at its own name (argv[0] == "agent", ...) and returns the process exit code.
- * cmd_csi loads the CSI module (core/module.h) and runs its csi_main. */
+ * cmd_csi loads the CSI module (core/cmd/module.h) and runs its csi_main. */
 #ifndef GKM_CMD_H
 #define GKM_CMD_H
 

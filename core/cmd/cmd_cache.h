@@ -52,7 +52,7 @@ enum {
 	OPT_KUBECONFIG,
 };
 
-/* The registry flags every command shares (core/cli_registry.h), plus the
+/* The registry flags every command shares (core/cmd/cli_registry.h), plus the
  * two only image copying needs. --key is added per subcommand. */
 #define REGISTRY_OPTIONS                                                                           \
 	CLI_REGISTRY_OPTIONS, {"platform", required_argument, 0, OPT_PLATFORM},                    \

@@ -1,6 +1,6 @@
 /* Where the control loops read and write their objects: the Kubernetes API
  * server (objstore_kube.c) or, in standalone mode, a directory of YAML files
- * (objstore_file.c). The loops (core/agent.c, core/operator.c) see only this
+ * (objstore_file.c). The loops (core/node/agent.c, core/node/operator.c) see only this
  * interface, so `gkm up` runs exactly the code the daemons run.
  *
  * Threads: watch() and the event callbacks run on the loop thread. apply(),

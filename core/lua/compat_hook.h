@@ -5,7 +5,7 @@
  *   input  {"cache": {"name": "ns/name", "targets": [{"backend": "cuda"|"hip",
  *             "arch": 75|"sm_90a"|"gfx90a:xnack-", "warp_size": 32,
  *             "ptx_version"?: 84, "cuda_version"?: "12.9"}, ...]},
- *           "gpus": <the "gpus" array of the GPU inventory, core/gpu_probe.h>}
+ *           "gpus": <the "gpus" array of the GPU inventory, core/gpu/gpu_probe.h>}
  *   output {"gpus": [{"index": 0, "compatible": true|false,
  *             "reason": "Compatible"|"ArchitectureMismatch"|..., "message": "..."}]}
  * The validator registered with the hook checks the whole output: an array of

@@ -93,7 +93,7 @@ struct kube_controller_stats kube_controller_stats(const struct kube_controller 
 /* True once every watch has listed. */
 bool kube_controller_synced(const struct kube_controller *c);
 
-/* ---- For gkm.kube (core/lua_kube.c): the reconcile in progress. ---- */
+/* ---- For gkm.kube (core/lua/lua_kube.c): the reconcile in progress. ---- */
 
 struct kube_reconcile;
 /* The reconcile running now on this thread, or NULL. */

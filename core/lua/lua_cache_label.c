@@ -1,5 +1,5 @@
 /* gkm.cache_label: the Node label of a cache that is Ready on a node (the
- * scheme of core/cache_label.h), for policies and the reconcile loops.
+ * scheme of core/cache/cache_label.h), for policies and the reconcile loops.
  *
  *   -- cache_label.key(name [, namespace]) -> key | nil, err
  *        namespace nil or "" for a ClusterGKMCache; err for a name or

@@ -56,7 +56,7 @@ __attribute__((warn_unused_result)) int cache_capture_ws_open(const char *root, 
 int cache_capture_ws_close(struct cache_capture_ws *ws);
 
 /* Check that each captured target runs on at least one of gpus (the
- * "gpus" array of a GPU inventory, core/gpu_probe.h) by the compat policy
+ * "gpus" array of a GPU inventory, core/gpu/gpu_probe.h) by the compat policy
  * of policy_dir (NULL: the built-in policies), so a capture never carries
  * kernels for a GPU that did not compile them. 0; -EPERM with err naming the
  * target and the policy's reasons; -EINVAL when the policy cannot run. */

@@ -1,2 +1,2 @@
-# The layer extractor inflates gzip with isa-l (core/extract.c).
+# The layer extractor inflates gzip with isa-l (core/store/extract.c).
 PKGS += libisal

@@ -114,9 +114,9 @@ def source_reasons():
     out = {}
     lit = re.compile(r'"([A-Z][a-z]+(?:[A-Z][a-z0-9]*)*)"')
     for rel in ("policies/compat.lua", "policies/aggregate.lua", "policies/admission.lua",
-                "lua/gkm/agent.lua", "core/agent.c", "core/fallback_notice.h", "core/operator.c",
-                "core/cmd_daemons.c",
-                "webhook/reviewer.c"):
+                "lua/gkm/agent.lua", "core/node/agent.c", "core/node/fallback_notice.h",
+                "core/node/operator.c", "core/cmd/cmd_daemons.c", "webhook/reviewer.c",
+                "webhook/review.c"):
         for word in lit.findall(read(os.path.join(ROOT, rel))):
             if word not in NOT_REASONS:
                 out.setdefault(word, rel)

@@ -1,5 +1,5 @@
 #!/usr/bin/python3
-"""The Kubernetes client (core/kube_*.c, driven by build/spec/kubetool, a
+"""The Kubernetes client (core/kube/kube_*.c, driven by build/spec/kubetool, a
 sanitizer build) against the test API server over TLS with a bearer token:
 every verb, watches that survive a server restart, a 410 and broken streams,
 leader election with the leader killed, and apply by two field managers."""

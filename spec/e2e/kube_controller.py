@@ -1,6 +1,6 @@
 #!/usr/bin/python3
 """A controller written in Lua (spec/e2e/kube_controller/node_counter.lua,
-gkm.kube + core/kube_controller.c, run by build/spec/kubetool) against a
+gkm.kube + core/lua/kube_controller.c, run by build/spec/kubetool) against a
 real kube-apiserver (GKM_KUBE_ASSETS): informer caches read from Lua, status applied, Events,
 secondary watches mapped to primary keys with a debounce, failing and
 misbehaving reconciles retried with backoff without writing anything."""

@@ -82,7 +82,7 @@ def mount_permitted(tmp):
 
 
 class Layout:
-    """The agent's on-node files, written the way core/cache_view.h documents."""
+    """The agent's on-node files, written the way core/cache/cache_view.h documents."""
 
     def __init__(self, root):
         self.root = root
