@@ -27,7 +27,7 @@
 --   { gpus = { { index = 0, compatible = true,  reason = "Compatible", message = "..." },
 --              { index = 1, compatible = false, reason = "ArchitectureMismatch",
 --                message = "..." } } }
--- reason is a CamelCase word (C checks: core/lua/compat_hook.c), message says why
+-- reason is a CamelCase word (C checks: core/lua/hook_compat.c), message says why
 -- for a human and does not depend on the GPU's index, so that identical GPUs
 -- group into one id set. Reasons:
 --   Compatible            at least one target of the cache runs on the GPU

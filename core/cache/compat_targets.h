@@ -1,5 +1,5 @@
 /* What a kernel cache was built for: the "targets" list the compat policy
- * reads (see core/lua/compat_hook.h).
+ * reads (see core/lua/hook_compat.h).
  *
  * Sources, in the order the agent should try them:
  *   1. image config labels cache.triton.image/summary or cache.vllm.image/summary

@@ -1,5 +1,5 @@
 /* The compat policy hook and its validator. */
-#include "compat_hook.h"
+#include "hook_compat.h"
 
 #include <math.h>
 #include <stdbool.h>

@@ -13,8 +13,8 @@
  * boolean compatible, and for every refusal a CamelCase reason and a message
  * of at most 1024 bytes. Anything else is a policy error (ENGINE_BAD_RETURN).
  * gkm.agent (lua/gkm/agent.lua) groups the verdicts into node status id sets. */
-#ifndef GKM_COMPAT_HOOK_H
-#define GKM_COMPAT_HOOK_H
+#ifndef GKM_HOOK_COMPAT_H
+#define GKM_HOOK_COMPAT_H
 
 #include <cjson/cJSON.h>
 #include <stddef.h>

@@ -15,7 +15,7 @@
 #include <unistd.h>
 
 #include "bundle.h"
-#include "compat_hook.h"
+#include "hook_compat.h"
 #include "compat_targets.h"
 #include "engine.h"
 
