@@ -75,6 +75,7 @@ struct cache *agent_find_cache(struct agent *a, const char *key)
 static void cache_free(struct cache *c)
 {
 	cJSON_Delete(c->obj);
+	oci_ref_clear(&c->pin);
 	cJSON_Delete(c->targets);
 	cJSON_Delete(c->entry);
 	cJSON_Delete(c->captures);
@@ -138,34 +139,37 @@ static const char *cache_digest(const cJSON *obj)
 	return cache_view_valid_digest(s) ? s : "";
 }
 
-/* The API host of a reference (fair slots are per host); "" if unparsable. */
-static void ref_host(const char *refstr, char *out, size_t len)
+/* spec.image pinned to digest (the agent pulls by digest only, never by
+ * tag), parsed once here for every job of the cache; its canonical text in
+ * text (where it does not parse, the image's own text: the jobs then fail
+ * with err, and a change of it is still seen). */
+static int pin_image(const char *image, const char *digest, struct oci_ref *out, char *text,
+                     size_t len, struct oci_err *err)
 {
-	struct oci_ref ref;
-	struct oci_err e;
-	memset(&ref, 0, sizeof(ref));
-	memset(&e, 0, sizeof(e));
-	out[0] = '\0';
-	if (oci_ref_parse(refstr, &ref, &e) == 0)
-		snprintf(out, len, "%s",
-		         ref.kind == OCI_REF_REGISTRY ? oci_ref_api_host(&ref) : "oci-layout");
-	oci_ref_clear(&ref);
+	int rc = oci_ref_pin(image, digest, out, err);
+	char *s = rc ? NULL : oci_ref_format(out);
+	snprintf(text, len, "%s", s ? s : image);
+	free(s);
+	return rc;
 }
 
-/* "repo@digest": the agent pulls by digest only, never by tag. */
-static void pin_ref(const char *image, const char *digest, char *out, size_t len)
+/* The cache's reference changed to ref (parsed into pinned, or failed with
+ * rc and err): what was learnt about the old one does not hold. */
+static void set_image(struct agent *a, struct cache *c, const char *ref, struct oci_ref *pinned,
+                      int rc, const struct oci_err *err)
 {
-	char base[600];
-	snprintf(base, sizeof(base), "%s", image);
-	char *at = strchr(base, '@');
-	if (at)
-		*at = '\0';
-	/* drop a tag (a ':' after the last '/') */
-	char *slash = strrchr(base, '/');
-	char *colon = strrchr(base, ':');
-	if (colon && (!slash || colon > slash))
-		*colon = '\0';
-	snprintf(out, len, "%s@%s", base, digest);
+	snprintf(c->ref, sizeof(c->ref), "%s", ref);
+	oci_ref_clear(&c->pin);
+	c->pin = *pinned;
+	memset(pinned, 0, sizeof(*pinned));
+	c->pin_rc = rc;
+	snprintf(c->pin_err, sizeof(c->pin_err), "%s", rc ? oci_err_str(err, rc) : "");
+	/* fair slots are per registry host */
+	const char *host = "";
+	if (*ref && !rc)
+		host = c->pin.kind == OCI_REF_LAYOUT ? "oci-layout" : oci_ref_api_host(&c->pin);
+	snprintf(c->host, sizeof(c->host), "%s", host);
+	agent_attempt_reset(a, &c->pull);
 }
 
 static bool user_edited(const cJSON *before, const cJSON *after)
@@ -255,19 +259,20 @@ static void on_cache_event(void *ud, enum objstore_event_type t, const cJSON *ob
 	} else {
 		const char *d = cache_digest(obj);
 		char ref[sizeof(c->ref)] = "";
-		if (*d)
-			pin_ref(obj_str(obj, "spec.image"), d, ref, sizeof(ref));
+		struct oci_ref pinned = {0};
+		struct oci_err e = {{0}};
+		int rc =
+		    *d ? pin_image(obj_str(obj, "spec.image"), d, &pinned, ref, sizeof(ref), &e)
+		       : 0;
 		if (strcmp(d, c->digest) != 0) {
 			snprintf(c->digest, sizeof(c->digest), "%s", d);
 			c->image = IMG_UNKNOWN;
 			c->targets_need_pull = false;
 			agent_attempt_reset(a, &c->fetch);
 		}
-		if (strcmp(ref, c->ref) != 0) {
-			snprintf(c->ref, sizeof(c->ref), "%s", ref);
-			ref_host(ref, c->host, sizeof(c->host));
-			agent_attempt_reset(a, &c->pull);
-		}
+		if (strcmp(ref, c->ref) != 0)
+			set_image(a, c, ref, &pinned, rc, &e);
+		oci_ref_clear(&pinned);
 		/* after a restart: the view was published only once a pull of
 		 * this cache had verified the digest through its own reference
 		 * (with a key still trusted) */

@@ -8,7 +8,6 @@
 
 #include "node_capture.h"
 
-
 struct capture_job {
 	struct agent *a;
 	char key[320];

@@ -9,7 +9,6 @@
 #include "log.h"
 #include "store.h"
 
-
 /* A store entry younger than this survives a clean-up even when nothing
  * names it: it may be a pull that committed after the snapshot of names. */
 #define GC_MIN_AGE_S 10

@@ -20,6 +20,7 @@
 #include "agent.h"
 #include "cache_view.h"
 #include "metrics.h"
+#include "oci_ref.h"
 #include "pull_sched.h"
 #include "soon_timer.h"
 
@@ -67,8 +68,11 @@ struct cache {
 	char key[320]; /* "<scope>/<name>": scope is the namespace or "_cluster" */
 	char ns[64];   /* "" for cluster-scoped */
 	char name[256];
-	cJSON *obj;      /* the cache object, NULL once deleted */
-	char ref[700];   /* image reference pinned to the digest ("" without one) */
+	cJSON *obj;         /* the cache object, NULL once deleted */
+	char ref[700];      /* image reference pinned to the digest ("" without one) */
+	struct oci_ref pin; /* the same, parsed once (when pin_rc is 0) */
+	int pin_rc;         /* spec.image does not parse: why, in pin_err */
+	char pin_err[256];
 	char host[256];  /* the registry host of ref, for fair slots */
 	char digest[80]; /* resolved digest, "" if none yet */
 

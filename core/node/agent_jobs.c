@@ -14,7 +14,6 @@
 #include "oci_pull.h"
 #include "pull_secret.h"
 
-
 /* Every cache reads its image and pulls through its own reference: the
  * store shares content between caches of one digest, never a verdict or a
  * source (another cache's signature does not vouch for this one, another
@@ -26,7 +25,10 @@ struct job {
 	struct agent *a;
 	enum pull_sched_lane lane;
 	char key[320];
-	char ref[700];
+	char ref[700];      /* the cache's reference when the job started (its text) */
+	struct oci_ref pin; /* the same, parsed (a copy of the cache's) */
+	int pin_rc;         /* or why it does not parse */
+	char pin_err[256];
 	char digest[80];
 	bool want_targets_from_tree;
 	int rc;
@@ -225,25 +227,25 @@ static int job_repo(struct job *j, const struct oci_ref *ref, const struct pull_
 static void fetch_image_work(void *ud)
 {
 	struct job *j = ud;
-	struct oci_ref ref;
 	struct oci_repo *repo = NULL;
 	struct client *client = NULL;
 	struct oci_image img;
 	struct oci_err e;
 	char err[512];
-	memset(&ref, 0, sizeof(ref));
 	memset(&img, 0, sizeof(img));
 	memset(&e, 0, sizeof(e));
 	struct pull_secret ps;
 	struct oci_registry_opts opts;
 	memset(&ps, 0, sizeof(ps));
-	int rc = oci_ref_parse(j->ref, &ref, &e);
-	if (!rc && (rc = job_registry(j, &ref, &ps, &opts)))
+	int rc = j->pin_rc;
+	if (rc)
+		oci_errf(&e, "%s", j->pin_err);
+	if (!rc && (rc = job_registry(j, &j->pin, &ps, &opts)))
 		goto out;
 	if (!rc)
-		rc = job_repo(j, &ref, &ps, &opts, &client, &repo, &e);
+		rc = job_repo(j, &j->pin, &ps, &opts, &client, &repo, &e);
 	if (!rc)
-		rc = oci_repo_fetch_image(repo, oci_ref_reference(&ref), NULL, &img, &e);
+		rc = oci_repo_fetch_image(repo, oci_ref_reference(&j->pin), NULL, &img, &e);
 	if (rc) {
 		job_fail(j, rc, pull_reason(rc), oci_err_str(&e, rc));
 		goto out;
@@ -262,7 +264,6 @@ out:
 	oci_repo_free(repo);
 	client_give(j->a, client, rc == 0);
 	pull_secret_clear(&ps);
-	oci_ref_clear(&ref);
 }
 
 /* Whether two caches read their images with the same credentials: what
@@ -290,11 +291,9 @@ static void pull_work(void *ud)
 	                          .keys = verify ? j->trust->keys : NULL,
 	                          .require_signature = verify,
 	                          .verdict = &verdict};
-	struct oci_ref ref;
 	struct pull_secret ps;
 	struct client *client = NULL;
 	memset(&e, 0, sizeof(e));
-	memset(&ref, 0, sizeof(ref));
 	memset(&ps, 0, sizeof(ps));
 	if (verify && j->trust->nkeys == 0) {
 		/* fail closed: with nothing to verify with, nothing is used */
@@ -305,20 +304,20 @@ static void pull_work(void *ud)
 		    "nothing is made Ready");
 		return;
 	}
-	int rc = oci_ref_parse(j->ref, &ref, &e);
-	if (rc == 0 && job_registry(j, &ref, &ps, &opts) != 0) {
-		oci_ref_clear(&ref);
+	if (j->pin_rc) {
+		job_fail(j, j->pin_rc, pull_reason(j->pin_rc), j->pin_err);
 		return;
 	}
-	if (rc == 0 && ref.kind == OCI_REF_REGISTRY)
-		client = client_take(j->a, oci_ref_api_host(&ref), ps.key, &opts);
-	oci_ref_clear(&ref);
+	if (job_registry(j, &j->pin, &ps, &opts) != 0)
+		return;
+	if (j->pin.kind == OCI_REF_REGISTRY)
+		client = client_take(j->a, oci_ref_api_host(&j->pin), ps.key, &opts);
 	o.client = client ? client->reg : NULL;
 	uint64_t t0 = loop_now_ms();
 	/* the cache's own credentials reach its own source (manifest and
 	 * config) before any byte of the store is handed to it */
-	rc = oci_pull_to_store(j->a->store, j->ref, &o, NULL, j->store_digest, &info, &j->present,
-	                       &e);
+	int rc = oci_pull_to_store(j->a->store, &j->pin, &o, NULL, j->store_digest, &info,
+	                           &j->present, &e);
 	j->seconds = (double)(loop_now_ms() - t0) / 1000.0;
 	client_give(j->a, client, rc == 0);
 	pull_secret_clear(&ps);
@@ -438,6 +437,7 @@ static void job_free(struct job *j)
 {
 	struct agent *a = j->a;
 	trust_unref(j->trust);
+	oci_ref_clear(&j->pin);
 	cJSON_Delete(j->targets);
 	free(j);
 	if (a->clients_timer)
@@ -526,27 +526,40 @@ static void pull_done(struct loop *l, void *ud)
 	job_free(j);
 }
 
-static void start_job(struct agent *a, struct cache *c, enum pull_sched_lane lane)
+/* A job of c, with copies of what it needs (it runs on another thread). */
+static struct job *job_new(struct agent *a, const struct cache *c, enum pull_sched_lane lane)
 {
 	struct job *j = calloc(1, sizeof(*j));
-	struct attempt *att = lane == PULL_SCHED_FETCH ? &c->fetch : &c->pull;
-	if (j) {
-		j->a = a;
-		j->lane = lane;
-		snprintf(j->key, sizeof(j->key), "%s", c->key);
-		snprintf(j->ref, sizeof(j->ref), "%s", c->ref);
-		snprintf(j->digest, sizeof(j->digest), "%s", c->digest);
-		j->want_targets_from_tree = c->targets_need_pull;
-		pull_secret_ref_of(c->obj, a->o.namespace_, a->o.global_credentials, &j->secrets);
-		j->trust = a->trust ? trust_ref(a->trust) : NULL;
+	if (!j || (!c->pin_rc && oci_ref_copy(&c->pin, &j->pin) != 0)) {
+		free(j);
+		return NULL;
 	}
+	j->a = a;
+	j->lane = lane;
+	snprintf(j->key, sizeof(j->key), "%s", c->key);
+	snprintf(j->ref, sizeof(j->ref), "%s", c->ref);
+	j->pin_rc = c->pin_rc;
+	snprintf(j->pin_err, sizeof(j->pin_err), "%s", c->pin_err);
+	snprintf(j->digest, sizeof(j->digest), "%s", c->digest);
+	j->want_targets_from_tree = c->targets_need_pull;
+	pull_secret_ref_of(c->obj, a->o.namespace_, a->o.global_credentials, &j->secrets);
+	j->trust = a->trust ? trust_ref(a->trust) : NULL;
+	return j;
+}
+
+static void start_job(struct agent *a, struct cache *c, enum pull_sched_lane lane)
+{
+	struct job *j = job_new(a, c, lane);
+	struct attempt *att = lane == PULL_SCHED_FETCH ? &c->fetch : &c->pull;
 	if (j && workers_submit(a->pool, lane == PULL_SCHED_FETCH ? fetch_image_work : pull_work,
 	                        lane == PULL_SCHED_FETCH ? fetch_image_done : pull_done, j) == 0) {
 		a->jobs++;
 		return;
 	}
-	if (j)
+	if (j) {
 		trust_unref(j->trust);
+		oci_ref_clear(&j->pin);
+	}
 	free(j);
 	pull_sched_done(a->sched, &att->job, PULL_SCHED_OK, loop_now_ms());
 	agent_enqueue(a, c->key, PULL_BACKOFF_MS); /* out of memory: ask again later */

@@ -18,7 +18,6 @@
 #include "node_capture.h"
 #include "store.h"
 
-
 static int validate_decision(const cJSON *r, char *err, size_t errlen)
 {
 	static const char *const known[] = {"fetch_image", "pull", "link", "unlink"};

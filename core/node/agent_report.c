@@ -11,7 +11,6 @@
 #include "backoff.h"
 #include "log.h"
 
-
 static struct nodeobj *find_nodeobj(struct agent *a, const char *ns)
 {
 	for (struct nodeobj *n = a->nodeobjs; n; n = n->next)

@@ -289,6 +289,106 @@ static bool may_mount(void)
 	return yes;
 }
 
+/* The candidate's tag: "candidate-" and the capture directory's name, in
+ * the tag grammar. */
+static void candidate_tag(const struct node_capture *k, char *tag, size_t len)
+{
+	const char *base = strrchr(k->dir, '/');
+	char suffix[101];
+	snprintf(suffix, sizeof(suffix), "%s", base ? base + 1 : "x");
+	for (char *c = suffix; *c; c++)
+		if (!((*c >= 'a' && *c <= 'z') || (*c >= 'A' && *c <= 'Z') ||
+		      (*c >= '0' && *c <= '9') || *c == '-' || *c == '.' || *c == '_'))
+			*c = '_';
+	snprintf(tag, len, "%s:candidate-%s", k->repository, suffix);
+}
+
+/* Start argv with stdin empty, stdout and stderr into outp and errp, and
+ * the upper layer's descriptor at CAPTURE_UPPER_FD. The daemon blocks the
+ * signals its loop reads: the child gets none blocked and their default
+ * actions, so that SIGTERM ends it. 0 or a positive errno. */
+static int start_child(const char *const *argv, const char *outp, const char *errp, int upper,
+                       pid_t *pid)
+{
+	posix_spawn_file_actions_t fa;
+	posix_spawn_file_actions_init(&fa);
+	posix_spawn_file_actions_addopen(&fa, 0, "/dev/null", O_RDONLY, 0);
+	posix_spawn_file_actions_addopen(&fa, 1, outp, O_WRONLY | O_CREAT | O_TRUNC, 0600);
+	posix_spawn_file_actions_addopen(&fa, 2, errp, O_WRONLY | O_CREAT | O_TRUNC, 0600);
+	posix_spawn_file_actions_adddup2(&fa, upper, CAPTURE_UPPER_FD);
+	posix_spawnattr_t at;
+	sigset_t none, deflt;
+	sigemptyset(&none);
+	sigemptyset(&deflt);
+	sigaddset(&deflt, SIGTERM);
+	sigaddset(&deflt, SIGINT);
+	sigaddset(&deflt, SIGHUP);
+	posix_spawnattr_init(&at);
+	posix_spawnattr_setsigmask(&at, &none);
+	posix_spawnattr_setsigdefault(&at, &deflt);
+	posix_spawnattr_setflags(&at, POSIX_SPAWN_SETSIGMASK | POSIX_SPAWN_SETSIGDEF);
+	extern char **environ;
+	int rc = posix_spawn(pid, argv[0], &fa, &at, (char *const *)argv, environ);
+	posix_spawnattr_destroy(&at);
+	posix_spawn_file_actions_destroy(&fa);
+	return rc;
+}
+
+/* Wait for the child; a stopping agent ends it (nothing is pushed before
+ * the layer is whole, and the manifest goes last). False when it was ended
+ * so. */
+static bool wait_child(const struct node_capture *k, pid_t pid, int *status)
+{
+	bool killed = false;
+	for (;;) {
+		pid_t w = waitpid(pid, status, WNOHANG);
+		if (w == pid || (w < 0 && errno != EINTR))
+			break;
+		if (!killed && k->cancel && atomic_load(k->cancel)) {
+			kill(pid, SIGTERM);
+			killed = true;
+		}
+		struct timespec ts = {0, 50 * 1000 * 1000};
+		nanosleep(&ts, NULL);
+	}
+	return !killed;
+}
+
+/* What the child said: 0 with *out its JSON when it succeeded, else the
+ * last line of its errors in msg, naming the upper layer by where. */
+static int child_result(bool ok, const char *outp, const char *errp, const char *where, cJSON **out,
+                        char *msg, size_t msglen)
+{
+	char *text = NULL;
+	size_t len = 0;
+	if (fsutil_read_file(ok ? outp : errp, CAPTURE_OUT_MAX, &text, &len) != 0) {
+		snprintf(msg, msglen, "gkm cache capture failed and said nothing");
+		return -EIO;
+	}
+	if (ok) {
+		*out = cJSON_Parse(text);
+		free(text);
+		if (!*out) {
+			snprintf(msg, msglen, "gkm cache capture printed no JSON");
+			return -EIO;
+		}
+		return 0;
+	}
+	/* the last line that says something */
+	while (len && (text[len - 1] == '\n' || text[len - 1] == ' '))
+		text[--len] = '\0';
+	char *last = strrchr(text, '\n');
+	const char *line = last ? last + 1 : text;
+	const char *prefix = "gkm cache capture: ";
+	if (!strncmp(line, prefix, strlen(prefix)))
+		line += strlen(prefix);
+	snprintf(msg, msglen, "%s", *line ? line : "gkm cache capture failed");
+	/* the child names the upper layer by its descriptor: say where it is */
+	errbuf_rename_path(msg, msglen, CAPTURE_UPPER_PATH, where);
+	free(text);
+	return -EPERM;
+}
+
 /* Run gkm cache capture; 0 with *out its JSON, else the last line of its
  * errors in msg. */
 static int spawn_capture(struct node_capture *k, int upper, const char *where, const char *name,
@@ -302,12 +402,7 @@ static int spawn_capture(struct node_capture *k, int upper, const char *where, c
 		return -errno;
 	}
 	exe[n] = '\0';
-	const char *base = strrchr(k->dir, '/');
-	snprintf(tag, sizeof(tag), "%s:candidate-%.100s", k->repository, base ? base + 1 : "x");
-	for (char *c = strrchr(tag, ':') + 1; *c; c++)
-		if (!((*c >= 'a' && *c <= 'z') || (*c >= 'A' && *c <= 'Z') ||
-		      (*c >= '0' && *c <= '9') || *c == '-' || *c == '.' || *c == '_'))
-			*c = '_';
+	candidate_tag(k, tag, sizeof(tag));
 	/* the child reaches the pod's files only through the agent's descriptor
 	 * of the upper layer, never by a path the pod could redirect */
 	snprintf(from, sizeof(from), "%s/%s", CAPTURE_UPPER_PATH, name);
@@ -339,82 +434,19 @@ static int spawn_capture(struct node_capture *k, int upper, const char *where, c
 		argv[i++] = authfile;
 	}
 	argv[i] = NULL;
-	posix_spawn_file_actions_t fa;
-	posix_spawn_file_actions_init(&fa);
-	posix_spawn_file_actions_addopen(&fa, 0, "/dev/null", O_RDONLY, 0);
-	posix_spawn_file_actions_addopen(&fa, 1, outp, O_WRONLY | O_CREAT | O_TRUNC, 0600);
-	posix_spawn_file_actions_addopen(&fa, 2, errp, O_WRONLY | O_CREAT | O_TRUNC, 0600);
-	posix_spawn_file_actions_adddup2(&fa, upper, CAPTURE_UPPER_FD);
-	/* the daemon blocks the signals its loop reads: the child gets none
-	 * blocked and their default actions, so that SIGTERM ends it */
-	posix_spawnattr_t at;
-	sigset_t none, deflt;
-	sigemptyset(&none);
-	sigemptyset(&deflt);
-	sigaddset(&deflt, SIGTERM);
-	sigaddset(&deflt, SIGINT);
-	sigaddset(&deflt, SIGHUP);
-	posix_spawnattr_init(&at);
-	posix_spawnattr_setsigmask(&at, &none);
-	posix_spawnattr_setsigdefault(&at, &deflt);
-	posix_spawnattr_setflags(&at, POSIX_SPAWN_SETSIGMASK | POSIX_SPAWN_SETSIGDEF);
 	pid_t pid;
-	extern char **environ;
-	int rc = posix_spawn(&pid, exe, &fa, &at, (char *const *)argv, environ);
-	posix_spawnattr_destroy(&at);
-	posix_spawn_file_actions_destroy(&fa);
+	int rc = start_child(argv, outp, errp, upper, &pid);
 	if (rc) {
 		snprintf(msg, msglen, "cannot run gkm cache capture: %s", strerror(rc));
 		return -rc;
 	}
-	/* a stopping agent ends the capture (nothing is pushed before the
-	 * layer is whole, and the manifest goes last) */
 	int status = 0;
-	bool killed = false;
-	for (;;) {
-		pid_t w = waitpid(pid, &status, WNOHANG);
-		if (w == pid || (w < 0 && errno != EINTR))
-			break;
-		if (!killed && k->cancel && atomic_load(k->cancel)) {
-			kill(pid, SIGTERM);
-			killed = true;
-		}
-		struct timespec ts = {0, 50 * 1000 * 1000};
-		nanosleep(&ts, NULL);
-	}
-	if (killed) {
+	if (!wait_child(k, pid, &status)) {
 		snprintf(msg, msglen, "the agent stopped during the capture");
 		return -ECANCELED;
 	}
-	char *text = NULL;
-	size_t len = 0;
-	bool ok = WIFEXITED(status) && WEXITSTATUS(status) == 0;
-	if (fsutil_read_file(ok ? outp : errp, CAPTURE_OUT_MAX, &text, &len) != 0) {
-		snprintf(msg, msglen, "gkm cache capture failed and said nothing");
-		return -EIO;
-	}
-	if (ok) {
-		*out = cJSON_Parse(text);
-		free(text);
-		if (!*out) {
-			snprintf(msg, msglen, "gkm cache capture printed no JSON");
-			return -EIO;
-		}
-		return 0;
-	}
-	/* the last line that says something */
-	while (len && (text[len - 1] == '\n' || text[len - 1] == ' '))
-		text[--len] = '\0';
-	char *last = strrchr(text, '\n');
-	const char *line = last ? last + 1 : text;
-	const char *prefix = "gkm cache capture: ";
-	if (!strncmp(line, prefix, strlen(prefix)))
-		line += strlen(prefix);
-	snprintf(msg, msglen, "%s", *line ? line : "gkm cache capture failed");
-	/* the child names the upper layer by its descriptor: say where it is */
-	errbuf_rename_path(msg, msglen, CAPTURE_UPPER_PATH, where);
-	free(text);
-	return -EPERM;
+	return child_result(WIFEXITED(status) && WEXITSTATUS(status) == 0, outp, errp, where, out,
+	                    msg, msglen);
 }
 
 static void copy_item(cJSON *to, const char *as, const cJSON *from, const char *key)

@@ -47,7 +47,12 @@ struct ocache {
 	bool dirty, writing, resolving, verifying;
 	unsigned failures;         /* status writes failed in a row */
 	uint64_t write_not_before; /* loop_now_ms() before which no write starts */
-	char resolved[144];        /* digest the operator resolved for resolved_for */
+	char image[600];           /* spec.image, parsed once into ref */
+	struct oci_ref ref;        /* when ref_rc is 0; else why not in ref_err */
+	int ref_rc;
+	bool parsed;
+	char ref_err[512];
+	char resolved[144]; /* digest the operator resolved for resolved_for */
 	char resolved_for[600];
 	char resolve_error[512];
 	/* the operator's own signature check (with trusted keys) */
@@ -129,6 +134,21 @@ static struct ocache *find_cache(struct operator_ *op, const char *key, bool cre
 
 static void flush(struct loop *l, void *ud);
 
+/* Parse spec.image once, when it changes: every job of the cache takes a
+ * copy of the parsed reference. */
+static void parse_image(struct ocache *c)
+{
+	const char *image = obj_str(c->obj, "spec.image");
+	if (c->parsed && !strcmp(image, c->image))
+		return;
+	struct oci_err e = {{0}};
+	c->parsed = true;
+	oci_ref_clear(&c->ref);
+	snprintf(c->image, sizeof(c->image), "%s", image);
+	c->ref_rc = oci_ref_parse(image, &c->ref, &e);
+	snprintf(c->ref_err, sizeof(c->ref_err), "%s", c->ref_rc ? oci_err_str(&e, c->ref_rc) : "");
+}
+
 static void free_cache(struct operator_ *op, struct ocache *c)
 {
 	for (struct ocache **p = &op->caches; *p; p = &(*p)->next) {
@@ -140,6 +160,7 @@ static void free_cache(struct operator_ *op, struct ocache *c)
 	strmap_del(&op->cache_index, c->key);
 	cJSON_Delete(c->obj);
 	cJSON_Delete(c->applied);
+	oci_ref_clear(&c->ref);
 	free(c);
 }
 
@@ -238,6 +259,7 @@ static void on_cache(void *ud, enum objstore_event_type t, const cJSON *obj)
 		secret_grants_cache(op->grants, key, obj);
 	cJSON_Delete(c->obj);
 	c->obj = cJSON_Duplicate(obj, 1);
+	parse_image(c);
 	if (!echo)
 		mark(op, key);
 }
@@ -368,18 +390,41 @@ static void on_synced(void *ud)
 
 /* ---- digests ---- */
 
-struct resolve_job {
+/* What a registry job of a cache (a resolution, a signature check) carries. */
+struct image_job {
 	struct operator_ *op;
-	char key[320], image[600], digest[144], err[512];
-	int rc;
+	char key[320], image[600], err[512];
+	struct oci_ref ref;             /* image, parsed (a copy of the cache's) */
+	int rc;                         /* preset when image does not parse: err says why */
 	struct pull_secret_ref secrets; /* the cache's: its registry is read with them */
 };
 
-/* Open the repository of ref for a registry job of a cache, with the
- * credentials of the pull Secrets the cache names (else the operator's). */
-static int open_repo(struct operator_ *op, const struct pull_secret_ref *secrets,
-                     const struct oci_ref *ref, struct oci_repo **repo, struct oci_err *e)
+/* Fill j for a job of c; false when out of memory. */
+static bool image_job_init(struct image_job *j, struct operator_ *op, const struct ocache *c)
 {
+	if (!c->ref_rc && oci_ref_copy(&c->ref, &j->ref) != 0)
+		return false;
+	j->op = op;
+	snprintf(j->key, sizeof(j->key), "%s", c->key);
+	snprintf(j->image, sizeof(j->image), "%s", c->image);
+	j->rc = c->ref_rc;
+	snprintf(j->err, sizeof(j->err), "%s", c->ref_err);
+	pull_secret_ref_of(c->obj, NULL, op->o.global_credentials, &j->secrets);
+	return true;
+}
+
+struct resolve_job {
+	struct image_job job;
+	char digest[144];
+};
+
+/* Open the repository of a registry job of a cache, with the credentials
+ * of the pull Secrets the cache names (else the operator's). */
+static int open_repo(const struct image_job *j, struct oci_repo **repo, struct oci_err *e)
+{
+	struct operator_ *op = j->op;
+	const struct pull_secret_ref *secrets = &j->secrets;
+	const struct oci_ref *ref = &j->ref;
 	struct pull_secret ps;
 	struct oci_registry_opts opts;
 	char err[512];
@@ -397,51 +442,60 @@ static int open_repo(struct operator_ *op, const struct pull_secret_ref *secrets
 static void resolve_work(void *ud)
 {
 	struct resolve_job *j = ud;
-	struct oci_ref ref;
 	struct oci_repo *repo = NULL;
 	struct oci_desc d;
 	struct oci_err e;
-	memset(&ref, 0, sizeof(ref));
 	memset(&d, 0, sizeof(d));
 	memset(&e, 0, sizeof(e));
-	j->rc = oci_ref_parse(j->image, &ref, &e);
-	if (!j->rc && ref.digest) {
-		snprintf(j->digest, sizeof(j->digest), "%s", ref.digest);
-		goto out;
-	}
-	if (!j->rc)
-		j->rc = open_repo(j->op, &j->secrets, &ref, &repo, &e);
-	if (!j->rc)
-		j->rc = oci_repo_resolve(repo, oci_ref_reference(&ref), &d, &e);
-	if (j->rc)
-		snprintf(j->err, sizeof(j->err), "%s", oci_err_str(&e, j->rc));
+	if (j->job.rc) /* spec.image does not parse: j->job.err says why */
+		return;
+	j->job.rc = open_repo(&j->job, &repo, &e);
+	if (!j->job.rc)
+		j->job.rc = oci_repo_resolve(repo, oci_ref_reference(&j->job.ref), &d, &e);
+	if (j->job.rc)
+		snprintf(j->job.err, sizeof(j->job.err), "%s", oci_err_str(&e, j->job.rc));
 	else
 		snprintf(j->digest, sizeof(j->digest), "%s", d.digest);
-out:
 	oci_desc_clear(&d);
 	oci_repo_free(repo);
-	oci_ref_clear(&ref);
 }
 
 static void resolve_done(struct loop *l, void *ud)
 {
 	struct resolve_job *j = ud;
 	(void)l;
-	struct ocache *c = find_cache(j->op, j->key, false);
-	if (c && !j->op->stopping) {
+	struct ocache *c = find_cache(j->job.op, j->job.key, false);
+	if (c && !j->job.op->stopping) {
 		c->resolving = false;
-		snprintf(c->resolved_for, sizeof(c->resolved_for), "%s", j->image);
-		snprintf(c->resolved, sizeof(c->resolved), "%s", j->rc ? "" : j->digest);
-		snprintf(c->resolve_error, sizeof(c->resolve_error), "%s", j->rc ? j->err : "");
-		if (j->rc) {
+		snprintf(c->resolved_for, sizeof(c->resolved_for), "%s", j->job.image);
+		snprintf(c->resolved, sizeof(c->resolved), "%s", j->job.rc ? "" : j->digest);
+		snprintf(c->resolve_error, sizeof(c->resolve_error), "%s",
+		         j->job.rc ? j->job.err : "");
+		if (j->job.rc) {
 			count_error("resolve");
-			log_warn("cannot resolve the image digest", "cache", j->key, "image",
-			         j->image, "error", j->err);
+			log_warn("cannot resolve the image digest", "cache", j->job.key, "image",
+			         j->job.image, "error", j->job.err);
 		}
-		mark(j->op, j->key);
-		forget_if_gone(j->op, c);
+		mark(j->job.op, j->job.key);
+		forget_if_gone(j->job.op, c);
 	}
+	oci_ref_clear(&j->job.ref);
 	free(j);
+}
+
+static void start_resolve(struct operator_ *op, struct ocache *c)
+{
+	struct resolve_job *j = calloc(1, sizeof(*j));
+	if (!j || !image_job_init(&j->job, op, c)) {
+		free(j);
+		return;
+	}
+	c->resolving = true;
+	if (workers_submit(op->workers, resolve_work, resolve_done, j) != 0) {
+		c->resolving = false;
+		oci_ref_clear(&j->job.ref);
+		free(j);
+	}
 }
 
 /* The digest status.resolvedDigest holds for image, or "": a digest is kept
@@ -483,26 +537,13 @@ static const char *digest_for(struct operator_ *op, struct ocache *c)
 	const cJSON *d = cJSON_GetObjectItemCaseSensitive(ann, "gkm.io/resolvedDigest");
 	if (cJSON_IsString(d))
 		return d->valuestring;
-	const char *image = obj_str(c->obj, "spec.image");
-	const char *at = strrchr(image, '@');
-	if (at && cache_view_valid_digest(at + 1))
-		return at + 1;
+	const char *image = c->image;
+	if (!c->ref_rc && c->ref.digest && cache_view_valid_digest(c->ref.digest))
+		return c->ref.digest;
 	if (op->o.resolve_digests && !strcmp(c->resolved_for, image) && *c->resolved)
 		return c->resolved;
-	if (op->o.resolve_digests && strcmp(c->resolved_for, image) != 0 && !c->resolving) {
-		struct resolve_job *j = calloc(1, sizeof(*j));
-		if (j) {
-			j->op = op;
-			snprintf(j->key, sizeof(j->key), "%s", c->key);
-			snprintf(j->image, sizeof(j->image), "%s", image);
-			pull_secret_ref_of(c->obj, NULL, op->o.global_credentials, &j->secrets);
-			c->resolving = true;
-			if (workers_submit(op->workers, resolve_work, resolve_done, j) != 0) {
-				c->resolving = false;
-				free(j);
-			}
-		}
-	}
+	if (op->o.resolve_digests && strcmp(c->resolved_for, image) != 0 && !c->resolving)
+		start_resolve(op, c);
 	/* while a resolution runs, or after it failed: what was resolved before */
 	return recorded_digest(c, image);
 }
@@ -510,48 +551,42 @@ static const char *digest_for(struct operator_ *op, struct ocache *c)
 /* ---- signatures ---- */
 
 struct verify_job {
-	struct operator_ *op;
-	char key[320], image[600], digest[144];
-	int rc;
+	struct image_job job;
+	char digest[144];
 	struct sig_verdict v;
-	char err[512];
-	struct pull_secret_ref secrets;
 	struct trust *trust; /* referenced */
 };
 
 static void verify_work(void *ud)
 {
 	struct verify_job *j = ud;
-	struct oci_ref ref;
 	struct oci_repo *repo = NULL;
 	struct oci_err e;
-	memset(&ref, 0, sizeof(ref));
 	memset(&e, 0, sizeof(e));
 	memset(&j->v, 0, sizeof(j->v));
-	j->rc = oci_ref_parse(j->image, &ref, &e);
-	if (!j->rc)
-		j->rc = open_repo(j->op, &j->secrets, &ref, &repo, &e);
-	if (!j->rc)
-		j->rc = oci_pull_verify(repo, j->digest, j->trust->keys, &j->v, &e);
-	if (j->rc)
-		snprintf(j->err, sizeof(j->err), "%s", oci_err_str(&e, j->rc));
+	if (j->job.rc) /* spec.image does not parse: j->job.err says why */
+		return;
+	j->job.rc = open_repo(&j->job, &repo, &e);
+	if (!j->job.rc)
+		j->job.rc = oci_pull_verify(repo, j->digest, j->trust->keys, &j->v, &e);
+	if (j->job.rc)
+		snprintf(j->job.err, sizeof(j->job.err), "%s", oci_err_str(&e, j->job.rc));
 	oci_repo_free(repo);
-	oci_ref_clear(&ref);
 }
 
 static void verify_done(struct loop *l, void *ud)
 {
 	struct verify_job *j = ud;
-	struct operator_ *op = j->op;
+	struct operator_ *op = j->job.op;
 	(void)l;
-	struct ocache *c = find_cache(op, j->key, false);
+	struct ocache *c = find_cache(op, j->job.key, false);
 	if (c && !op->stopping) {
 		c->verifying = false;
 		/* a result for an image or digest the cache no longer names, or
 		 * under keys no longer trusted, is dropped */
-		if (!strcmp(c->verified_image, j->image) &&
+		if (!strcmp(c->verified_image, j->job.image) &&
 		    !strcmp(c->verified_digest, j->digest) && j->trust == op->o.trust) {
-			switch (j->rc) {
+			switch (j->job.rc) {
 			case 0:
 				c->verdict = VERDICT_VERIFIED;
 				break;
@@ -572,18 +607,19 @@ static void verify_done(struct loop *l, void *ud)
 			if (c->verdict != VERDICT_ERROR)
 				c->verify_failures = 0;
 			snprintf(c->verdict_msg, sizeof(c->verdict_msg), "%s",
-			         j->rc ? j->err : j->v.reason);
-			if (j->rc)
-				log_warn("signature not verified", "cache", j->key, "image",
-				         j->image, "digest", j->digest, "error", j->err);
+			         j->job.rc ? j->job.err : j->v.reason);
+			if (j->job.rc)
+				log_warn("signature not verified", "cache", j->job.key, "image",
+				         j->job.image, "digest", j->digest, "error", j->job.err);
 			else
-				log_info("signature verified", "cache", j->key, "digest", j->digest,
-				         "by", j->v.reason);
+				log_info("signature verified", "cache", j->job.key, "digest",
+				         j->digest, "by", j->v.reason);
 		}
-		mark(op, j->key);
+		mark(op, j->job.key);
 		forget_if_gone(op, c);
 	}
 	trust_unref(j->trust);
+	oci_ref_clear(&j->job.ref);
 	free(j);
 }
 
@@ -594,6 +630,24 @@ static const char *verdict_name(enum verdict v)
 	return names[v];
 }
 
+static void start_verify(struct operator_ *op, struct ocache *c, const char *digest)
+{
+	struct verify_job *j = calloc(1, sizeof(*j));
+	if (!j || !image_job_init(&j->job, op, c)) {
+		free(j);
+		return;
+	}
+	snprintf(j->digest, sizeof(j->digest), "%s", digest);
+	j->trust = trust_ref(op->o.trust);
+	c->verifying = true;
+	if (workers_submit(op->workers, verify_work, verify_done, j) != 0) {
+		c->verifying = false;
+		trust_unref(j->trust);
+		oci_ref_clear(&j->job.ref);
+		free(j);
+	}
+}
+
 /* With trusted keys: the operator's verdict on c's signature at digest, read
  * through c's own image reference (its repository's signatures; nothing
  * another cache or an annotation says). A check starts here when there is
@@ -602,7 +656,7 @@ static cJSON *verification_of(struct operator_ *op, struct ocache *c, const char
 {
 	if (!op->o.trust || op->o.trust->nkeys == 0 || !cache_view_valid_digest(digest))
 		return NULL;
-	const char *image = obj_str(c->obj, "spec.image");
+	const char *image = c->image;
 	if (strcmp(c->verified_image, image) || strcmp(c->verified_digest, digest)) {
 		snprintf(c->verified_image, sizeof(c->verified_image), "%s", image);
 		snprintf(c->verified_digest, sizeof(c->verified_digest), "%s", digest);
@@ -613,23 +667,8 @@ static cJSON *verification_of(struct operator_ *op, struct ocache *c, const char
 	}
 	bool again = c->verdict == VERDICT_NONE ||
 	             (c->verdict == VERDICT_ERROR && loop_now_ms() >= c->verify_not_before);
-	if (again && !c->verifying) {
-		struct verify_job *j = calloc(1, sizeof(*j));
-		if (j) {
-			j->op = op;
-			snprintf(j->key, sizeof(j->key), "%s", c->key);
-			snprintf(j->image, sizeof(j->image), "%s", image);
-			snprintf(j->digest, sizeof(j->digest), "%s", digest);
-			pull_secret_ref_of(c->obj, NULL, op->o.global_credentials, &j->secrets);
-			j->trust = trust_ref(op->o.trust);
-			c->verifying = true;
-			if (workers_submit(op->workers, verify_work, verify_done, j) != 0) {
-				c->verifying = false;
-				trust_unref(j->trust);
-				free(j);
-			}
-		}
-	}
+	if (again && !c->verifying)
+		start_verify(op, c, digest);
 	cJSON *v = cJSON_CreateObject();
 	cJSON_AddStringToObject(v, "state", verdict_name(c->verdict));
 	cJSON_AddStringToObject(v, "digest", digest);

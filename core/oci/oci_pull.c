@@ -134,24 +134,20 @@ int oci_pull_into_store(struct store *st, struct oci_repo *repo, const struct oc
 	return rc;
 }
 
-int oci_pull_to_store(struct store *st, const char *refstr, const struct oci_pull_opts *o,
+int oci_pull_to_store(struct store *st, const struct oci_ref *ref, const struct oci_pull_opts *o,
                       struct oci_image *img_out, char *digest_out, struct store_entry_info *info,
                       bool *already_present, struct oci_err *err)
 {
-	struct oci_ref ref;
 	struct oci_repo *repo = NULL;
 	struct oci_image img;
 	struct sig_verdict verdict;
 	bool present = false;
 	int rc;
 	memset(&img, 0, sizeof(img));
-	memset(&ref, 0, sizeof(ref));
-	if ((rc = oci_ref_parse(refstr, &ref, err)))
-		return rc;
-	if ((rc = o->client ? oci_repo_open_on(&ref, o->client, &repo, err)
-	                    : oci_repo_open(&ref, o->registry, false, &repo, err)))
+	if ((rc = o->client ? oci_repo_open_on(ref, o->client, &repo, err)
+	                    : oci_repo_open(ref, o->registry, false, &repo, err)))
 		goto out;
-	if ((rc = oci_repo_fetch_image(repo, oci_ref_reference(&ref), o->platform, &img, err)))
+	if ((rc = oci_repo_fetch_image(repo, oci_ref_reference(ref), o->platform, &img, err)))
 		goto out;
 	if (o->require_signature && (!o->keys || sig_keyset_count(o->keys) == 0)) {
 		oci_errf(err, "signature verification is on, but no trusted key is configured "
@@ -171,9 +167,14 @@ int oci_pull_to_store(struct store *st, const char *refstr, const struct oci_pul
 		/* another reference brought these bytes: this one must serve every
 		 * layer too (its manifest and config it served already), or a
 		 * source that proved only a manifest would get the content */
-		for (size_t i = 0; i < img.manifest.n_layers && rc == 0; i++)
-			if ((rc = oci_repo_blob_readable(repo, &img.manifest.layers[i], err)))
-				oci_err_prefix(err, "%s does not serve layer %zu", refstr, i);
+		for (size_t i = 0; i < img.manifest.n_layers && rc == 0; i++) {
+			if ((rc = oci_repo_blob_readable(repo, &img.manifest.layers[i], err))) {
+				char *name = oci_ref_format(ref);
+				oci_err_prefix(err, "%s does not serve layer %zu", name ? name : "",
+				               i);
+				free(name);
+			}
+		}
 		present = true;
 		goto done;
 	}
@@ -192,6 +193,5 @@ done:
 out:
 	oci_image_clear(&img);
 	oci_repo_free(repo);
-	oci_ref_clear(&ref);
 	return rc;
 }

@@ -53,13 +53,13 @@ __attribute__((warn_unused_result)) int oci_pull_into_store(struct store *st, st
                                                             struct store_entry_info *info,
                                                             bool *present, struct oci_err *err);
 
-/* Fetch ref (a reference with a tag or, for the agent, a digest), verify it
+/* Fetch ref (parsed once by the caller: a tag or, for the agent, a digest), verify it
  * when o->keys is non-empty, and extract it into st unless the store already
  * holds its manifest digest (then nothing is downloaded but, when verifying,
  * the signatures). On success img (may be NULL) holds the image, digest_out
  * (OCI_DIGEST_MAX, may be NULL) the store digest, info the entry. */
 __attribute__((warn_unused_result)) int
-oci_pull_to_store(struct store *st, const char *ref, const struct oci_pull_opts *o,
+oci_pull_to_store(struct store *st, const struct oci_ref *ref, const struct oci_pull_opts *o,
                   struct oci_image *img, char *digest_out, struct store_entry_info *info,
                   bool *already_present, struct oci_err *err);
 

@@ -386,6 +386,21 @@ int oci_ref_set_tag(struct oci_ref *r, const char *tag)
 	return replace(&r->tag, tag);
 }
 
+int oci_ref_pin(const char *s, const char *digest, struct oci_ref *out, struct oci_err *err)
+{
+	struct oci_ref r = {0};
+	int rc = oci_ref_parse(s, &r, err);
+	if (rc)
+		return rc;
+	if (oci_ref_set_tag(&r, NULL) || oci_ref_set_digest(&r, digest)) {
+		oci_ref_clear(&r);
+		oci_errf(err, "out of memory");
+		return -ENOMEM;
+	}
+	*out = r;
+	return 0;
+}
+
 char *oci_ref_name(const struct oci_ref *r)
 {
 	char *s = NULL;

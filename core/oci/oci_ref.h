@@ -45,6 +45,11 @@ __attribute__((warn_unused_result)) int oci_ref_copy(const struct oci_ref *src,
 __attribute__((warn_unused_result)) int oci_ref_set_digest(struct oci_ref *r, const char *digest);
 __attribute__((warn_unused_result)) int oci_ref_set_tag(struct oci_ref *r, const char *tag);
 
+/* Parse s and pin it to digest (no tag: a pull by digest only). As
+ * oci_ref_parse; out is written only on success. */
+__attribute__((warn_unused_result)) int oci_ref_pin(const char *s, const char *digest,
+                                                    struct oci_ref *out, struct oci_err *err);
+
 /* Canonical text: "docker.io/library/ubuntu:latest", "oci:DIR:TAG", with
  * "@digest" when there is one. Caller frees. NULL on ENOMEM. */
 char *oci_ref_format(const struct oci_ref *r);

@@ -150,6 +150,39 @@ static void test_errors_name_the_problem(void **state)
 	expect_bad(longtag, "invalid tag");
 }
 
+/* A reference pinned to a digest: the tag goes (a pull by digest only), a
+ * digest it named is replaced, and a bad reference fails as parsing does. */
+static void test_pin(void **state)
+{
+	(void)state;
+	static const struct {
+		const char *in, *canon;
+	} cases[] = {
+	    {"ubuntu", "docker.io/library/ubuntu@" D64},
+	    {"127.0.0.1:5000/c:v1", "127.0.0.1:5000/c@" D64},
+	    {"quay.io/o/c:v1@sha256:"
+	     "ffffffffffffffffffffffffffffffffffffffffffffffffffffffffffffffff",
+	     "quay.io/o/c@" D64},
+	    {"oci:./out:v1", "oci:./out@" D64},
+	};
+	for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
+		struct oci_ref r;
+		struct oci_err e = {{0}};
+		if (oci_ref_pin(cases[i].in, D64, &r, &e) != 0)
+			fail_msg("pin '%s': %s", cases[i].in, e.msg);
+		assert_null(r.tag);
+		char *s = oci_ref_format(&r);
+		assert_string_equal(s, cases[i].canon);
+		free(s);
+		oci_ref_clear(&r);
+	}
+	struct oci_ref r = {0};
+	struct oci_err e = {{0}};
+	assert_int_equal(oci_ref_pin("quay.io/Org/x", D64, &r, &e), -EINVAL);
+	assert_non_null(strstr(e.msg, "must be lowercase"));
+	assert_null(r.registry);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -157,6 +190,7 @@ int main(void)
 	    cmocka_unit_test(test_hosts_ports_digests),
 	    cmocka_unit_test(test_layouts),
 	    cmocka_unit_test(test_errors_name_the_problem),
+	    cmocka_unit_test(test_pin),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);
 }
