@@ -1,4 +1,5 @@
 #include "operator.h"
+#include "operator_impl.h"
 
 #include <errno.h>
 #include <stdio.h>
@@ -21,76 +22,10 @@
 #include "soon_timer.h"
 #include "strmap.h"
 
-#define MANAGER "gkm-operator"
-#define CLUSTER_SCOPE "_cluster"
-/* A failed status write is retried with backoff: up to this for an error
- * that may pass (unreachable, 5xx, 429), and up to the longer one for a
- * write the API server refused (400, 401, 403, 413, 422), which the same
- * write cannot change; a new aggregation is written once the backoff ends. */
-#define WRITE_BACKOFF_MAX_MS 30000
-#define REFUSED_BACKOFF_MAX_MS 300000
-
-enum verdict {
-	VERDICT_NONE = 0,
-	VERDICT_VERIFIED,
-	VERDICT_UNSIGNED,
-	VERDICT_UNTRUSTED,
-	VERDICT_ERROR
-};
-
-struct ocache {
-	struct ocache *next;
-	char key[320]; /* "<ns or _cluster>/<name>" */
-	char ns[64], name[256];
-	cJSON *obj;
-	cJSON *applied; /* the status last written (without lastUpdated) */
-	bool dirty, writing, resolving, verifying;
-	unsigned failures;         /* status writes failed in a row */
-	uint64_t write_not_before; /* loop_now_ms() before which no write starts */
-	char image[600];           /* spec.image, parsed once into ref */
-	struct oci_ref ref;        /* when ref_rc is 0; else why not in ref_err */
-	int ref_rc;
-	bool parsed;
-	char ref_err[512];
-	char resolved[144]; /* digest the operator resolved for resolved_for */
-	char resolved_for[600];
-	char resolve_error[512];
-	/* the operator's own signature check (with trusted keys) */
-	enum verdict verdict; /* for verified_image at verified_digest */
-	char verified_image[600], verified_digest[144];
-	char verdict_msg[512];
-	unsigned verify_failures;   /* registry errors in a row */
-	uint64_t verify_not_before; /* loop_now_ms() before which no new check */
-};
-
-struct operator_ {
-	struct loop *loop;
-	struct workers *workers;
-	struct objstore *os;
-	struct engine_slot *policies;
-	struct operator_opts o;
-	struct ocache *caches;
-	struct strmap cache_index;    /* key -> struct ocache */
-	struct node_reports *reports; /* what the node objects report */
-	struct strmap nodes;          /* Kubernetes Node names (owned), when watched */
-	struct node_labels *labels;   /* the cache labels of Nodes, when watched */
-	struct claims *claims;        /* spec.claim (Kubernetes) */
-	struct kserve *kserve;        /* LocalModelCaches (--kserve) */
-	struct secret_grants *grants; /* the agents' pull Secrets (agent_service_account) */
-	bool grants_known;
-	bool labels_started;
-	struct soon_timer flush_timer;
-	uint64_t resync_timer;
-	uint64_t seed; /* backoff jitter */
-	unsigned synced, want_synced;
-	bool stopping;
-	unsigned long writes, skipped;
-};
-
 static struct metric *m_reconciles, *m_writes, *m_errors;
 
 /* kind: policy, status_write, resolve, verify, cleanup, node_report */
-static void count_error(const char *kind)
+void operator_count_error(const char *kind)
 {
 	metrics_add(m_errors, METRICS_L(kind), 1);
 }
@@ -109,7 +44,7 @@ static void init_metrics(void)
 	    "kind");
 }
 
-static struct ocache *find_cache(struct operator_ *op, const char *key, bool create)
+struct ocache *operator_find_cache(struct operator_ *op, const char *key, bool create)
 {
 	struct ocache *c = strmap_get(&op->cache_index, key);
 	if (c || !create)
@@ -166,7 +101,7 @@ static void free_cache(struct operator_ *op, struct ocache *c)
 
 /* A cache deleted while a write, a resolution or a check was in flight stays listed
  * (without its object) until that job is done; then it goes. */
-static void forget_if_gone(struct operator_ *op, struct ocache *c)
+void operator_forget_if_gone(struct operator_ *op, struct ocache *c)
 {
 	if (!c->obj && !c->writing && !c->resolving && !c->verifying)
 		free_cache(op, c);
@@ -179,9 +114,9 @@ static void arm_flush(struct operator_ *op, uint64_t delay_ms)
 		soon_timer_arm(&op->flush_timer, delay_ms);
 }
 
-static void mark(struct operator_ *op, const char *key)
+void operator_mark(struct operator_ *op, const char *key)
 {
-	struct ocache *c = find_cache(op, key, false);
+	struct ocache *c = operator_find_cache(op, key, false);
 	if (!c)
 		return;
 	c->dirty = true;
@@ -190,13 +125,13 @@ static void mark(struct operator_ *op, const char *key)
 
 static void mark_key(const char *key, void *ud)
 {
-	mark(ud, key);
+	operator_mark(ud, key);
 }
 
 static void mark_all(struct operator_ *op)
 {
 	for (struct ocache *c = op->caches; c; c = c->next)
-		mark(op, c->key);
+		operator_mark(op, c->key);
 }
 
 static void scope_key(const char *ns, const char *name, char *buf, size_t len)
@@ -238,7 +173,7 @@ static void on_cache(void *ud, enum objstore_event_type t, const cJSON *obj)
 	char key[320];
 	scope_key(obj_str(obj, "metadata.namespace"), obj_str(obj, "metadata.name"), key,
 	          sizeof(key));
-	struct ocache *c = find_cache(op, key, t != OBJSTORE_DELETED);
+	struct ocache *c = operator_find_cache(op, key, t != OBJSTORE_DELETED);
 	if (!c)
 		return;
 	if (t == OBJSTORE_DELETED) {
@@ -251,7 +186,7 @@ static void on_cache(void *ud, enum objstore_event_type t, const cJSON *obj)
 			secret_grants_cache(op->grants, key, NULL);
 		cJSON_Delete(c->obj);
 		c->obj = NULL;
-		forget_if_gone(op, c);
+		operator_forget_if_gone(op, c);
 		return;
 	}
 	bool echo = own_write(c, obj);
@@ -261,14 +196,14 @@ static void on_cache(void *ud, enum objstore_event_type t, const cJSON *obj)
 	c->obj = cJSON_Duplicate(obj, 1);
 	parse_image(c);
 	if (!echo)
-		mark(op, key);
+		operator_mark(op, key);
 }
 
 static void mark_changed(const char *ns, const char *cache, void *ud)
 {
 	char key[320];
 	scope_key(ns, cache, key, sizeof(key));
-	mark(ud, key);
+	operator_mark(ud, key);
 }
 
 static void on_nodeobj(void *ud, enum objstore_event_type t, const cJSON *obj)
@@ -286,7 +221,7 @@ static void on_nodeobj(void *ud, enum objstore_event_type t, const cJSON *obj)
 	bool added = false;
 	int rc = node_reports_set(op->reports, ns, node, caches, mark_changed, op, &added);
 	if (rc) {
-		count_error("node_report");
+		operator_count_error("node_report");
 		log_error("cannot keep a node report", "namespace", ns, "node", node, "error",
 		          strerror(-rc));
 		return;
@@ -310,7 +245,7 @@ static void delete_work(void *ud)
 	int rc = d->op->os->ops->remove(d->op->os, GKM_API_VERSION, d->kind, d->ns, d->name, err,
 	                                sizeof(err));
 	if (rc && rc != -ENOENT) {
-		count_error("cleanup");
+		operator_count_error("cleanup");
 		log_warn("cannot delete a node object of a deleted node", "name", d->name, "error",
 		         err);
 	} else {
@@ -386,294 +321,6 @@ static void on_synced(void *ud)
 	remove_orphans(op);
 	/* a first flush even with no cache: it starts the Node labels */
 	arm_flush(op, 0);
-}
-
-/* ---- digests ---- */
-
-/* What a registry job of a cache (a resolution, a signature check) carries. */
-struct image_job {
-	struct operator_ *op;
-	char key[320], image[600], err[512];
-	struct oci_ref ref;             /* image, parsed (a copy of the cache's) */
-	int rc;                         /* preset when image does not parse: err says why */
-	struct pull_secret_ref secrets; /* the cache's: its registry is read with them */
-};
-
-/* Fill j for a job of c; false when out of memory. */
-static bool image_job_init(struct image_job *j, struct operator_ *op, const struct ocache *c)
-{
-	if (!c->ref_rc && oci_ref_copy(&c->ref, &j->ref) != 0)
-		return false;
-	j->op = op;
-	snprintf(j->key, sizeof(j->key), "%s", c->key);
-	snprintf(j->image, sizeof(j->image), "%s", c->image);
-	j->rc = c->ref_rc;
-	snprintf(j->err, sizeof(j->err), "%s", c->ref_err);
-	pull_secret_ref_of(c->obj, NULL, op->o.global_credentials, &j->secrets);
-	return true;
-}
-
-struct resolve_job {
-	struct image_job job;
-	char digest[144];
-};
-
-/* Open the repository of a registry job of a cache, with the credentials
- * of the pull Secrets the cache names (else the operator's). */
-static int open_repo(const struct image_job *j, struct oci_repo **repo, struct oci_err *e)
-{
-	struct operator_ *op = j->op;
-	const struct pull_secret_ref *secrets = &j->secrets;
-	const struct oci_ref *ref = &j->ref;
-	struct pull_secret ps;
-	struct oci_registry_opts opts;
-	char err[512];
-	int rc =
-	    pull_secret_opts(op->os, secrets, ref->kind == OCI_REF_REGISTRY ? ref->registry : NULL,
-	                     op->o.registry, &ps, &opts, err, sizeof(err));
-	if (rc)
-		oci_errf(e, "%s", err);
-	else
-		rc = oci_repo_open(ref, &opts, false, repo, e);
-	pull_secret_clear(&ps);
-	return rc;
-}
-
-static void resolve_work(void *ud)
-{
-	struct resolve_job *j = ud;
-	struct oci_repo *repo = NULL;
-	struct oci_desc d;
-	struct oci_err e;
-	memset(&d, 0, sizeof(d));
-	memset(&e, 0, sizeof(e));
-	if (j->job.rc) /* spec.image does not parse: j->job.err says why */
-		return;
-	j->job.rc = open_repo(&j->job, &repo, &e);
-	if (!j->job.rc)
-		j->job.rc = oci_repo_resolve(repo, oci_ref_reference(&j->job.ref), &d, &e);
-	if (j->job.rc)
-		snprintf(j->job.err, sizeof(j->job.err), "%s", oci_err_str(&e, j->job.rc));
-	else
-		snprintf(j->digest, sizeof(j->digest), "%s", d.digest);
-	oci_desc_clear(&d);
-	oci_repo_free(repo);
-}
-
-static void resolve_done(struct loop *l, void *ud)
-{
-	struct resolve_job *j = ud;
-	(void)l;
-	struct ocache *c = find_cache(j->job.op, j->job.key, false);
-	if (c && !j->job.op->stopping) {
-		c->resolving = false;
-		snprintf(c->resolved_for, sizeof(c->resolved_for), "%s", j->job.image);
-		snprintf(c->resolved, sizeof(c->resolved), "%s", j->job.rc ? "" : j->digest);
-		snprintf(c->resolve_error, sizeof(c->resolve_error), "%s",
-		         j->job.rc ? j->job.err : "");
-		if (j->job.rc) {
-			count_error("resolve");
-			log_warn("cannot resolve the image digest", "cache", j->job.key, "image",
-			         j->job.image, "error", j->job.err);
-		}
-		mark(j->job.op, j->job.key);
-		forget_if_gone(j->job.op, c);
-	}
-	oci_ref_clear(&j->job.ref);
-	free(j);
-}
-
-static void start_resolve(struct operator_ *op, struct ocache *c)
-{
-	struct resolve_job *j = calloc(1, sizeof(*j));
-	if (!j || !image_job_init(&j->job, op, c)) {
-		free(j);
-		return;
-	}
-	c->resolving = true;
-	if (workers_submit(op->workers, resolve_work, resolve_done, j) != 0) {
-		c->resolving = false;
-		oci_ref_clear(&j->job.ref);
-		free(j);
-	}
-}
-
-/* The digest status.resolvedDigest holds for image, or "": a digest is kept
- * with the image it was resolved from (status.resolvedImage); one recorded
- * before that field existed counts when the status was written for this
- * generation of the spec. */
-static const char *recorded_digest(const struct ocache *c, const char *image)
-{
-	const char *d = obj_str(c->obj, "status.resolvedDigest");
-	if (!cache_view_valid_digest(d))
-		return "";
-	const char *from = obj_str(c->obj, "status.resolvedImage");
-	if (*from)
-		return strcmp(from, image) ? "" : d;
-	const cJSON *gen = cJSON_GetObjectItemCaseSensitive(
-	                cJSON_GetObjectItemCaseSensitive(c->obj, "metadata"), "generation"),
-	            *cond;
-	cJSON_ArrayForEach(cond,
-	                   cJSON_GetObjectItemCaseSensitive(
-	                       cJSON_GetObjectItemCaseSensitive(c->obj, "status"), "conditions"))
-	{
-		const cJSON *og = cJSON_GetObjectItemCaseSensitive(cond, "observedGeneration");
-		if (!strcmp(obj_str(cond, "type"), "Ready") && cJSON_IsNumber(og) &&
-		    cJSON_IsNumber(gen) && og->valuedouble == gen->valuedouble)
-			return d;
-	}
-	return "";
-}
-
-/* The digest for c: the webhook's annotation; the digest spec.image names;
- * the operator's own resolution (--resolve-digests; started here when
- * needed); else the digest the status records for this image, so that an
- * operator started without --resolve-digests (the webhook turned on after
- * the caches were made) keeps their digests. "" when there is none. */
-static const char *digest_for(struct operator_ *op, struct ocache *c)
-{
-	const cJSON *ann = cJSON_GetObjectItemCaseSensitive(
-	    cJSON_GetObjectItemCaseSensitive(c->obj, "metadata"), "annotations");
-	const cJSON *d = cJSON_GetObjectItemCaseSensitive(ann, "gkm.io/resolvedDigest");
-	if (cJSON_IsString(d))
-		return d->valuestring;
-	const char *image = c->image;
-	if (!c->ref_rc && c->ref.digest && cache_view_valid_digest(c->ref.digest))
-		return c->ref.digest;
-	if (op->o.resolve_digests && !strcmp(c->resolved_for, image) && *c->resolved)
-		return c->resolved;
-	if (op->o.resolve_digests && strcmp(c->resolved_for, image) != 0 && !c->resolving)
-		start_resolve(op, c);
-	/* while a resolution runs, or after it failed: what was resolved before */
-	return recorded_digest(c, image);
-}
-
-/* ---- signatures ---- */
-
-struct verify_job {
-	struct image_job job;
-	char digest[144];
-	struct sig_verdict v;
-	struct trust *trust; /* referenced */
-};
-
-static void verify_work(void *ud)
-{
-	struct verify_job *j = ud;
-	struct oci_repo *repo = NULL;
-	struct oci_err e;
-	memset(&e, 0, sizeof(e));
-	memset(&j->v, 0, sizeof(j->v));
-	if (j->job.rc) /* spec.image does not parse: j->job.err says why */
-		return;
-	j->job.rc = open_repo(&j->job, &repo, &e);
-	if (!j->job.rc)
-		j->job.rc = oci_pull_verify(repo, j->digest, j->trust->keys, &j->v, &e);
-	if (j->job.rc)
-		snprintf(j->job.err, sizeof(j->job.err), "%s", oci_err_str(&e, j->job.rc));
-	oci_repo_free(repo);
-}
-
-static void verify_done(struct loop *l, void *ud)
-{
-	struct verify_job *j = ud;
-	struct operator_ *op = j->job.op;
-	(void)l;
-	struct ocache *c = find_cache(op, j->job.key, false);
-	if (c && !op->stopping) {
-		c->verifying = false;
-		/* a result for an image or digest the cache no longer names, or
-		 * under keys no longer trusted, is dropped */
-		if (!strcmp(c->verified_image, j->job.image) &&
-		    !strcmp(c->verified_digest, j->digest) && j->trust == op->o.trust) {
-			switch (j->job.rc) {
-			case 0:
-				c->verdict = VERDICT_VERIFIED;
-				break;
-			case -ENODATA:
-				c->verdict = VERDICT_UNSIGNED;
-				break;
-			case -EKEYREJECTED:
-			case -ENOKEY:
-				c->verdict = VERDICT_UNTRUSTED;
-				break;
-			default: /* the registry: try again later */
-				c->verdict = VERDICT_ERROR;
-				c->verify_not_before =
-				    loop_now_ms() + backoff_ms(c->verify_failures++, 1000,
-				                               REFUSED_BACKOFF_MAX_MS, &op->seed);
-				count_error("verify");
-			}
-			if (c->verdict != VERDICT_ERROR)
-				c->verify_failures = 0;
-			snprintf(c->verdict_msg, sizeof(c->verdict_msg), "%s",
-			         j->job.rc ? j->job.err : j->v.reason);
-			if (j->job.rc)
-				log_warn("signature not verified", "cache", j->job.key, "image",
-				         j->job.image, "digest", j->digest, "error", j->job.err);
-			else
-				log_info("signature verified", "cache", j->job.key, "digest",
-				         j->digest, "by", j->v.reason);
-		}
-		mark(op, j->job.key);
-		forget_if_gone(op, c);
-	}
-	trust_unref(j->trust);
-	oci_ref_clear(&j->job.ref);
-	free(j);
-}
-
-static const char *verdict_name(enum verdict v)
-{
-	static const char *const names[] = {"pending", "verified", "unsigned", "untrusted",
-	                                    "error"};
-	return names[v];
-}
-
-static void start_verify(struct operator_ *op, struct ocache *c, const char *digest)
-{
-	struct verify_job *j = calloc(1, sizeof(*j));
-	if (!j || !image_job_init(&j->job, op, c)) {
-		free(j);
-		return;
-	}
-	snprintf(j->digest, sizeof(j->digest), "%s", digest);
-	j->trust = trust_ref(op->o.trust);
-	c->verifying = true;
-	if (workers_submit(op->workers, verify_work, verify_done, j) != 0) {
-		c->verifying = false;
-		trust_unref(j->trust);
-		oci_ref_clear(&j->job.ref);
-		free(j);
-	}
-}
-
-/* With trusted keys: the operator's verdict on c's signature at digest, read
- * through c's own image reference (its repository's signatures; nothing
- * another cache or an annotation says). A check starts here when there is
- * no verdict for this image and digest; NULL without keys. */
-static cJSON *verification_of(struct operator_ *op, struct ocache *c, const char *digest)
-{
-	if (!op->o.trust || op->o.trust->nkeys == 0 || !cache_view_valid_digest(digest))
-		return NULL;
-	const char *image = c->image;
-	if (strcmp(c->verified_image, image) || strcmp(c->verified_digest, digest)) {
-		snprintf(c->verified_image, sizeof(c->verified_image), "%s", image);
-		snprintf(c->verified_digest, sizeof(c->verified_digest), "%s", digest);
-		c->verdict = VERDICT_NONE;
-		c->verdict_msg[0] = '\0';
-		c->verify_failures = 0;
-		c->verify_not_before = 0;
-	}
-	bool again = c->verdict == VERDICT_NONE ||
-	             (c->verdict == VERDICT_ERROR && loop_now_ms() >= c->verify_not_before);
-	if (again && !c->verifying)
-		start_verify(op, c, digest);
-	cJSON *v = cJSON_CreateObject();
-	cJSON_AddStringToObject(v, "state", verdict_name(c->verdict));
-	cJSON_AddStringToObject(v, "digest", digest);
-	cJSON_AddStringToObject(v, "message", c->verdict_msg);
-	return v;
 }
 
 /* ---- aggregation and status writes ---- */
@@ -794,7 +441,7 @@ static void write_done(struct loop *l, void *ud)
 	struct write_job *j = ud;
 	struct operator_ *op = j->op;
 	(void)l;
-	struct ocache *c = find_cache(op, j->key, false);
+	struct ocache *c = operator_find_cache(op, j->key, false);
 	metrics_add(m_writes, METRICS_L(j->rc ? "failed" : "written"), 1);
 	if (c) {
 		c->writing = false;
@@ -813,7 +460,7 @@ static void write_done(struct loop *l, void *ud)
 			    no ? REFUSED_BACKOFF_MAX_MS : WRITE_BACKOFF_MAX_MS, &op->seed);
 			char in[24];
 			snprintf(in, sizeof(in), "%.1fs", delay / 1000.0);
-			count_error("status_write");
+			operator_count_error("status_write");
 			log_warn(j->refusal ? "cannot record that the cache status was refused"
 			         : no       ? "the API server refused the cache status; will retry"
 			                    : "cache status write failed; will retry",
@@ -825,7 +472,7 @@ static void write_done(struct loop *l, void *ud)
 				c->writing = write_refusal(op, c, j, delay);
 		}
 		if (!c->writing)
-			forget_if_gone(op, c);
+			operator_forget_if_gone(op, c);
 	}
 	cJSON_Delete(j->obj);
 	cJSON_Delete(j->events);
@@ -916,7 +563,7 @@ static cJSON *aggregate_input(struct operator_ *op, struct ocache *c, const char
 	cJSON *v = cJSON_AddObjectToObject(in, "verification");
 	cJSON_AddBoolToObject(v, "enabled", op->o.verification_enabled);
 	cJSON_AddStringToObject(v, "resolvedBy", op->o.resolve_digests ? "operator" : "webhook");
-	cJSON *mine = verification_of(op, c, digest);
+	cJSON *mine = operator_verification_of(op, c, digest);
 	if (mine)
 		cJSON_AddItemToObject(v, "operator", mine);
 	cJSON_AddStringToObject(in, "now", now);
@@ -951,14 +598,14 @@ static void reconcile(struct operator_ *op, struct ocache *c)
 {
 	if (!c->obj || !op->policies->current)
 		return;
-	const char *digest = digest_for(op, c);
+	const char *digest = operator_digest_for(op, c);
 	cJSON *in = aggregate_input(op, c, digest), *status = NULL;
 	struct engine_error err;
 	enum engine_status st = engine_call(op->policies->current, "aggregate", in, &status, &err);
 	cJSON_Delete(in);
 	if (st != ENGINE_OK) {
 		metrics_add(m_reconciles, METRICS_L("policy_error"), 1);
-		count_error("policy");
+		operator_count_error("policy");
 		log_error("aggregate policy failed", "cache", c->key, "error", err.message);
 		return;
 	}
