@@ -111,6 +111,13 @@ NOT_REASONS = {"True", "False", "Unknown", "GKMCache", "ClusterGKMCache", "GKMCa
                "Pulling", "Failed", "Incompatible", "ConfigMap"}
 
 
+def csi_node_sources():
+    """(path, text) of the CSI node service's files (csi/csi_node*.c)."""
+    names = sorted(f for f in os.listdir(os.path.join(ROOT, "csi"))
+                   if f.startswith("csi_node") and f.endswith(".c"))
+    return [("csi/" + f, read(os.path.join(ROOT, "csi", f))) for f in names]
+
+
 def source_reasons():
     """{reason: where} for every reason word the policies and daemons write."""
     out = {}
@@ -122,8 +129,9 @@ def source_reasons():
         for word in lit.findall(read(os.path.join(ROOT, rel))):
             if word not in NOT_REASONS:
                 out.setdefault(word, rel)
-    for code in re.findall(r"fail\(r, (?:[^,;]*\? )?CSI_([A-Z_]+)", read(os.path.join(ROOT, "csi", "csi_node.c"))):
-        out.setdefault(code, "csi/csi_node.c")
+    for rel, text in csi_node_sources():
+        for code in re.findall(r"fail\(\s*r, (?:[^,;]*\? )?CSI_([A-Z_]+)", text):
+            out.setdefault(code, rel)
     return out
 
 
@@ -265,7 +273,7 @@ def csi_attributes(text):
 
 def test_pod_example():
     """The CSI attributes the README and the usage page show are the ones the plugin reads."""
-    csi = read(os.path.join(ROOT, "csi", "csi_node.c"))
+    csi = "".join(text for _rel, text in csi_node_sources())
     for doc in (os.path.join(ROOT, "README.md"), os.path.join(DOCS, "usage.md")):
         shown = csi_attributes(read(doc))
         unknown = sorted(a for a in shown if '"%s"' % a not in csi)
