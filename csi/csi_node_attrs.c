@@ -151,17 +151,11 @@ int csi_node_check_path(const char *field, const char *p, struct csi_reply *r)
 	return 0;
 }
 
-/* Validate a publish request into *v (strings borrowed from req: copy before
- * keeping). Fails with INVALID_ARGUMENT or PERMISSION_DENIED. */
-int csi_node_parse_publish(const struct csi_node *n, const Csi__V1__NodePublishVolumeRequest *req,
-                           struct csi_volume *v, struct csi_reply *r)
+/* The volume capability: a mount (file system) with an access mode. *shared:
+ * one of the modes under which one volume may be published at several
+ * targets of a node (a PersistentVolume that several pods mount). */
+static int check_capability(const Csi__V1__VolumeCapability *cap, bool *shared, struct csi_reply *r)
 {
-	struct attrs a;
-	char b[80];
-	if (csi_node_check_volume_id(req->volume_id, r) ||
-	    csi_node_check_path("target_path", req->target_path, r))
-		return -EINVAL;
-	const Csi__V1__VolumeCapability *cap = req->volume_capability;
 	if (!cap) {
 		csi_node_fail(r, CSI_INVALID_ARGUMENT, "volume_capability is required");
 		return -EINVAL;
@@ -180,96 +174,139 @@ int csi_node_parse_publish(const struct csi_node *n, const Csi__V1__NodePublishV
 		csi_node_fail(r, CSI_INVALID_ARGUMENT, "volume_capability.access_mode is required");
 		return -EINVAL;
 	}
-	/* Modes under which one volume may be published at several targets
-	 * of a node: a PersistentVolume that several pods mount. */
 	int mode = cap->access_mode->mode;
-	bool shared =
-	    mode == CSI__V1__VOLUME_CAPABILITY__ACCESS_MODE__MODE__MULTI_NODE_READER_ONLY ||
-	    mode == CSI__V1__VOLUME_CAPABILITY__ACCESS_MODE__MODE__MULTI_NODE_SINGLE_WRITER ||
-	    mode == CSI__V1__VOLUME_CAPABILITY__ACCESS_MODE__MODE__MULTI_NODE_MULTI_WRITER ||
-	    mode == CSI__V1__VOLUME_CAPABILITY__ACCESS_MODE__MODE__SINGLE_NODE_MULTI_WRITER;
-	if (read_attrs(req, &a, r))
-		return -EINVAL;
-	if (!a.name || !*a.name) {
+	*shared = mode == CSI__V1__VOLUME_CAPABILITY__ACCESS_MODE__MODE__MULTI_NODE_READER_ONLY ||
+	          mode == CSI__V1__VOLUME_CAPABILITY__ACCESS_MODE__MODE__MULTI_NODE_SINGLE_WRITER ||
+	          mode == CSI__V1__VOLUME_CAPABILITY__ACCESS_MODE__MODE__MULTI_NODE_MULTI_WRITER ||
+	          mode == CSI__V1__VOLUME_CAPABILITY__ACCESS_MODE__MODE__SINGLE_NODE_MULTI_WRITER;
+	return 0;
+}
+
+/* cacheName (required) and cacheNamespace: valid object names. */
+static int check_cache(const struct attrs *a, struct csi_reply *r)
+{
+	char b[80];
+	if (!a->name || !*a->name) {
 		csi_node_fail(r, CSI_INVALID_ARGUMENT, "volume attribute cacheName is required");
 		return -EINVAL;
 	}
-	if (!cache_view_valid_name(a.name)) {
+	if (!cache_view_valid_name(a->name)) {
 		csi_node_fail(
 		    r, CSI_INVALID_ARGUMENT,
 		    "cacheName '%s' is not a valid object name (lower-case DNS-1123 subdomain)",
-		    csi_node_shown(a.name, b, 64));
+		    csi_node_shown(a->name, b, 64));
 		return -EINVAL;
 	}
-	if (a.ns && *a.ns && !cache_view_valid_namespace(a.ns)) {
+	if (a->ns && *a->ns && !cache_view_valid_namespace(a->ns)) {
 		csi_node_fail(
 		    r, CSI_INVALID_ARGUMENT,
 		    "cacheNamespace '%s' is not a valid namespace (lower-case DNS-1123 label)",
-		    csi_node_shown(a.ns, b, 64));
+		    csi_node_shown(a->ns, b, 64));
 		return -EINVAL;
 	}
-	bool writable = false;
-	if (a.read_only && strcmp(a.read_only, "false") == 0)
-		writable = true;
-	else if (a.read_only && strcmp(a.read_only, "true") != 0) {
+	return 0;
+}
+
+/* readOnly, sizeLimit and onMiss. *writable: readOnly "false", unless the
+ * pod spec's readOnly (pod_read_only) says otherwise, which wins; *limit:
+ * sizeLimit, else the node's default. */
+static int check_mode(const struct csi_node *n, const struct attrs *a, bool pod_read_only,
+                      bool *writable, uint64_t *limit, struct csi_reply *r)
+{
+	char b[80];
+	*writable = false;
+	if (a->read_only && strcmp(a->read_only, "false") == 0)
+		*writable = true;
+	else if (a->read_only && strcmp(a->read_only, "true") != 0) {
 		csi_node_fail(r, CSI_INVALID_ARGUMENT,
 		              "readOnly must be \"true\" or \"false\", not '%s'",
-		              csi_node_shown(a.read_only, b, 64));
+		              csi_node_shown(a->read_only, b, 64));
 		return -EINVAL;
 	}
-	if (req->readonly) /* the pod spec's readOnly wins */
-		writable = false;
-	uint64_t limit = n->size_limit;
-	if (a.size_limit && csi_layer_parse_size(a.size_limit, &limit) != 0) {
+	if (pod_read_only)
+		*writable = false;
+	*limit = n->size_limit;
+	if (a->size_limit && csi_layer_parse_size(a->size_limit, limit) != 0) {
 		csi_node_fail(
 		    r, CSI_INVALID_ARGUMENT,
 		    "sizeLimit must be a quantity of bytes (\"10Gi\", \"500Mi\", \"0\" for no "
 		    "limit), not '%s'",
-		    csi_node_shown(a.size_limit, b, 64));
+		    csi_node_shown(a->size_limit, b, 64));
 		return -EINVAL;
 	}
-	if (a.on_miss && strcmp(a.on_miss, "empty") != 0 && strcmp(a.on_miss, "fail") != 0) {
+	if (a->on_miss && strcmp(a->on_miss, "empty") != 0 && strcmp(a->on_miss, "fail") != 0) {
 		csi_node_fail(r, CSI_INVALID_ARGUMENT,
 		              "onMiss must be \"fail\" or \"empty\", not '%s'",
-		              csi_node_shown(a.on_miss, b, 64));
+		              csi_node_shown(a->on_miss, b, 64));
 		return -EINVAL;
 	}
-	if (a.pod_ns && !cache_view_valid_namespace(a.pod_ns)) {
+	return 0;
+}
+
+/* What kubelet says of the pod (podInfoOnMount), where it says it. */
+static int check_pod(const struct attrs *a, struct csi_reply *r)
+{
+	char b[80];
+	if (a->pod_ns && !cache_view_valid_namespace(a->pod_ns)) {
 		csi_node_fail(r, CSI_INVALID_ARGUMENT,
 		              "pod namespace '%s' is not a valid namespace",
-		              csi_node_shown(a.pod_ns, b, 64));
+		              csi_node_shown(a->pod_ns, b, 64));
 		return -EINVAL;
 	}
-	if (a.pod_name && !cache_view_valid_name(a.pod_name)) {
+	if (a->pod_name && !cache_view_valid_name(a->pod_name)) {
 		csi_node_fail(r, CSI_INVALID_ARGUMENT, "pod name '%s' is not a valid object name",
-		              csi_node_shown(a.pod_name, b, 64));
+		              csi_node_shown(a->pod_name, b, 64));
 		return -EINVAL;
 	}
-	if (a.pod_uid && !valid_uid(a.pod_uid)) {
+	if (a->pod_uid && !valid_uid(a->pod_uid)) {
 		csi_node_fail(r, CSI_INVALID_ARGUMENT, "pod uid '%s' is not a valid uid",
-		              csi_node_shown(a.pod_uid, b, 64));
+		              csi_node_shown(a->pod_uid, b, 64));
 		return -EINVAL;
 	}
-	if (a.ns && *a.ns) {
-		if (!a.pod_ns) {
-			csi_node_fail(
-			    r, CSI_PERMISSION_DENIED,
-			    "GKMCache %s/%s: the pod's namespace is unknown (the CSIDriver needs "
-			    "podInfoOnMount: true); only ClusterGKMCaches can be mounted without "
-			    "it",
-			    a.ns, a.name);
-			return -EPERM;
-		}
-		if (strcmp(a.pod_ns, a.ns) != 0) {
-			csi_node_fail(
-			    r, CSI_PERMISSION_DENIED,
-			    "a pod in namespace %s may not mount GKMCache %s/%s: pods mount "
-			    "GKMCaches "
-			    "of their own namespace or ClusterGKMCaches",
-			    a.pod_ns, a.ns, a.name);
-			return -EPERM;
-		}
+	return 0;
+}
+
+/* A pod may mount a GKMCache of its own namespace (which it must name) or
+ * any ClusterGKMCache. */
+static int check_access(const struct attrs *a, struct csi_reply *r)
+{
+	if (!a->ns || !*a->ns)
+		return 0;
+	if (!a->pod_ns) {
+		csi_node_fail(r, CSI_PERMISSION_DENIED,
+		              "GKMCache %s/%s: the pod's namespace is unknown (the CSIDriver needs "
+		              "podInfoOnMount: true); only ClusterGKMCaches can be mounted without "
+		              "it",
+		              a->ns, a->name);
+		return -EPERM;
 	}
+	if (strcmp(a->pod_ns, a->ns) != 0) {
+		csi_node_fail(r, CSI_PERMISSION_DENIED,
+		              "a pod in namespace %s may not mount GKMCache %s/%s: pods mount "
+		              "GKMCaches of their own namespace or ClusterGKMCaches",
+		              a->pod_ns, a->ns, a->name);
+		return -EPERM;
+	}
+	return 0;
+}
+
+/* Validate a publish request into *v (strings borrowed from req: copy before
+ * keeping). Fails with INVALID_ARGUMENT or PERMISSION_DENIED. */
+int csi_node_parse_publish(const struct csi_node *n, const Csi__V1__NodePublishVolumeRequest *req,
+                           struct csi_volume *v, struct csi_reply *r)
+{
+	struct attrs a;
+	bool shared = false, writable = false;
+	uint64_t limit = 0;
+	int rc;
+	if (csi_node_check_volume_id(req->volume_id, r) ||
+	    csi_node_check_path("target_path", req->target_path, r) ||
+	    check_capability(req->volume_capability, &shared, r) || read_attrs(req, &a, r) ||
+	    check_cache(&a, r) || check_mode(n, &a, req->readonly, &writable, &limit, r) ||
+	    check_pod(&a, r))
+		return -EINVAL;
+	if ((rc = check_access(&a, r)) != 0)
+		return rc;
 	memset(v, 0, sizeof(*v));
 	v->volume_id = req->volume_id;
 	v->target_path = req->target_path;
