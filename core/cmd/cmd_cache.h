@@ -1,14 +1,17 @@
 /* What the gkm cache subcommands share: their parsed flags and the helpers
  * that open, pull, package and sign images and report failures the same way.
- * The subcommands live in cmd_cache.c (build, push, inspect, sign, verify,
- * extract, keygen), cmd_cache_capture.c (capture, promote) and
- * cmd_cache_merge.c (merge). */
+ * cmd_cache.c dispatches to the subcommands, each in the file named for it:
+ * cmd_cache_build.c (build), cmd_cache_push.c (push), cmd_cache_inspect.c
+ * (inspect), cmd_cache_sign.c (sign, verify, keygen), cmd_cache_extract.c
+ * (extract), cmd_cache_capture.c (capture, promote) and cmd_cache_merge.c
+ * (merge). */
 #ifndef GKM_CMD_CACHE_H
 #define GKM_CMD_CACHE_H
 
 #include <getopt.h>
 #include <stdbool.h>
 #include <stdint.h>
+#include <stdio.h>
 
 #include <cJSON.h>
 
@@ -19,6 +22,8 @@
 #include "oci_err.h"
 #include "oci_ref.h"
 #include "oci_repo.h"
+#include "oci_sig.h"
+#include "signature.h"
 
 #define MAX_LABELS 64
 
@@ -125,7 +130,41 @@ void cmd_cache_print_built(struct cli *c, const char *verb, const struct oci_ref
                            const struct cache_build_result *res, const struct cache_meta *image,
                            cJSON *extra);
 
-/* The subcommands defined outside cmd_cache.c. */
+/* What an image's signatures say (cmd_cache_sig_check). */
+struct cmd_cache_sigs {
+	bool looked;
+	int rc; /* oci_sig_collect's */
+	struct oci_sig_found found;
+	bool verified_tried;
+	int verify_rc;
+	struct sig_verdict verdict;
+	struct oci_err err;
+};
+/* Collect digest's signatures in repo and, with --key, verify them; a
+ * failure is recorded in s, not printed. Release s->found with
+ * oci_sig_found_clear(). */
+void cmd_cache_sig_check(struct cli *c, struct oci_repo *repo, const char *digest,
+                         struct cmd_cache_sigs *s);
+/* "unsigned", "verified: ..." and the like, in buf. */
+const char *cmd_cache_sig_summary(const struct cmd_cache_sigs *s, char *buf, size_t cap);
+/* The group-file line of a summary (nothing when there are none). */
+void cmd_cache_print_groups(const struct cache_meta *m, FILE *f);
+
+/* One subcommand: its name, code, one-line summary, usage, flags and the
+ * handler of its own flags (NULL: none). */
+struct cmd_cache_sub {
+	const char *name;
+	int (*run)(struct cli *c, int argc, char **argv); /* args from argv[optind] on */
+	const char *summary;
+	const char *usage;
+	const struct option *opts;
+	const char *shortopts;
+	int (*own)(struct cli *c, int opt, const char *arg);
+};
+extern const struct cmd_cache_sub cmd_cache_build_sub, cmd_cache_push_sub, cmd_cache_inspect_sub,
+    cmd_cache_sign_sub, cmd_cache_verify_sub, cmd_cache_extract_sub, cmd_cache_keygen_sub;
+
+/* The subcommands that export their parts. */
 int cmd_cache_capture(struct cli *c, int argc, char **argv);
 int cmd_cache_capture_flag(struct cli *c, int opt, const char *arg);
 extern const char cmd_cache_capture_usage[];

@@ -1,0 +1,298 @@
+/* gkm cache inspect: what a cache image holds and who signed it. */
+#include <inttypes.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <cJSON.h>
+
+#include "cache_image.h"
+#include "cli.h"
+#include "cmd.h"
+#include "cmd_cache.h"
+#include "oci_sig.h"
+
+/* ---- inspect ------------------------------------------------------------ */
+
+static const char inspect_usage[] =
+    "Usage: gkm cache inspect REF [-o table|json] [--entries] [--key FILE]...\n\n"
+    "Show a cache image: targets, sizes, layers, entries, group-file paths and the\n"
+    "signature state (verified when --key is given).\n\n"
+    "  --entries         read the whole layer (digest-checked) to list the kernels and\n"
+    "                    check group files; done anyway for layers up to 64 MiB\n"
+    "  --no-signatures   do not look for signatures\n"
+    "  --key FILE        a trusted public key (PEM; repeatable)\n"
+    "  -o, --output FMT  table (default) or json\n\n" REGISTRY_HELP;
+
+#define INSPECT_SCAN_MAX (64u << 20)
+
+static int inspect_flag(struct cli *c, int opt, const char *arg)
+{
+	(void)arg;
+	if (opt == OPT_ENTRIES)
+		c->entries = true;
+	else if (opt == OPT_NO_SIGS)
+		c->no_sigs = true;
+	else
+		return 0;
+	return 1;
+}
+
+enum cache_format cmd_cache_format_of(const struct oci_config *cfg)
+{
+	if (oci_config_label(cfg, "cache.vllm.image/summary") ||
+	    oci_config_label(cfg, "cache.vllm.image/entry-count"))
+		return CACHE_VLLM;
+	if (oci_config_label(cfg, "cache.triton.image/summary") ||
+	    oci_config_label(cfg, "cache.triton.image/entry-count"))
+		return CACHE_TRITON;
+	return CACHE_AUTO;
+}
+
+static const char *label_of(const struct oci_config *cfg, enum cache_format f, const char *key)
+{
+	char k[96];
+	snprintf(k, sizeof(k), "cache.%s.image/%s", f == CACHE_VLLM ? "vllm" : "triton", key);
+	return oci_config_label(cfg, k);
+}
+
+static void print_targets(const cJSON *targets)
+{
+	printf("Targets:\n  %-8s %-14s %-5s %-4s %s\n", "BACKEND", "ARCH", "WARP", "PTX", "CUDA");
+	const cJSON *t;
+	cJSON_ArrayForEach(t, targets)
+	{
+		char arch[64] = "-", warp[16] = "-", ptx[16] = "-";
+		const cJSON *a = cJSON_GetObjectItemCaseSensitive(t, "arch");
+		const cJSON *w = cJSON_GetObjectItemCaseSensitive(t, "warp_size");
+		const cJSON *p = cJSON_GetObjectItemCaseSensitive(t, "ptx_version");
+		const cJSON *b = cJSON_GetObjectItemCaseSensitive(t, "backend");
+		const cJSON *cu = cJSON_GetObjectItemCaseSensitive(t, "cuda_version");
+		if (cJSON_IsNumber(a))
+			snprintf(arch, sizeof(arch), "%d", a->valueint);
+		else if (cJSON_IsString(a))
+			snprintf(arch, sizeof(arch), "%s", a->valuestring);
+		if (cJSON_IsNumber(w))
+			snprintf(warp, sizeof(warp), "%d", w->valueint);
+		if (cJSON_IsNumber(p))
+			snprintf(ptx, sizeof(ptx), "%d", p->valueint);
+		printf("  %-8s %-14s %-5s %-4s %s\n", cJSON_IsString(b) ? b->valuestring : "-",
+		       arch, warp, ptx, cJSON_IsString(cu) ? cu->valuestring : "-");
+	}
+}
+
+static void print_kernels(const cJSON *kernels)
+{
+	printf("Kernels:\n  %-36s %-54s %-8s %s\n", "NAME", "HASH DIR", "BACKEND", "ARCH");
+	const cJSON *k;
+	cJSON_ArrayForEach(k, kernels)
+	{
+		const cJSON *n = cJSON_GetObjectItemCaseSensitive(k, "name");
+		const cJSON *d = cJSON_GetObjectItemCaseSensitive(k, "dir");
+		const cJSON *b = cJSON_GetObjectItemCaseSensitive(k, "backend");
+		const cJSON *a = cJSON_GetObjectItemCaseSensitive(k, "arch");
+		char arch[64] = "-";
+		if (cJSON_IsNumber(a))
+			snprintf(arch, sizeof(arch), "%d", a->valueint);
+		else if (cJSON_IsString(a))
+			snprintf(arch, sizeof(arch), "%s", a->valuestring);
+		printf("  %-36s %-54s %-8s %s\n", cJSON_IsString(n) ? n->valuestring : "-",
+		       cJSON_IsString(d) ? d->valuestring : "-",
+		       cJSON_IsString(b) ? b->valuestring : "-", arch);
+	}
+}
+
+/* All kernels of a meta, flattening vLLM entries. New array, caller frees. */
+static cJSON *all_kernels(const struct cache_meta *m)
+{
+	cJSON *out = cJSON_Duplicate(m->kernels, 1);
+	const cJSON *e;
+	cJSON_ArrayForEach(e, m->vllm)
+	{
+		const cJSON *k;
+		cJSON_ArrayForEach(k, cJSON_GetObjectItemCaseSensitive(e, "triton"))
+		    cJSON_AddItemToArray(out, cJSON_Duplicate(k, 1));
+	}
+	return out;
+}
+
+static const struct option inspect_opts[] = {
+    CLI_COMMON_OPTIONS,
+    REGISTRY_OPTIONS,
+    {"output", required_argument, 0, 'o'},
+    {"entries", no_argument, 0, OPT_ENTRIES},
+    {"no-signatures", no_argument, 0, OPT_NO_SIGS},
+    {"key", required_argument, 0, CLI_OPT_KEY},
+    {0, 0, 0, 0},
+};
+
+static int cache_inspect_cmd(struct cli *c, int argc, char **argv)
+{
+	struct oci_ref ref = {0};
+	struct oci_repo *repo = NULL;
+	struct oci_image img = {0};
+	struct cache_meta meta = {0};
+	struct cmd_cache_sigs sigs = {0};
+	struct oci_err e = {{0}};
+	cJSON *summary = NULL, *kernels = NULL;
+	bool scanned = false;
+	int rc = 0;
+	if (optind + 1 != argc) {
+		rc = cli_usage_error(c->cmd, "want one image reference");
+		goto out;
+	}
+	if ((rc = cmd_cache_open_ref(c, argv[optind], false, &ref, &repo)))
+		goto out;
+	int frc = oci_repo_fetch_image(repo, oci_ref_reference(&ref), c->platform, &img, &e);
+	if (frc) {
+		rc = cmd_cache_fail(c->cmd, argv[optind], &e, frc);
+		goto out;
+	}
+	enum cache_format fmt = cmd_cache_format_of(&img.config);
+	const char *sum_s = label_of(&img.config, fmt, "summary");
+	summary = sum_s ? cJSON_Parse(sum_s) : NULL;
+	uint64_t layer_bytes = 0;
+	for (size_t i = 0; i < img.manifest.n_layers; i++)
+		layer_bytes += (uint64_t)img.manifest.layers[i].size;
+	if (cache_meta_init(&meta, fmt)) {
+		rc = EXIT_FAIL;
+		goto out;
+	}
+	if ((c->entries || layer_bytes <= INSPECT_SCAN_MAX) && img.manifest.n_layers > 0) {
+		for (size_t i = 0; i < img.manifest.n_layers; i++) {
+			struct oci_blob_reader *r = NULL;
+			char what[32];
+			snprintf(what, sizeof(what), "layer %zu", i);
+			int lrc = oci_repo_blob_open(repo, &img.manifest.layers[i], what, &r, &e);
+			if (lrc == 0) {
+				lrc = cache_scan_layer(r, &meta, NULL, &e);
+				oci_blob_close(r);
+			}
+			if (lrc) {
+				rc = cmd_cache_fail(c->cmd, argv[optind], &e, lrc);
+				goto out;
+			}
+		}
+		scanned = true;
+		kernels = all_kernels(&meta);
+	}
+	if (!c->no_sigs)
+		cmd_cache_sig_check(c, repo, img.top_digest, &sigs);
+	const char *entries = label_of(&img.config, fmt, "entry-count");
+	const char *size = label_of(&img.config, fmt, "cache-size-bytes");
+	const char *created = NULL;
+	const cJSON *cr = cJSON_GetObjectItemCaseSensitive(img.config.root, "created");
+	if (cJSON_IsString(cr))
+		created = cr->valuestring;
+	char sigbuf[700];
+	cmd_cache_sig_summary(&sigs, sigbuf, sizeof(sigbuf));
+	if (strcmp(c->output, "json") == 0) {
+		cJSON *o = cJSON_CreateObject();
+		cJSON_AddStringToObject(o, "reference", argv[optind]);
+		cJSON_AddStringToObject(o, "digest", img.top_digest);
+		cJSON_AddStringToObject(o, "manifestDigest", img.desc.digest);
+		cJSON_AddStringToObject(o, "mediaType", img.top_media_type);
+		cJSON_AddStringToObject(o, "format",
+		                        fmt == CACHE_AUTO ? "unknown" : cache_format_name(fmt));
+		if (created)
+			cJSON_AddStringToObject(o, "created", created);
+		const cJSON *labels = oci_config_labels(&img.config);
+		cJSON_AddItemToObject(o, "labels",
+		                      labels ? cJSON_Duplicate(labels, 1) : cJSON_CreateObject());
+		cJSON_AddNumberToObject(o, "entryCount", entries ? strtod(entries, NULL) : 0);
+		cJSON_AddNumberToObject(o, "cacheSizeBytes", size ? strtod(size, NULL) : 0);
+		cJSON *t = summary ? cJSON_GetObjectItemCaseSensitive(summary, "targets") : NULL;
+		cJSON_AddItemToObject(o, "targets",
+		                      t ? cJSON_Duplicate(t, 1) : cJSON_CreateArray());
+		cJSON *ls = cJSON_AddArrayToObject(o, "layers");
+		for (size_t i = 0; i < img.manifest.n_layers; i++)
+			cJSON_AddItemToArray(ls, oci_desc_to_json(&img.manifest.layers[i]));
+		if (scanned) {
+			cJSON *sc = cJSON_AddObjectToObject(o, "scan");
+			cJSON_AddNumberToObject(sc, "files", (double)meta.files);
+			cJSON_AddNumberToObject(sc, "bytes", (double)meta.bytes);
+			cJSON_AddNumberToObject(sc, "entries", (double)meta.entries);
+			cJSON_AddItemToObject(sc, "targets", cJSON_Duplicate(meta.targets, 1));
+			cJSON_AddItemToObject(sc, "kernels", cJSON_Duplicate(kernels, 1));
+			cJSON *g = cJSON_AddObjectToObject(sc, "groupFiles");
+			cJSON_AddNumberToObject(g, "total", (double)meta.groups);
+			cJSON_AddNumberToObject(g, "absolute", (double)meta.abs_groups);
+			if (meta.abs_groups)
+				cJSON_AddStringToObject(g, "buildRoot", meta.abs_group_root);
+		}
+		cJSON *sg = cJSON_AddObjectToObject(o, "signatures");
+		cJSON_AddBoolToObject(sg, "checked", sigs.looked);
+		if (sigs.looked && sigs.rc == 0) {
+			cJSON_AddNumberToObject(sg, "found", (double)sigs.found.n);
+			cJSON_AddNumberToObject(sg, "simpleSigning", (double)sigs.found.n_simple);
+			cJSON_AddNumberToObject(sg, "bundles", (double)sigs.found.n_bundle);
+			cJSON_AddBoolToObject(sg, "referrersAPI", sigs.found.referrers_api);
+		}
+		if (sigs.verified_tried)
+			cJSON_AddBoolToObject(sg, "verified", sigs.verify_rc == 0);
+		else
+			cJSON_AddNullToObject(sg, "verified");
+		cJSON_AddStringToObject(sg, "state", sigbuf);
+		cli_print_json(o);
+	} else {
+		char hs[32];
+		printf("Image:        %s\nDigest:       %s\n", argv[optind], img.top_digest);
+		if (strcmp(img.top_digest, img.desc.digest) != 0)
+			printf("Manifest:     %s (picked from the index)\n", img.desc.digest);
+		printf("Format:       %s\n",
+		       fmt == CACHE_AUTO ? "unknown (no cache labels)" : cache_format_name(fmt));
+		if (created)
+			printf("Created:      %s\n", created);
+		if (entries)
+			printf("Entries:      %s\n", entries);
+		if (size) {
+			cmd_cache_human((uint64_t)strtoull(size, NULL, 10), hs, sizeof(hs));
+			printf("Cache size:   %s (%s bytes)\n", hs, size);
+		}
+		const cJSON *t =
+		    summary ? cJSON_GetObjectItemCaseSensitive(summary, "targets") : NULL;
+		if (t)
+			print_targets(t);
+		else if (sum_s)
+			printf("Summary:      %s (not valid JSON)\n", sum_s);
+		printf("Layers:\n  %-2s %-48s %-10s %s\n", "#", "MEDIA TYPE", "SIZE", "DIGEST");
+		for (size_t i = 0; i < img.manifest.n_layers; i++) {
+			const struct oci_desc *l = &img.manifest.layers[i];
+			cmd_cache_human((uint64_t)l->size, hs, sizeof(hs));
+			printf("  %-2zu %-48s %-10s %s\n", i, l->media_type, hs, l->digest);
+		}
+		if (scanned) {
+			cmd_cache_human(meta.bytes, hs, sizeof(hs));
+			printf("Layer scan:   %" PRIu64 " files, %s, %" PRIu64 " entries\n",
+			       meta.files, hs, meta.entries);
+			if (cJSON_GetArraySize(kernels) > 0)
+				print_kernels(kernels);
+			cmd_cache_print_groups(&meta, stdout);
+		} else {
+			printf("Layer scan:   skipped (layers over 64 MiB; use --entries)\n");
+		}
+		printf("Signatures:   %s\n", sigbuf);
+	}
+	rc = EXIT_OK;
+	if (sigs.verified_tried && sigs.verify_rc)
+		rc = EXIT_FAIL;
+out:
+	oci_sig_found_clear(&sigs.found);
+	cJSON_Delete(summary);
+	cJSON_Delete(kernels);
+	cache_meta_clear(&meta);
+	oci_image_clear(&img);
+	oci_repo_free(repo);
+	oci_ref_clear(&ref);
+	return rc;
+}
+
+const struct cmd_cache_sub cmd_cache_inspect_sub = {
+    .name = "inspect",
+    .run = cache_inspect_cmd,
+    .summary = "show targets, sizes, entries and signature state",
+    .usage = inspect_usage,
+    .opts = inspect_opts,
+    .shortopts = "ho:",
+    .own = inspect_flag,
+};
