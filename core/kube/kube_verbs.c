@@ -47,6 +47,123 @@ int kube_client_get(struct kube_client *c, const struct kube_resource *r, const 
 	return 0;
 }
 
+/* The collection's path with the list's selectors and page size. */
+static int list_base_path(const struct kube_resource *r, const char *ns,
+                          const struct kube_list_opts *o, char *base, size_t len,
+                          struct kube_error *err)
+{
+	unsigned limit = o->limit ? o->limit : 500;
+	int rc = path_or_fail(r, ns, NULL, NULL, base, len, err);
+	if (rc < 0)
+		return rc;
+	char limit_s[16];
+	snprintf(limit_s, sizeof(limit_s), "%u", limit);
+	if ((o->label_selector && *o->label_selector &&
+	     kube_query_add(base, len, "labelSelector", o->label_selector) < 0) ||
+	    (o->field_selector && *o->field_selector &&
+	     kube_query_add(base, len, "fieldSelector", o->field_selector) < 0) ||
+	    kube_query_add(base, len, "limit", limit_s) < 0) {
+		kube_error_set(err, KUBE_BAD_REQUEST, "list %s: selectors too long", r->plural);
+		return -ENAMETOOLONG;
+	}
+	return 0;
+}
+
+/* A list in progress, page by page. */
+struct listing {
+	const struct kube_resource *r;
+	const struct kube_list_opts *o;
+	cJSON *all; /* the items taken (with on_page: of this page only) */
+	char *cont; /* the next page's continue token; NULL for the first page */
+	size_t count, max_items;
+};
+
+/* Start from the first page (again). */
+static int list_reset(struct listing *l)
+{
+	l->count = 0;
+	cJSON_Delete(l->all);
+	l->all = cJSON_CreateArray();
+	free(l->cont);
+	l->cont = NULL;
+	return l->all ? 0 : -ENOMEM;
+}
+
+/* GET the page l->cont names; path gets the path asked for. */
+static int list_get(struct kube_client *c, const struct listing *l, const char *base, char *path,
+                    size_t len, cJSON **page, struct kube_error *err)
+{
+	kc_copy_str(path, len, base);
+	if (l->cont && kube_query_add(path, len, "continue", l->cont) < 0) {
+		kube_error_set(err, KUBE_MALFORMED, "list %s: continue token too long",
+		               l->r->plural);
+		return -EBADMSG;
+	}
+	struct kube_request rq = {.method = "GET", .path = path};
+	return kube_client_do(c, &rq, page, err);
+}
+
+/* Move the items of page (from path) to l->all, and hand them to on_page
+ * when the caller takes the list page by page. */
+static int list_take(struct listing *l, cJSON *page, const char *path, struct kube_error *err)
+{
+	cJSON *its = cJSON_GetObjectItemCaseSensitive(page, "items");
+	cJSON *meta = cJSON_GetObjectItemCaseSensitive(page, "metadata");
+	if (!page || !(cJSON_IsArray(its) || cJSON_IsNull(its) || !its) ||
+	    (meta && !cJSON_IsObject(meta))) {
+		kube_error_set(err, KUBE_MALFORMED, "GET %s: not a list", path);
+		return -EBADMSG;
+	}
+	cJSON *it;
+	while (its && (it = cJSON_DetachItemFromArray(its, 0))) {
+		if (!cJSON_IsObject(it)) {
+			cJSON_Delete(it);
+			kube_error_set(err, KUBE_MALFORMED, "GET %s: a list item is not an object",
+			               path);
+			return -EBADMSG;
+		}
+		if (l->count++ >= l->max_items) {
+			cJSON_Delete(it);
+			kube_error_set(err, KUBE_TOO_LARGE, "list %s: more than %zu items",
+			               l->r->plural, l->max_items);
+			return -EMSGSIZE;
+		}
+		cJSON_AddItemToArray(l->all, it);
+	}
+	if (l->o->on_page) {
+		l->o->on_page(l->all, l->cont == NULL /* the first page */, l->o->page_ud);
+		l->all = cJSON_CreateArray();
+		if (!l->all)
+			return -ENOMEM;
+	}
+	return 0;
+}
+
+/* After page (from path): 1 with the next page's token in l->cont, or 0
+ * for the last page, its resourceVersion copied to rv. */
+static int list_next(struct listing *l, const cJSON *page, const char *path, char *rv, size_t rvlen,
+                     struct kube_error *err)
+{
+	const cJSON *meta = cJSON_GetObjectItemCaseSensitive(page, "metadata");
+	const char *lrv = kc_jstr(meta, "resourceVersion");
+	const char *next = kc_jstr(meta, "continue");
+	if (!next || !*next) {
+		if (rv && rvlen) {
+			if (!lrv || strlen(lrv) >= rvlen) {
+				kube_error_set(err, KUBE_MALFORMED,
+				               "GET %s: list without a usable resourceVersion",
+				               path);
+				return -EBADMSG;
+			}
+			kc_copy_str(rv, rvlen, lrv);
+		}
+		return 0;
+	}
+	free(l->cont);
+	l->cont = strdup(next);
+	return l->cont ? 1 : -ENOMEM;
+}
+
 int kube_client_list(struct kube_client *c, const struct kube_resource *r, const char *ns,
                      const struct kube_list_opts *o, cJSON **items, char *rv, size_t rvlen,
                      struct kube_error *err)
@@ -54,126 +171,47 @@ int kube_client_list(struct kube_client *c, const struct kube_resource *r, const
 	struct kube_list_opts dflt = {0};
 	if (!o)
 		o = &dflt;
-	unsigned limit = o->limit ? o->limit : 500;
-	size_t max_items = o->max_items ? o->max_items : 1000000;
 	char base[PATH_MAX_LEN];
-	int rc = path_or_fail(r, ns, NULL, NULL, base, sizeof(base), err);
+	int rc = list_base_path(r, ns, o, base, sizeof(base), err);
 	if (rc < 0)
 		return rc;
-	char limit_s[16];
-	snprintf(limit_s, sizeof(limit_s), "%u", limit);
-	if ((o->label_selector && *o->label_selector &&
-	     kube_query_add(base, sizeof(base), "labelSelector", o->label_selector) < 0) ||
-	    (o->field_selector && *o->field_selector &&
-	     kube_query_add(base, sizeof(base), "fieldSelector", o->field_selector) < 0) ||
-	    kube_query_add(base, sizeof(base), "limit", limit_s) < 0) {
-		kube_error_set(err, KUBE_BAD_REQUEST, "list %s: selectors too long", r->plural);
-		return -ENAMETOOLONG;
-	}
-	cJSON *all = NULL, *page = NULL;
-	char *cont = NULL;
+	struct listing l = {.r = r, .o = o, .max_items = o->max_items ? o->max_items : 1000000};
+	cJSON *page = NULL;
 	int restarts = 0;
-	size_t count = 0;
-restart:
-	count = 0;
-	cJSON_Delete(all);
-	all = cJSON_CreateArray();
-	free(cont);
-	cont = NULL;
-	if (!all) {
-		rc = -ENOMEM;
+	if ((rc = list_reset(&l)) < 0)
 		goto out;
-	}
 	for (;;) {
 		char path[PATH_MAX_LEN + 1024];
-		kc_copy_str(path, sizeof(path), base);
-		if (cont && kube_query_add(path, sizeof(path), "continue", cont) < 0) {
-			kube_error_set(err, KUBE_MALFORMED, "list %s: continue token too long",
-			               r->plural);
-			rc = -EBADMSG;
-			goto out;
-		}
-		struct kube_request rq = {.method = "GET", .path = path};
-		rc = kube_client_do(c, &rq, &page, err);
-		if (rc == -ESTALE && cont && restarts < LIST_RESTARTS) {
+		rc = list_get(c, &l, base, path, sizeof(path), &page, err);
+		if (rc == -ESTALE && l.cont && restarts < LIST_RESTARTS) {
 			/* The continue token expired (compaction): a consistent
 			 * list needs a fresh start. */
 			restarts++;
 			log_info("kube: list continue token expired, listing again", "resource",
 			         r->plural);
-			goto restart;
+			if ((rc = list_reset(&l)) < 0)
+				goto out;
+			continue;
 		}
-		if (rc < 0)
+		if (rc < 0 || (rc = list_take(&l, page, path, err)) < 0 ||
+		    (rc = list_next(&l, page, path, rv, rvlen, err)) < 0)
 			goto out;
-		cJSON *its = cJSON_GetObjectItemCaseSensitive(page, "items");
-		cJSON *meta = cJSON_GetObjectItemCaseSensitive(page, "metadata");
-		if (!page || !(cJSON_IsArray(its) || cJSON_IsNull(its) || !its) ||
-		    (meta && !cJSON_IsObject(meta))) {
-			kube_error_set(err, KUBE_MALFORMED, "GET %s: not a list", path);
-			rc = -EBADMSG;
-			goto out;
-		}
-		cJSON *it;
-		while (its && (it = cJSON_DetachItemFromArray(its, 0))) {
-			if (!cJSON_IsObject(it)) {
-				cJSON_Delete(it);
-				kube_error_set(err, KUBE_MALFORMED,
-				               "GET %s: a list item is not an object", path);
-				rc = -EBADMSG;
-				goto out;
-			}
-			if (count++ >= max_items) {
-				cJSON_Delete(it);
-				kube_error_set(err, KUBE_TOO_LARGE, "list %s: more than %zu items",
-				               r->plural, max_items);
-				rc = -EMSGSIZE;
-				goto out;
-			}
-			cJSON_AddItemToArray(all, it);
-		}
-		if (o->on_page) {
-			o->on_page(all, cont == NULL /* the first page */, o->page_ud);
-			all = cJSON_CreateArray();
-			if (!all) {
-				rc = -ENOMEM;
-				goto out;
-			}
-		}
-		const char *lrv = kc_jstr(meta, "resourceVersion");
-		const char *next = kc_jstr(meta, "continue");
-		if (!next || !*next) {
-			if (rv && rvlen) {
-				if (!lrv || strlen(lrv) >= rvlen) {
-					kube_error_set(
-					    err, KUBE_MALFORMED,
-					    "GET %s: list without a usable resourceVersion", path);
-					rc = -EBADMSG;
-					goto out;
-				}
-				kc_copy_str(rv, rvlen, lrv);
-			}
+		if (rc == 0)
 			break;
-		}
-		free(cont);
-		cont = strdup(next);
 		cJSON_Delete(page);
 		page = NULL;
-		if (!cont) {
-			rc = -ENOMEM;
-			goto out;
-		}
 	}
 	if (o->on_page) {
-		cJSON_Delete(all);
-		all = NULL;
+		cJSON_Delete(l.all);
+		l.all = NULL;
 	}
-	*items = all;
-	all = NULL;
+	*items = l.all;
+	l.all = NULL;
 	rc = 0;
 out:
 	cJSON_Delete(page);
-	cJSON_Delete(all);
-	free(cont);
+	cJSON_Delete(l.all);
+	free(l.cont);
 	return rc;
 }
 
