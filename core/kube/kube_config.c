@@ -240,178 +240,206 @@ static bool is_true(const cJSON *v)
 	return cJSON_IsTrue(v) || (cJSON_IsString(v) && !strcmp(v->valuestring, "true"));
 }
 
+/* The kubeconfig to read when none is named: the first readable file of
+ * $KUBECONFIG, else ~/.kube/config. *env_copy and *home_path hold what *path
+ * points into, for the caller to free. */
+static int default_path(const char **path, char **env_copy, char **home_path, char *err,
+                        size_t errlen)
+{
+	const char *env = getenv("KUBECONFIG");
+	if (env && *env) {
+		*env_copy = strdup(env);
+		if (!*env_copy)
+			return -ENOMEM;
+		char *save = NULL;
+		for (char *p = strtok_r(*env_copy, ":", &save); p; p = strtok_r(NULL, ":", &save)) {
+			if (access(p, R_OK) == 0) {
+				*path = p;
+				return 0;
+			}
+		}
+	}
+	const char *home = getenv("HOME");
+	if (!home || asprintf(home_path, "%s/.kube/config", home) < 0) {
+		*home_path = NULL;
+		errbuf_set(err, errlen, "no kubeconfig: set KUBECONFIG or HOME");
+		return -ENOENT;
+	}
+	*path = *home_path;
+	return 0;
+}
+
+/* The kubeconfig at path, parsed; where names it in messages. */
+static int read_kubeconfig(const char *path, const char *where, cJSON **root, char *err,
+                           size_t errlen)
+{
+	char *text = NULL;
+	size_t len = 0;
+	int rc = fsutil_read_file(path, CONFIG_MAX_BYTES, &text, &len);
+	if (rc < 0) {
+		errbuf_set(err, errlen, "%s: %s", where, strerror(-rc));
+		return rc;
+	}
+	char yerr[256] = "";
+	rc = kube_config_yaml_to_json(text, len, root, yerr, sizeof(yerr));
+	free(text);
+	if (rc < 0) {
+		errbuf_set(err, errlen, "%s: %s", where, yerr);
+		return rc;
+	}
+	if (!cJSON_IsObject(*root)) {
+		errbuf_set(err, errlen, "%s: not a mapping", where);
+		return -EINVAL;
+	}
+	return 0;
+}
+
+/* What a context of the kubeconfig names (pointers into its tree). */
+struct kubeconfig_use {
+	const char *ctxname, *clname, *username, *server;
+	const cJSON *ctx, *cl, *user; /* user NULL: none */
+};
+
+/* The context to use (context, or the current one), its cluster and user. */
+static int pick_context(const cJSON *root, const char *context, const char *where,
+                        struct kubeconfig_use *u, char *err, size_t errlen)
+{
+	memset(u, 0, sizeof(*u));
+	u->ctxname = context ? context : jstr(root, "current-context");
+	if (!u->ctxname || !*u->ctxname) {
+		errbuf_set(err, errlen, "%s: no current-context and no context given", where);
+		return -EINVAL;
+	}
+	u->ctx = named(root, "contexts", "context", u->ctxname);
+	if (!cJSON_IsObject(u->ctx)) {
+		errbuf_set(err, errlen, "%s: context \"%s\" not found", where, u->ctxname);
+		return -ENOENT;
+	}
+	u->clname = jstr(u->ctx, "cluster");
+	u->username = jstr(u->ctx, "user");
+	u->cl = u->clname ? named(root, "clusters", "cluster", u->clname) : NULL;
+	if (!cJSON_IsObject(u->cl)) {
+		errbuf_set(err, errlen, "%s: cluster \"%s\" of context \"%s\" not found", where,
+		           u->clname ? u->clname : "", u->ctxname);
+		return -ENOENT;
+	}
+	u->user = u->username ? named(root, "users", "user", u->username) : NULL;
+	if (u->username && *u->username && !cJSON_IsObject(u->user)) {
+		errbuf_set(err, errlen, "%s: user \"%s\" of context \"%s\" not found", where,
+		           u->username, u->ctxname);
+		return -ENOENT;
+	}
+	u->server = jstr(u->cl, "server");
+	if (!u->server || (strncmp(u->server, "https://", 8) && strncmp(u->server, "http://", 7))) {
+		errbuf_set(err, errlen, "%s: cluster \"%s\" has no http(s) server URL", where,
+		           u->clname);
+		return -EINVAL;
+	}
+	return 0;
+}
+
+/* The context's server, namespace and the cluster's TLS settings into c. */
+static int set_cluster(struct kube_config *c, const struct kubeconfig_use *u, const char *dir,
+                       const char *where, char *err, size_t errlen)
+{
+	c->server = strdup(u->server);
+	c->context = strdup(u->ctxname);
+	const char *ns = jstr(u->ctx, "namespace");
+	c->namespace = strdup(ns && *ns ? ns : "default");
+	if (!c->server || !c->context || !c->namespace)
+		return -ENOMEM;
+	size_t sl = strlen(c->server);
+	while (sl > 0 && c->server[sl - 1] == '/')
+		c->server[--sl] = '\0';
+	c->insecure = is_true(cJSON_GetObjectItemCaseSensitive(u->cl, "insecure-skip-tls-verify"));
+	c->tls_server_name = xstrdup(jstr(u->cl, "tls-server-name"));
+	return file_or_data(u->cl, "certificate-authority", "certificate-authority-data", dir,
+	                    &c->ca_file, &c->ca_data, err, errlen, where);
+}
+
+/* The user's credentials into c: a client certificate and key, a token or
+ * a token file, a username and password. */
+static int set_user(struct kube_config *c, const struct kubeconfig_use *u, const char *dir,
+                    const char *where, char *err, size_t errlen)
+{
+	const cJSON *user = u->user;
+	int rc = file_or_data(user, "client-certificate", "client-certificate-data", dir,
+	                      &c->cert_file, &c->cert_data, err, errlen, where);
+	if (rc < 0)
+		return rc;
+	rc = file_or_data(user, "client-key", "client-key-data", dir, &c->key_file, &c->key_data,
+	                  err, errlen, where);
+	if (rc < 0)
+		return rc;
+	bool has_cert = c->cert_file || c->cert_data.data;
+	bool has_key = c->key_file || c->key_data.data;
+	if (has_cert != has_key) {
+		errbuf_set(err, errlen, "%s: user \"%s\" has a client %s without its %s", where,
+		           u->username, has_cert ? "certificate" : "key",
+		           has_cert ? "key" : "certificate");
+		return -EINVAL;
+	}
+	const char *tok = jstr(user, "token");
+	const char *tokfile = jstr(user, "tokenFile");
+	if (tok && *tok) {
+		c->token = strdup(tok);
+		if (!c->token)
+			return -ENOMEM;
+	} else if (tokfile && *tokfile) {
+		c->token_file = resolve_path(dir, tokfile);
+		if (!c->token_file)
+			return -ENOMEM;
+		char tb[8];
+		rc = kube_config_token(c, tb, sizeof(tb));
+		if (rc < 0 && rc != -ENOSPC) {
+			errbuf_set(err, errlen, "%s: tokenFile %s: %s", where, c->token_file,
+			           strerror(-rc));
+			return rc;
+		}
+	}
+	c->username = xstrdup(jstr(user, "username"));
+	c->password = xstrdup(jstr(user, "password"));
+	if (cJSON_GetObjectItemCaseSensitive(user, "exec") ||
+	    cJSON_GetObjectItemCaseSensitive(user, "auth-provider"))
+		log_warn("kube: kubeconfig exec and auth-provider plugins are not supported",
+		         "user", u->username);
+	return 0;
+}
+
 int kube_config_load_file(const char *path, const char *context, struct kube_config **out,
                           char *err, size_t errlen)
 {
-	char *text = NULL, *dir = NULL, *home_path = NULL, *env_copy = NULL;
-	size_t len = 0;
+	char *dir = NULL, *home_path = NULL, *env_copy = NULL;
 	cJSON *root = NULL;
 	struct kube_config *c = NULL;
-	int rc;
+	struct kubeconfig_use u;
+	int rc = 0;
 	char where[PATH_MAX + 32];
 
-	if (!path) {
-		const char *env = getenv("KUBECONFIG");
-		if (env && *env) {
-			env_copy = strdup(env);
-			if (!env_copy)
-				return -ENOMEM;
-			char *save = NULL;
-			for (char *p = strtok_r(env_copy, ":", &save); p;
-			     p = strtok_r(NULL, ":", &save)) {
-				if (access(p, R_OK) == 0) {
-					path = p;
-					break;
-				}
-			}
-		}
-		if (!path) {
-			const char *home = getenv("HOME");
-			if (!home || asprintf(&home_path, "%s/.kube/config", home) < 0) {
-				home_path = NULL;
-				errbuf_set(err, errlen, "no kubeconfig: set KUBECONFIG or HOME");
-				rc = -ENOENT;
-				goto out;
-			}
-			path = home_path;
-		}
-	}
-	// cppcheck-suppress nullPointerRedundantCheck ; every branch above sets path
+	if (!path && (rc = default_path(&path, &env_copy, &home_path, err, errlen)) < 0)
+		goto out;
 	snprintf(where, sizeof(where), "kubeconfig %s", path);
-	rc = fsutil_read_file(path, CONFIG_MAX_BYTES, &text, &len);
-	if (rc < 0) {
-		errbuf_set(err, errlen, "%s: %s", where, strerror(-rc));
+	if ((rc = read_kubeconfig(path, where, &root, err, errlen)) < 0)
 		goto out;
-	}
-	char yerr[256] = "";
-	rc = kube_config_yaml_to_json(text, len, &root, yerr, sizeof(yerr));
-	if (rc < 0) {
-		errbuf_set(err, errlen, "%s: %s", where, yerr);
-		goto out;
-	}
-	if (!cJSON_IsObject(root)) {
-		errbuf_set(err, errlen, "%s: not a mapping", where);
-		rc = -EINVAL;
-		goto out;
-	}
 	const char *slash = strrchr(path, '/');
 	if (slash)
 		dir = strndup(path, (size_t)(slash - path ? slash - path : 1));
-
-	const char *ctxname = context ? context : jstr(root, "current-context");
-	if (!ctxname || !*ctxname) {
-		errbuf_set(err, errlen, "%s: no current-context and no context given", where);
-		rc = -EINVAL;
+	if ((rc = pick_context(root, context, where, &u, err, errlen)) < 0)
 		goto out;
-	}
-	const cJSON *ctx = named(root, "contexts", "context", ctxname);
-	if (!cJSON_IsObject(ctx)) {
-		errbuf_set(err, errlen, "%s: context \"%s\" not found", where, ctxname);
-		rc = -ENOENT;
-		goto out;
-	}
-	const char *clname = jstr(ctx, "cluster");
-	const char *username = jstr(ctx, "user");
-	const cJSON *cl = clname ? named(root, "clusters", "cluster", clname) : NULL;
-	if (!cJSON_IsObject(cl)) {
-		errbuf_set(err, errlen, "%s: cluster \"%s\" of context \"%s\" not found", where,
-		           clname ? clname : "", ctxname);
-		rc = -ENOENT;
-		goto out;
-	}
-	const cJSON *user = username ? named(root, "users", "user", username) : NULL;
-	if (username && *username && !cJSON_IsObject(user)) {
-		errbuf_set(err, errlen, "%s: user \"%s\" of context \"%s\" not found", where,
-		           username, ctxname);
-		rc = -ENOENT;
-		goto out;
-	}
-	const char *server = jstr(cl, "server");
-	if (!server || (strncmp(server, "https://", 8) && strncmp(server, "http://", 7))) {
-		errbuf_set(err, errlen, "%s: cluster \"%s\" has no http(s) server URL", where,
-		           clname);
-		rc = -EINVAL;
-		goto out;
-	}
-
 	c = config_alloc();
 	if (!c) {
 		rc = -ENOMEM;
 		goto out;
 	}
-	c->server = strdup(server);
-	c->context = strdup(ctxname);
-	const char *ns = jstr(ctx, "namespace");
-	c->namespace = strdup(ns && *ns ? ns : "default");
-	if (!c->server || !c->context || !c->namespace) {
-		rc = -ENOMEM;
+	if ((rc = set_cluster(c, &u, dir, where, err, errlen)) < 0 ||
+	    (u.user && (rc = set_user(c, &u, dir, where, err, errlen)) < 0))
 		goto out;
-	}
-	size_t sl = strlen(c->server);
-	while (sl > 0 && c->server[sl - 1] == '/')
-		c->server[--sl] = '\0';
-	c->insecure = is_true(cJSON_GetObjectItemCaseSensitive(cl, "insecure-skip-tls-verify"));
-	c->tls_server_name = xstrdup(jstr(cl, "tls-server-name"));
-	rc = file_or_data(cl, "certificate-authority", "certificate-authority-data", dir,
-	                  &c->ca_file, &c->ca_data, err, errlen, where);
-	if (rc < 0)
-		goto out;
-	if (user) {
-		rc = file_or_data(user, "client-certificate", "client-certificate-data", dir,
-		                  &c->cert_file, &c->cert_data, err, errlen, where);
-		if (rc < 0)
-			goto out;
-		rc = file_or_data(user, "client-key", "client-key-data", dir, &c->key_file,
-		                  &c->key_data, err, errlen, where);
-		if (rc < 0)
-			goto out;
-		bool has_cert = c->cert_file || c->cert_data.data;
-		bool has_key = c->key_file || c->key_data.data;
-		if (has_cert != has_key) {
-			errbuf_set(err, errlen, "%s: user \"%s\" has a client %s without its %s",
-			           where, username, has_cert ? "certificate" : "key",
-			           has_cert ? "key" : "certificate");
-			rc = -EINVAL;
-			goto out;
-		}
-		const char *tok = jstr(user, "token");
-		const char *tokfile = jstr(user, "tokenFile");
-		if (tok && *tok) {
-			c->token = strdup(tok);
-			if (!c->token) {
-				rc = -ENOMEM;
-				goto out;
-			}
-		} else if (tokfile && *tokfile) {
-			c->token_file = resolve_path(dir, tokfile);
-			if (!c->token_file) {
-				rc = -ENOMEM;
-				goto out;
-			}
-			char tb[8];
-			rc = kube_config_token(c, tb, sizeof(tb));
-			if (rc < 0 && rc != -ENOSPC) {
-				errbuf_set(err, errlen, "%s: tokenFile %s: %s", where,
-				           c->token_file, strerror(-rc));
-				goto out;
-			}
-			rc = 0;
-		}
-		c->username = xstrdup(jstr(user, "username"));
-		c->password = xstrdup(jstr(user, "password"));
-		if (cJSON_GetObjectItemCaseSensitive(user, "exec") ||
-		    cJSON_GetObjectItemCaseSensitive(user, "auth-provider"))
-			log_warn(
-			    "kube: kubeconfig exec and auth-provider plugins are not supported",
-			    "user", username);
-	}
 	*out = c;
 	c = NULL;
 	rc = 0;
 out:
 	kube_config_free(c);
 	cJSON_Delete(root);
-	free(text);
 	free(dir);
 	free(home_path);
 	free(env_copy);
