@@ -59,65 +59,50 @@ static int basic_header(const struct oci_creds *c, char **out)
 	return rc;
 }
 
-/* GET (or POST for refresh tokens) the realm for scope. */
-static int fetch_token(struct oci_registry *r, const char *scope, struct oci_err *err)
+/* The token request for scope into q (its URL into url): a refresh token
+ * POSTed as a form (*form), or a GET of the realm with the service and
+ * scope, with Basic credentials when there are some (*auth). */
+static int token_request(struct oci_registry *r, const char *scope, CURL *esc, char *url,
+                         size_t cap, struct req *q, char **form, char **auth)
 {
-	char url[URL_MAX];
-	char *form = NULL, *auth = NULL;
-	struct xfer *x = NULL;
-	cJSON *j = NULL;
-	int rc;
-	CURL *esc = curl_easy_init();
-	if (!esc)
-		return -ENOMEM;
-	if (strncmp(r->realm, "https://", 8) != 0 && strncmp(r->realm, "http://", 7) != 0) {
-		oci_errf(err, "token realm '%s' is not an http(s) URL", r->realm);
-		rc = -EPROTO;
-		goto out;
-	}
 	char *svc = r->service ? curl_easy_escape(esc, r->service, 0) : NULL;
 	char *scp = scope && *scope ? curl_easy_escape(esc, scope, 0) : NULL;
-	bool refresh = r->have_creds && r->creds.identity_token;
-	struct req q = {.method = "GET",
-	                .url = url,
-	                .body_max = TOKEN_BODY_MAX,
-	                .total_timeout = true,
-	                .up_fd = -1};
-	if (refresh) {
+	int rc = 0;
+	if (r->have_creds && r->creds.identity_token) {
 		char *tok = curl_easy_escape(esc, r->creds.identity_token, 0);
-		if (asprintf(&form,
+		if (asprintf(form,
 		             "grant_type=refresh_token&client_id=gkm&service=%s&scope=%s&"
 		             "refresh_token=%s",
 		             svc ? svc : "", scp ? scp : "", tok ? tok : "") < 0)
-			form = NULL;
+			*form = NULL;
 		curl_free(tok);
-		snprintf(url, sizeof(url), "%s", r->realm);
-		q.method = "POST";
-		q.content_type = "application/x-www-form-urlencoded";
-		q.up_mem = form;
-		q.up_len = form ? strlen(form) : 0;
+		snprintf(url, cap, "%s", r->realm);
+		q->method = "POST";
+		q->content_type = "application/x-www-form-urlencoded";
+		q->up_mem = *form;
+		q->up_len = *form ? strlen(*form) : 0;
+		if (!*form)
+			rc = -ENOMEM;
 	} else {
 		const char *sep = strchr(r->realm, '?') ? "&" : "?";
-		snprintf(url, sizeof(url), "%s%s%s%s%s%s", r->realm, svc || scp ? sep : "",
+		snprintf(url, cap, "%s%s%s%s%s%s", r->realm, svc || scp ? sep : "",
 		         svc ? "service=" : "", svc ? svc : "", svc && scp ? "&" : "",
 		         scp ? "scope=" : "");
 		if (scp)
-			snprintf(url + strlen(url), sizeof(url) - strlen(url), "%s", scp);
-		if (r->have_creds && r->creds.username && (rc = basic_header(&r->creds, &auth))) {
-			curl_free(svc);
-			curl_free(scp);
-			goto out;
-		}
-		q.auth = auth;
+			snprintf(url + strlen(url), cap - strlen(url), "%s", scp);
+		if (r->have_creds && r->creds.username)
+			rc = basic_header(&r->creds, auth);
+		q->auth = *auth;
 	}
 	curl_free(svc);
 	curl_free(scp);
-	if (refresh && !form) {
-		rc = -ENOMEM;
-		goto out;
-	}
-	if ((rc = reg_run_simple(r, &q, &x, err)))
-		goto out;
+	return rc;
+}
+
+/* The token server's answer x (to method): the token, kept for scope. */
+static int token_answer(struct oci_registry *r, const char *scope, const struct xfer *x,
+                        const char *method, struct oci_err *err)
+{
 	if (x->status == 401 || x->status == 403) {
 		if (r->have_creds)
 			oci_errf(err,
@@ -130,30 +115,57 @@ static int fetch_token(struct oci_registry *r, const char *scope, struct oci_err
 			    "token server %s refused anonymous access to scope '%s' (HTTP %ld); "
 			    "credentials needed",
 			    r->realm, scope ? scope : "", x->status);
-		rc = -EACCES;
-		goto out;
+		return -EACCES;
 	}
 	if (x->status != 200) {
-		reg_describe_status(x, q.method, r->realm, err);
+		reg_describe_status(x, method, r->realm, err);
 		oci_err_prefix(err, "token request failed");
-		rc = reg_status_errno(x->status);
-		goto out;
+		return reg_status_errno(x->status);
 	}
-	j = x->body ? cJSON_ParseWithLength(x->body, x->body_len) : NULL;
+	cJSON *j = x->body ? cJSON_ParseWithLength(x->body, x->body_len) : NULL;
 	const cJSON *t = j ? cJSON_GetObjectItemCaseSensitive(j, "token") : NULL;
 	if (!cJSON_IsString(t) || !*t->valuestring)
 		t = j ? cJSON_GetObjectItemCaseSensitive(j, "access_token") : NULL;
+	int rc;
 	if (!cJSON_IsString(t) || !*t->valuestring) {
 		oci_errf(err, "token server %s answered without a token", r->realm);
 		rc = -EPROTO;
+	} else {
+		const cJSON *ttl = cJSON_GetObjectItemCaseSensitive(j, "expires_in");
+		rc = token_store(r, scope, t->valuestring,
+		                 cJSON_IsNumber(ttl) && ttl->valuedouble < 86400 * 365
+		                     ? (long)ttl->valuedouble
+		                     : 60);
+	}
+	cJSON_Delete(j);
+	return rc;
+}
+
+/* GET (or POST for refresh tokens) the realm for scope. */
+static int fetch_token(struct oci_registry *r, const char *scope, struct oci_err *err)
+{
+	char url[URL_MAX];
+	char *form = NULL, *auth = NULL;
+	struct xfer *x = NULL;
+	int rc;
+	CURL *esc = curl_easy_init();
+	if (!esc)
+		return -ENOMEM;
+	if (strncmp(r->realm, "https://", 8) != 0 && strncmp(r->realm, "http://", 7) != 0) {
+		oci_errf(err, "token realm '%s' is not an http(s) URL", r->realm);
+		rc = -EPROTO;
 		goto out;
 	}
-	const cJSON *ttl = cJSON_GetObjectItemCaseSensitive(j, "expires_in");
-	rc = token_store(
-	    r, scope, t->valuestring,
-	    cJSON_IsNumber(ttl) && ttl->valuedouble < 86400 * 365 ? (long)ttl->valuedouble : 60);
+	struct req q = {.method = "GET",
+	                .url = url,
+	                .body_max = TOKEN_BODY_MAX,
+	                .total_timeout = true,
+	                .up_fd = -1};
+	if ((rc = token_request(r, scope, esc, url, sizeof(url), &q, &form, &auth)) ||
+	    (rc = reg_run_simple(r, &q, &x, err)))
+		goto out;
+	rc = token_answer(r, scope, x, q.method, err);
 out:
-	cJSON_Delete(j);
 	reg_xfer_free(x);
 	free(form);
 	if (auth) {

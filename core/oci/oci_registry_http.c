@@ -532,6 +532,72 @@ static bool tls_mismatch(CURLcode cc)
 	return cc == CURLE_SSL_CONNECT_ERROR;
 }
 
+/* A loopback host answered: learn whether it speaks HTTPS. true when a TLS
+ * handshake failed, so the request goes again over plain HTTP (url
+ * rebased). */
+static bool learn_scheme(struct oci_registry *r, const struct xfer *x, char *url, size_t url_cap)
+{
+	if (r->scheme_known)
+		return false;
+	if (x->cc != CURLE_OK && tls_mismatch(x->cc)) {
+		r->scheme_known = true;
+		r->plain_http = true;
+		rebase_url(r, url, url_cap);
+		log_debug("registry speaks plain HTTP", "host", r->host);
+		return true;
+	}
+	if (x->cc == CURLE_OK)
+		r->scheme_known = true;
+	return false;
+}
+
+/* A second 401: what was refused (sent_auth: an Authorization header). */
+static void describe_refusal(const struct oci_registry *r, const struct xfer *x,
+                             const struct req *q, const char *url, const char *scope,
+                             bool sent_auth, struct oci_err *err)
+{
+	if (sent_auth && r->auth == OCI_AUTH_BASIC) {
+		oci_errf(err, "registry %s rejected the credentials from %s (HTTP 401)", r->host,
+		         r->creds_source);
+	} else if (sent_auth) {
+		oci_errf(err, "registry %s refused the token issued for '%s' (HTTP 401)", r->host,
+		         scope ? scope : "");
+	} else {
+		reg_describe_status(x, q->method, url, err);
+		oci_err_prefix(err, "not authorized%s", r->have_creds ? "" : " (no credentials)");
+	}
+}
+
+/* The last attempt failed too: describe it, and its -errno. */
+static int give_up(const struct oci_registry *r, const struct xfer *x, const struct req *q,
+                   const char *url, unsigned attempt, struct oci_err *err)
+{
+	int rc;
+	if (x->cc != CURLE_OK) {
+		reg_describe_cc(r, x, q->method, url, err);
+		rc = reg_cc_errno(x->cc);
+	} else {
+		reg_describe_status(x, q->method, url, err);
+		rc = reg_status_errno(x->status);
+	}
+	if (r->o.retries)
+		oci_err_prefix(err, "giving up after %u attempts", attempt + 1);
+	return rc;
+}
+
+static void log_retry(const struct xfer *x, const struct req *q, const char *url, unsigned attempt)
+{
+	char at[16];
+	snprintf(at, sizeof(at), "%u", attempt + 1);
+	char why[64];
+	if (x->cc != CURLE_OK)
+		snprintf(why, sizeof(why), "%s", curl_easy_strerror(x->cc));
+	else
+		snprintf(why, sizeof(why), "HTTP %ld", x->status);
+	log_warn("registry request failed, retrying", "method", q->method, "url", url, "error", why,
+	         "attempt", at);
+}
+
 /* A request to the registry itself: auth, loopback HTTP fallback, retries.
  * scope: the token scope it needs. *out gets the finished exchange
  * whatever its status (the caller interprets 4xx); errors are transport
@@ -560,18 +626,10 @@ int reg_request(struct oci_registry *r, struct req *q, char *url, size_t url_cap
 		 * the connection broke right after: the reader resumes from there) */
 		if (q->stream && x->status >= 200 && x->status < 300 && (!x->done || x->s_len > 0))
 			break;
-		if (!r->scheme_known) {
-			if (x->cc != CURLE_OK && tls_mismatch(x->cc)) {
-				r->scheme_known = true;
-				r->plain_http = true;
-				rebase_url(r, url, url_cap);
-				log_debug("registry speaks plain HTTP", "host", r->host);
-				reg_xfer_free(x);
-				x = NULL;
-				continue;
-			}
-			if (x->cc == CURLE_OK)
-				r->scheme_known = true;
+		if (learn_scheme(r, x, url, url_cap)) {
+			reg_xfer_free(x);
+			x = NULL;
+			continue;
 		}
 		if (x->cc == CURLE_OK && x->status == 401 && !auth_retried) {
 			auth_retried = true;
@@ -582,19 +640,7 @@ int reg_request(struct oci_registry *r, struct req *q, char *url, size_t url_cap
 			continue;
 		}
 		if (x->cc == CURLE_OK && x->status == 401) {
-			if (auth && r->auth == OCI_AUTH_BASIC) {
-				oci_errf(err,
-				         "registry %s rejected the credentials from %s (HTTP 401)",
-				         r->host, r->creds_source);
-			} else if (auth) {
-				oci_errf(err,
-				         "registry %s refused the token issued for '%s' (HTTP 401)",
-				         r->host, scope ? scope : "");
-			} else {
-				reg_describe_status(x, q->method, url, err);
-				oci_err_prefix(err, "not authorized%s",
-				               r->have_creds ? "" : " (no credentials)");
-			}
+			describe_refusal(r, x, q, url, scope, auth != NULL, err);
 			rc = -EACCES;
 			goto out;
 		}
@@ -609,26 +655,10 @@ int reg_request(struct oci_registry *r, struct req *q, char *url, size_t url_cap
 		if (!retryable)
 			break;
 		if (attempt >= r->o.retries) {
-			if (x->cc != CURLE_OK) {
-				reg_describe_cc(r, x, q->method, url, err);
-				rc = reg_cc_errno(x->cc);
-			} else {
-				reg_describe_status(x, q->method, url, err);
-				rc = reg_status_errno(x->status);
-			}
-			if (r->o.retries)
-				oci_err_prefix(err, "giving up after %u attempts", attempt + 1);
+			rc = give_up(r, x, q, url, attempt, err);
 			goto out;
 		}
-		char at[16];
-		snprintf(at, sizeof(at), "%u", attempt + 1);
-		char why[64];
-		if (x->cc != CURLE_OK)
-			snprintf(why, sizeof(why), "%s", curl_easy_strerror(x->cc));
-		else
-			snprintf(why, sizeof(why), "HTTP %ld", x->status);
-		log_warn("registry request failed, retrying", "method", q->method, "url", url,
-		         "error", why, "attempt", at);
+		log_retry(x, q, url, attempt);
 		reg_backoff(r, attempt, x->retry_after);
 		attempt++;
 		reg_xfer_free(x);
