@@ -449,91 +449,75 @@ static int stage_from(struct cli *c, struct capture *k, enum cache_format fmt,
 	return 0;
 }
 
-int cmd_cache_capture(struct cli *c, int argc, char **argv)
+/* Check the flags, open the target and the --from directories, learn the
+ * GPUs and make the workspace. 0 or an exit code, the failure printed. */
+static int capture_start(struct cli *c, struct capture *k, int argc)
 {
-	struct capture k = {0};
 	struct oci_err e = {{0}};
-	enum cache_format fmt = c->build.format;
-	char lower[PATH_MAX] = "";
-	int rc = 0;
-	if (!c->tag_ref || (c->nfrom == 0) == (optind >= argc)) {
-		rc = cli_usage_error(c->cmd, "want -t REF and either a command to run or --from");
-		goto out;
-	}
-	if (c->r.nkeys > 1) {
-		rc = cli_usage_error(c->cmd, "one --key signs; give one");
-		goto out;
-	}
-	if ((rc = cmd_cache_open_ref(c, c->tag_ref, true, &k.tref, &k.trepo)))
-		goto out;
-	if (k.tref.digest) {
-		rc = cli_usage_error(c->cmd, "-t names a tag, not a digest ('%s')", c->tag_ref);
-		goto out;
-	}
+	int rc;
+	if (!c->tag_ref || (c->nfrom == 0) == (optind >= argc))
+		return cli_usage_error(c->cmd, "want -t REF and either a command to run or --from");
+	if (c->r.nkeys > 1)
+		return cli_usage_error(c->cmd, "one --key signs; give one");
+	if ((rc = cmd_cache_open_ref(c, c->tag_ref, true, &k->tref, &k->trepo)))
+		return rc;
+	if (k->tref.digest)
+		return cli_usage_error(c->cmd, "-t names a tag, not a digest ('%s')", c->tag_ref);
 	/* the directories are opened before anything else happens, and only
 	 * once (struct held_dir) */
-	for (unsigned i = 0; i < c->nfrom; i++, k.nheld++) {
-		int hrc = hold_open(&k.held[i], c->from[i], &e);
+	for (unsigned i = 0; i < c->nfrom; i++, k->nheld++) {
+		int hrc = hold_open(&k->held[i], c->from[i], &e);
 		if (hrc) {
-			k.nheld++;
-			rc = cmd_cache_fail(c->cmd, "nothing captured", &e, hrc);
-			goto out;
+			k->nheld++;
+			return cmd_cache_fail(c->cmd, "nothing captured", &e, hrc);
 		}
 	}
-	if (!(k.gpus = load_gpus(c))) {
-		rc = EXIT_FAIL;
-		goto out;
-	}
+	if (!(k->gpus = load_gpus(c)))
+		return EXIT_FAIL;
 	const char *tmp = c->workdir ? c->workdir : getenv("TMPDIR");
-	snprintf(k.root, sizeof(k.root), "%s/gkm-capture-XXXXXX", tmp && *tmp ? tmp : "/tmp");
-	if (!mkdtemp(k.root)) {
+	snprintf(k->root, sizeof(k->root), "%s/gkm-capture-XXXXXX", tmp && *tmp ? tmp : "/tmp");
+	if (!mkdtemp(k->root)) {
 		fprintf(stderr, "%s: cannot create a workspace in %s: %s\n", c->cmd,
 		        tmp && *tmp ? tmp : "/tmp", strerror(errno));
-		k.root[0] = '\0';
-		rc = EXIT_FAIL;
-		goto out;
+		k->root[0] = '\0';
+		return EXIT_FAIL;
 	}
-	if (c->base_ref && (rc = pull_base(c, &k, &fmt, lower)))
-		goto out;
-	if (fmt == CACHE_AUTO)
-		fmt = CACHE_TRITON;
-	/* what was added, checked before anything is packaged; in an upper
-	 * layer, files only touched were copied up: they are left out */
-	struct cache_walk_rules added_rules = c->rules;
-	if (c->base_ref)
-		added_rules.unchanged_from = lower;
+	return 0;
+}
+
+/* Stage the --from directories or run the command in the workspace, then
+ * check what was added (k->added): the caps, some files, the GPUs' kernels.
+ * 0 or an exit code, the failure printed. */
+static int capture_added(struct cli *c, struct capture *k, char **cmd, enum cache_format fmt,
+                         const char *lower, const struct cache_walk_rules *added_rules)
+{
+	struct oci_err e = {{0}};
 	const char *top = NULL;
+	int rc;
 	if (c->nfrom &&
-	    ((rc = check_held(c, &k)) || (rc = stage_from(c, &k, fmt, &added_rules, &top))))
-		goto out;
+	    ((rc = check_held(c, k)) || (rc = stage_from(c, k, fmt, added_rules, &top))))
+		return rc;
 	char wsdir[PATH_MAX / 2 + 16];
-	snprintf(wsdir, sizeof(wsdir), "%s/ws", k.root);
+	snprintf(wsdir, sizeof(wsdir), "%s/ws", k->root);
 	int wrc = mkdir(wsdir, 0755) < 0 ? -errno : 0;
 	if (wrc == 0)
 		wrc = cache_capture_ws_open(wsdir, c->base_ref ? lower : NULL, top,
-		                            geteuid() == 0 && !c->copy, &k.ws, &e);
-	if (wrc) {
-		rc = capture_fail(c, &k, "workspace", &e, wrc);
-		goto out;
-	}
-	k.ws_open = true;
-	if (!c->nfrom && (rc = run_command(c, argv + optind, fmt, k.ws.cache)))
-		goto out;
-	int src = cache_scan_dir(k.ws.added, fmt, &added_rules, c->base_ref != NULL, &k.added, &e);
-	if (src) {
-		rc = capture_fail(c, &k, "nothing captured", &e, src);
-		goto out;
-	}
-	if (k.added.files == 0) {
+		                            geteuid() == 0 && !c->copy, &k->ws, &e);
+	if (wrc)
+		return capture_fail(c, k, "workspace", &e, wrc);
+	k->ws_open = true;
+	if (!c->nfrom && (rc = run_command(c, cmd, fmt, k->ws.cache)))
+		return rc;
+	if ((rc =
+	         cache_scan_dir(k->ws.added, fmt, added_rules, c->base_ref != NULL, &k->added, &e)))
+		return capture_fail(c, k, "nothing captured", &e, rc);
+	if (k->added.files == 0) {
 		fprintf(stderr, "%s: %s added no files to the cache; nothing captured\n", c->cmd,
-		        c->nfrom ? "the --from directories" : argv[optind]);
-		rc = EXIT_FAIL;
-		goto out;
+		        c->nfrom ? "the --from directories" : cmd[0]);
+		return EXIT_FAIL;
 	}
-	if ((src = cache_capture_check_targets(k.added.targets, k.gpus, c->policy_dir, &e))) {
-		rc = capture_fail(c, &k, "nothing captured", &e, src);
-		goto out;
-	}
+	if ((rc = cache_capture_check_targets(k->added.targets, k->gpus, c->policy_dir, &e)))
+		return capture_fail(c, k, "nothing captured", &e, rc);
 	/* a writer the command left running shows between the two walks */
 	if (c->settle_ms) {
 		struct timespec ts = {.tv_sec = c->settle_ms / 1000,
@@ -541,11 +525,19 @@ int cmd_cache_capture(struct cli *c, int argc, char **argv)
 		while (nanosleep(&ts, &ts) < 0 && errno == EINTR)
 			;
 	}
+	return 0;
+}
 
-	/* package: one layer on the base's, or the whole tree in one layer */
-	bool layered = c->base_ref && !c->squash;
+/* Package what was added: one layer on the base's, or the whole tree in
+ * one layer; then push it, unless the tree changed between the walks or a
+ * --from directory moved. 0 or an exit code, the failure printed. */
+static int capture_package(struct cli *c, struct capture *k, enum cache_format fmt,
+                           const struct cache_walk_rules *added_rules, bool layered)
+{
+	struct oci_err e = {{0}};
 	struct cache_build_opts o = c->build;
 	struct cache_walk_rules whole_rules = c->rules;
+	int rc;
 	o.format = fmt;
 	o.extra_labels = c->labels;
 	o.platform = c->platform;
@@ -554,37 +546,52 @@ int cmd_cache_capture(struct cli *c, int argc, char **argv)
 	if (!c->base_ref || !c->squash)
 		o.list_files = CACHE_CAPTURE_LISTED;
 	if (layered) {
-		if ((src = cache_scan_dir(k.ws.cache, fmt, NULL, false, &k.whole, &e))) {
-			rc = capture_fail(c, &k, "nothing captured", &e, src);
-			goto out;
-		}
-		o.rules = &added_rules;
-		o.base = &k.base;
-		o.base_repo = k.brepo;
-		o.image_meta = &k.whole;
+		if ((rc = cache_scan_dir(k->ws.cache, fmt, NULL, false, &k->whole, &e)))
+			return capture_fail(c, k, "nothing captured", &e, rc);
+		o.rules = added_rules;
+		o.base = &k->base;
+		o.base_repo = k->brepo;
+		o.image_meta = &k->whole;
 	} else {
 		o.rules = &whole_rules;
 	}
-	const char *dir = layered ? k.ws.added : k.ws.cache;
-	if ((src = cache_build_layer(dir, &o, &k.res, &e))) {
-		rc = capture_fail(c, &k, "nothing captured", &e, src);
-		goto out;
-	}
-	if (dir == k.ws.added && !same_walk(&k.added, &k.res.meta)) {
+	const char *dir = layered ? k->ws.added : k->ws.cache;
+	if ((rc = cache_build_layer(dir, &o, &k->res, &e)))
+		return capture_fail(c, k, "nothing captured", &e, rc);
+	if (dir == k->ws.added && !same_walk(&k->added, &k->res.meta)) {
 		fprintf(stderr,
 		        "%s: nothing captured: the cache directory changed while it was captured "
 		        "(%" PRIu64 " files, then %" PRIu64 "): something is still writing it\n",
-		        c->cmd, k.added.files, k.res.meta.files);
-		rc = EXIT_FAIL;
-		goto out;
+		        c->cmd, k->added.files, k->res.meta.files);
+		return EXIT_FAIL;
 	}
 	/* the last moment before anything leaves the machine */
-	if (c->nfrom && (rc = check_held(c, &k)))
+	if (c->nfrom && (rc = check_held(c, k)))
+		return rc;
+	if ((rc = cache_build_push(&o, &k->res, k->trepo, k->tref.tag, &e)))
+		return cmd_cache_fail(c->cmd, "cannot push the capture", &e, rc);
+	return 0;
+}
+
+int cmd_cache_capture(struct cli *c, int argc, char **argv)
+{
+	struct capture k = {0};
+	enum cache_format fmt = c->build.format;
+	char lower[PATH_MAX] = "";
+	int rc = capture_start(c, &k, argc);
+	if (rc || (c->base_ref && (rc = pull_base(c, &k, &fmt, lower))))
 		goto out;
-	if ((src = cache_build_push(&o, &k.res, k.trepo, k.tref.tag, &e))) {
-		rc = cmd_cache_fail(c->cmd, "cannot push the capture", &e, src);
+	if (fmt == CACHE_AUTO)
+		fmt = CACHE_TRITON;
+	/* what was added, checked before anything is packaged; in an upper
+	 * layer, files only touched were copied up: they are left out */
+	struct cache_walk_rules added_rules = c->rules;
+	if (c->base_ref)
+		added_rules.unchanged_from = lower;
+	bool layered = c->base_ref && !c->squash;
+	if ((rc = capture_added(c, &k, argv + optind, fmt, lower, &added_rules)) ||
+	    (rc = capture_package(c, &k, fmt, &added_rules, layered)))
 		goto out;
-	}
 	size_t layers = layered ? k.base.manifest.n_layers + 1 : 1;
 	cmd_cache_print_built(
 	    c, "Captured", &k.tref, &k.res, layered ? &k.whole : NULL,

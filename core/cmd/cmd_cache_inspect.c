@@ -126,164 +126,212 @@ static const struct option inspect_opts[] = {
     {0, 0, 0, 0},
 };
 
+/* What inspect learned about one image, gathered before anything is printed. */
+struct inspect {
+	const char *refstr;
+	struct oci_ref ref;
+	struct oci_repo *repo;
+	struct oci_image img;
+	enum cache_format fmt;
+	const char *sum_s, *entries, *size, *created; /* labels, borrowed from img */
+	cJSON *summary;                               /* sum_s parsed (NULL: not JSON) */
+	bool scanned;
+	struct cache_meta meta; /* the layers' scan */
+	cJSON *kernels;
+	struct cmd_cache_sigs sigs;
+	char sigbuf[700];
+};
+
+static void inspect_clear(struct inspect *in)
+{
+	oci_sig_found_clear(&in->sigs.found);
+	cJSON_Delete(in->summary);
+	cJSON_Delete(in->kernels);
+	cache_meta_clear(&in->meta);
+	oci_image_clear(&in->img);
+	oci_repo_free(in->repo);
+	oci_ref_clear(&in->ref);
+}
+
+/* Read every layer (digest-checked) into in->meta. 0 or an exit code. */
+static int inspect_scan(struct cli *c, struct inspect *in)
+{
+	struct oci_err e = {{0}};
+	for (size_t i = 0; i < in->img.manifest.n_layers; i++) {
+		struct oci_blob_reader *r = NULL;
+		char what[32];
+		snprintf(what, sizeof(what), "layer %zu", i);
+		int lrc = oci_repo_blob_open(in->repo, &in->img.manifest.layers[i], what, &r, &e);
+		if (lrc == 0) {
+			lrc = cache_scan_layer(r, &in->meta, NULL, &e);
+			oci_blob_close(r);
+		}
+		if (lrc)
+			return cmd_cache_fail(c->cmd, in->refstr, &e, lrc);
+	}
+	in->scanned = true;
+	in->kernels = all_kernels(&in->meta);
+	return 0;
+}
+
+/* Fetch the image, read its labels, scan its layers when they are small
+ * (or --entries) and check its signatures. 0 or an exit code. */
+static int inspect_gather(struct cli *c, struct inspect *in)
+{
+	struct oci_err e = {{0}};
+	struct oci_image *img = &in->img;
+	int rc = cmd_cache_open_ref(c, in->refstr, false, &in->ref, &in->repo);
+	if (rc)
+		return rc;
+	if ((rc =
+	         oci_repo_fetch_image(in->repo, oci_ref_reference(&in->ref), c->platform, img, &e)))
+		return cmd_cache_fail(c->cmd, in->refstr, &e, rc);
+	in->fmt = cmd_cache_format_of(&img->config);
+	in->sum_s = label_of(&img->config, in->fmt, "summary");
+	in->summary = in->sum_s ? cJSON_Parse(in->sum_s) : NULL;
+	uint64_t layer_bytes = 0;
+	for (size_t i = 0; i < img->manifest.n_layers; i++)
+		layer_bytes += (uint64_t)img->manifest.layers[i].size;
+	if (cache_meta_init(&in->meta, in->fmt))
+		return EXIT_FAIL;
+	if ((c->entries || layer_bytes <= INSPECT_SCAN_MAX) && img->manifest.n_layers > 0 &&
+	    (rc = inspect_scan(c, in)))
+		return rc;
+	if (!c->no_sigs)
+		cmd_cache_sig_check(c, in->repo, img->top_digest, &in->sigs);
+	in->entries = label_of(&img->config, in->fmt, "entry-count");
+	in->size = label_of(&img->config, in->fmt, "cache-size-bytes");
+	const cJSON *cr = cJSON_GetObjectItemCaseSensitive(img->config.root, "created");
+	if (cJSON_IsString(cr))
+		in->created = cr->valuestring;
+	cmd_cache_sig_summary(&in->sigs, in->sigbuf, sizeof(in->sigbuf));
+	return 0;
+}
+
+static void add_scan_json(cJSON *o, const struct inspect *in)
+{
+	const struct cache_meta *meta = &in->meta;
+	cJSON *sc = cJSON_AddObjectToObject(o, "scan");
+	cJSON_AddNumberToObject(sc, "files", (double)meta->files);
+	cJSON_AddNumberToObject(sc, "bytes", (double)meta->bytes);
+	cJSON_AddNumberToObject(sc, "entries", (double)meta->entries);
+	cJSON_AddItemToObject(sc, "targets", cJSON_Duplicate(meta->targets, 1));
+	cJSON_AddItemToObject(sc, "kernels", cJSON_Duplicate(in->kernels, 1));
+	cJSON *g = cJSON_AddObjectToObject(sc, "groupFiles");
+	cJSON_AddNumberToObject(g, "total", (double)meta->groups);
+	cJSON_AddNumberToObject(g, "absolute", (double)meta->abs_groups);
+	if (meta->abs_groups)
+		cJSON_AddStringToObject(g, "buildRoot", meta->abs_group_root);
+}
+
+static void add_sigs_json(cJSON *o, const struct inspect *in)
+{
+	const struct cmd_cache_sigs *sigs = &in->sigs;
+	cJSON *sg = cJSON_AddObjectToObject(o, "signatures");
+	cJSON_AddBoolToObject(sg, "checked", sigs->looked);
+	if (sigs->looked && sigs->rc == 0) {
+		cJSON_AddNumberToObject(sg, "found", (double)sigs->found.n);
+		cJSON_AddNumberToObject(sg, "simpleSigning", (double)sigs->found.n_simple);
+		cJSON_AddNumberToObject(sg, "bundles", (double)sigs->found.n_bundle);
+		cJSON_AddBoolToObject(sg, "referrersAPI", sigs->found.referrers_api);
+	}
+	if (sigs->verified_tried)
+		cJSON_AddBoolToObject(sg, "verified", sigs->verify_rc == 0);
+	else
+		cJSON_AddNullToObject(sg, "verified");
+	cJSON_AddStringToObject(sg, "state", in->sigbuf);
+}
+
+static void print_inspect_json(const struct inspect *in)
+{
+	const struct oci_image *img = &in->img;
+	cJSON *o = cJSON_CreateObject();
+	cJSON_AddStringToObject(o, "reference", in->refstr);
+	cJSON_AddStringToObject(o, "digest", img->top_digest);
+	cJSON_AddStringToObject(o, "manifestDigest", img->desc.digest);
+	cJSON_AddStringToObject(o, "mediaType", img->top_media_type);
+	cJSON_AddStringToObject(o, "format",
+	                        in->fmt == CACHE_AUTO ? "unknown" : cache_format_name(in->fmt));
+	if (in->created)
+		cJSON_AddStringToObject(o, "created", in->created);
+	const cJSON *labels = oci_config_labels(&img->config);
+	cJSON_AddItemToObject(o, "labels",
+	                      labels ? cJSON_Duplicate(labels, 1) : cJSON_CreateObject());
+	cJSON_AddNumberToObject(o, "entryCount", in->entries ? strtod(in->entries, NULL) : 0);
+	cJSON_AddNumberToObject(o, "cacheSizeBytes", in->size ? strtod(in->size, NULL) : 0);
+	cJSON *t = in->summary ? cJSON_GetObjectItemCaseSensitive(in->summary, "targets") : NULL;
+	cJSON_AddItemToObject(o, "targets", t ? cJSON_Duplicate(t, 1) : cJSON_CreateArray());
+	cJSON *ls = cJSON_AddArrayToObject(o, "layers");
+	for (size_t i = 0; i < img->manifest.n_layers; i++)
+		cJSON_AddItemToArray(ls, oci_desc_to_json(&img->manifest.layers[i]));
+	if (in->scanned)
+		add_scan_json(o, in);
+	add_sigs_json(o, in);
+	cli_print_json(o);
+}
+
+static void print_layers(const struct inspect *in)
+{
+	char hs[32];
+	printf("Layers:\n  %-2s %-48s %-10s %s\n", "#", "MEDIA TYPE", "SIZE", "DIGEST");
+	for (size_t i = 0; i < in->img.manifest.n_layers; i++) {
+		const struct oci_desc *l = &in->img.manifest.layers[i];
+		cmd_cache_human((uint64_t)l->size, hs, sizeof(hs));
+		printf("  %-2zu %-48s %-10s %s\n", i, l->media_type, hs, l->digest);
+	}
+	if (in->scanned) {
+		cmd_cache_human(in->meta.bytes, hs, sizeof(hs));
+		printf("Layer scan:   %" PRIu64 " files, %s, %" PRIu64 " entries\n", in->meta.files,
+		       hs, in->meta.entries);
+		if (cJSON_GetArraySize(in->kernels) > 0)
+			print_kernels(in->kernels);
+		cmd_cache_print_groups(&in->meta, stdout);
+	} else {
+		printf("Layer scan:   skipped (layers over 64 MiB; use --entries)\n");
+	}
+}
+
+static void print_inspect_table(const struct inspect *in)
+{
+	const struct oci_image *img = &in->img;
+	char hs[32];
+	printf("Image:        %s\nDigest:       %s\n", in->refstr, img->top_digest);
+	if (strcmp(img->top_digest, img->desc.digest) != 0)
+		printf("Manifest:     %s (picked from the index)\n", img->desc.digest);
+	printf("Format:       %s\n",
+	       in->fmt == CACHE_AUTO ? "unknown (no cache labels)" : cache_format_name(in->fmt));
+	if (in->created)
+		printf("Created:      %s\n", in->created);
+	if (in->entries)
+		printf("Entries:      %s\n", in->entries);
+	if (in->size) {
+		cmd_cache_human((uint64_t)strtoull(in->size, NULL, 10), hs, sizeof(hs));
+		printf("Cache size:   %s (%s bytes)\n", hs, in->size);
+	}
+	const cJSON *t =
+	    in->summary ? cJSON_GetObjectItemCaseSensitive(in->summary, "targets") : NULL;
+	if (t)
+		print_targets(t);
+	else if (in->sum_s)
+		printf("Summary:      %s (not valid JSON)\n", in->sum_s);
+	print_layers(in);
+	printf("Signatures:   %s\n", in->sigbuf);
+}
+
 static int cache_inspect_cmd(struct cli *c, int argc, char **argv)
 {
-	struct oci_ref ref = {0};
-	struct oci_repo *repo = NULL;
-	struct oci_image img = {0};
-	struct cache_meta meta = {0};
-	struct cmd_cache_sigs sigs = {0};
-	struct oci_err e = {{0}};
-	cJSON *summary = NULL, *kernels = NULL;
-	bool scanned = false;
-	int rc = 0;
-	if (optind + 1 != argc) {
-		rc = cli_usage_error(c->cmd, "want one image reference");
-		goto out;
-	}
-	if ((rc = cmd_cache_open_ref(c, argv[optind], false, &ref, &repo)))
-		goto out;
-	int frc = oci_repo_fetch_image(repo, oci_ref_reference(&ref), c->platform, &img, &e);
-	if (frc) {
-		rc = cmd_cache_fail(c->cmd, argv[optind], &e, frc);
-		goto out;
-	}
-	enum cache_format fmt = cmd_cache_format_of(&img.config);
-	const char *sum_s = label_of(&img.config, fmt, "summary");
-	summary = sum_s ? cJSON_Parse(sum_s) : NULL;
-	uint64_t layer_bytes = 0;
-	for (size_t i = 0; i < img.manifest.n_layers; i++)
-		layer_bytes += (uint64_t)img.manifest.layers[i].size;
-	if (cache_meta_init(&meta, fmt)) {
-		rc = EXIT_FAIL;
-		goto out;
-	}
-	if ((c->entries || layer_bytes <= INSPECT_SCAN_MAX) && img.manifest.n_layers > 0) {
-		for (size_t i = 0; i < img.manifest.n_layers; i++) {
-			struct oci_blob_reader *r = NULL;
-			char what[32];
-			snprintf(what, sizeof(what), "layer %zu", i);
-			int lrc = oci_repo_blob_open(repo, &img.manifest.layers[i], what, &r, &e);
-			if (lrc == 0) {
-				lrc = cache_scan_layer(r, &meta, NULL, &e);
-				oci_blob_close(r);
-			}
-			if (lrc) {
-				rc = cmd_cache_fail(c->cmd, argv[optind], &e, lrc);
-				goto out;
-			}
-		}
-		scanned = true;
-		kernels = all_kernels(&meta);
-	}
-	if (!c->no_sigs)
-		cmd_cache_sig_check(c, repo, img.top_digest, &sigs);
-	const char *entries = label_of(&img.config, fmt, "entry-count");
-	const char *size = label_of(&img.config, fmt, "cache-size-bytes");
-	const char *created = NULL;
-	const cJSON *cr = cJSON_GetObjectItemCaseSensitive(img.config.root, "created");
-	if (cJSON_IsString(cr))
-		created = cr->valuestring;
-	char sigbuf[700];
-	cmd_cache_sig_summary(&sigs, sigbuf, sizeof(sigbuf));
-	if (strcmp(c->output, "json") == 0) {
-		cJSON *o = cJSON_CreateObject();
-		cJSON_AddStringToObject(o, "reference", argv[optind]);
-		cJSON_AddStringToObject(o, "digest", img.top_digest);
-		cJSON_AddStringToObject(o, "manifestDigest", img.desc.digest);
-		cJSON_AddStringToObject(o, "mediaType", img.top_media_type);
-		cJSON_AddStringToObject(o, "format",
-		                        fmt == CACHE_AUTO ? "unknown" : cache_format_name(fmt));
-		if (created)
-			cJSON_AddStringToObject(o, "created", created);
-		const cJSON *labels = oci_config_labels(&img.config);
-		cJSON_AddItemToObject(o, "labels",
-		                      labels ? cJSON_Duplicate(labels, 1) : cJSON_CreateObject());
-		cJSON_AddNumberToObject(o, "entryCount", entries ? strtod(entries, NULL) : 0);
-		cJSON_AddNumberToObject(o, "cacheSizeBytes", size ? strtod(size, NULL) : 0);
-		cJSON *t = summary ? cJSON_GetObjectItemCaseSensitive(summary, "targets") : NULL;
-		cJSON_AddItemToObject(o, "targets",
-		                      t ? cJSON_Duplicate(t, 1) : cJSON_CreateArray());
-		cJSON *ls = cJSON_AddArrayToObject(o, "layers");
-		for (size_t i = 0; i < img.manifest.n_layers; i++)
-			cJSON_AddItemToArray(ls, oci_desc_to_json(&img.manifest.layers[i]));
-		if (scanned) {
-			cJSON *sc = cJSON_AddObjectToObject(o, "scan");
-			cJSON_AddNumberToObject(sc, "files", (double)meta.files);
-			cJSON_AddNumberToObject(sc, "bytes", (double)meta.bytes);
-			cJSON_AddNumberToObject(sc, "entries", (double)meta.entries);
-			cJSON_AddItemToObject(sc, "targets", cJSON_Duplicate(meta.targets, 1));
-			cJSON_AddItemToObject(sc, "kernels", cJSON_Duplicate(kernels, 1));
-			cJSON *g = cJSON_AddObjectToObject(sc, "groupFiles");
-			cJSON_AddNumberToObject(g, "total", (double)meta.groups);
-			cJSON_AddNumberToObject(g, "absolute", (double)meta.abs_groups);
-			if (meta.abs_groups)
-				cJSON_AddStringToObject(g, "buildRoot", meta.abs_group_root);
-		}
-		cJSON *sg = cJSON_AddObjectToObject(o, "signatures");
-		cJSON_AddBoolToObject(sg, "checked", sigs.looked);
-		if (sigs.looked && sigs.rc == 0) {
-			cJSON_AddNumberToObject(sg, "found", (double)sigs.found.n);
-			cJSON_AddNumberToObject(sg, "simpleSigning", (double)sigs.found.n_simple);
-			cJSON_AddNumberToObject(sg, "bundles", (double)sigs.found.n_bundle);
-			cJSON_AddBoolToObject(sg, "referrersAPI", sigs.found.referrers_api);
-		}
-		if (sigs.verified_tried)
-			cJSON_AddBoolToObject(sg, "verified", sigs.verify_rc == 0);
+	if (optind + 1 != argc)
+		return cli_usage_error(c->cmd, "want one image reference");
+	struct inspect in = {.refstr = argv[optind]};
+	int rc = inspect_gather(c, &in);
+	if (rc == 0) {
+		if (strcmp(c->output, "json") == 0)
+			print_inspect_json(&in);
 		else
-			cJSON_AddNullToObject(sg, "verified");
-		cJSON_AddStringToObject(sg, "state", sigbuf);
-		cli_print_json(o);
-	} else {
-		char hs[32];
-		printf("Image:        %s\nDigest:       %s\n", argv[optind], img.top_digest);
-		if (strcmp(img.top_digest, img.desc.digest) != 0)
-			printf("Manifest:     %s (picked from the index)\n", img.desc.digest);
-		printf("Format:       %s\n",
-		       fmt == CACHE_AUTO ? "unknown (no cache labels)" : cache_format_name(fmt));
-		if (created)
-			printf("Created:      %s\n", created);
-		if (entries)
-			printf("Entries:      %s\n", entries);
-		if (size) {
-			cmd_cache_human((uint64_t)strtoull(size, NULL, 10), hs, sizeof(hs));
-			printf("Cache size:   %s (%s bytes)\n", hs, size);
-		}
-		const cJSON *t =
-		    summary ? cJSON_GetObjectItemCaseSensitive(summary, "targets") : NULL;
-		if (t)
-			print_targets(t);
-		else if (sum_s)
-			printf("Summary:      %s (not valid JSON)\n", sum_s);
-		printf("Layers:\n  %-2s %-48s %-10s %s\n", "#", "MEDIA TYPE", "SIZE", "DIGEST");
-		for (size_t i = 0; i < img.manifest.n_layers; i++) {
-			const struct oci_desc *l = &img.manifest.layers[i];
-			cmd_cache_human((uint64_t)l->size, hs, sizeof(hs));
-			printf("  %-2zu %-48s %-10s %s\n", i, l->media_type, hs, l->digest);
-		}
-		if (scanned) {
-			cmd_cache_human(meta.bytes, hs, sizeof(hs));
-			printf("Layer scan:   %" PRIu64 " files, %s, %" PRIu64 " entries\n",
-			       meta.files, hs, meta.entries);
-			if (cJSON_GetArraySize(kernels) > 0)
-				print_kernels(kernels);
-			cmd_cache_print_groups(&meta, stdout);
-		} else {
-			printf("Layer scan:   skipped (layers over 64 MiB; use --entries)\n");
-		}
-		printf("Signatures:   %s\n", sigbuf);
+			print_inspect_table(&in);
+		rc = in.sigs.verified_tried && in.sigs.verify_rc ? EXIT_FAIL : EXIT_OK;
 	}
-	rc = EXIT_OK;
-	if (sigs.verified_tried && sigs.verify_rc)
-		rc = EXIT_FAIL;
-out:
-	oci_sig_found_clear(&sigs.found);
-	cJSON_Delete(summary);
-	cJSON_Delete(kernels);
-	cache_meta_clear(&meta);
-	oci_image_clear(&img);
-	oci_repo_free(repo);
-	oci_ref_clear(&ref);
+	inspect_clear(&in);
 	return rc;
 }
 
