@@ -274,10 +274,8 @@ static bool role_takes(enum role r, int opt)
 	}
 }
 
-static int parse(struct dflags *f, int argc, char **argv, const char *usage)
+static void set_defaults(struct dflags *f)
 {
-	unsigned long long v;
-	int c, rc;
 	const char *env;
 	host_name(f->node, sizeof(f->node));
 	if ((env = getenv("NODE_NAME")) && obj_valid_name(env))
@@ -298,136 +296,162 @@ static int parse(struct dflags *f, int argc, char **argv, const char *usage)
 	f->ao.root = "/var/lib/gkm";
 	f->ao.run_dir = "/run/gkm";
 	cli_registry_init(&f->reg, false);
+}
+
+/* The flag parsers below take one flag each: 0 taken, EXIT_USAGE when its
+ * value is wrong (said), -1 when it is not one of theirs. */
+
+/* Where the objects and the policies come from, and the health endpoint. */
+static int objects_flag(struct dflags *f, int opt, const char *arg)
+{
+	unsigned long long v;
+	switch (opt) {
+	case OPT_STATE:
+		f->state = arg;
+		return 0;
+	case OPT_KUBECONFIG:
+		f->kubeconfig = arg;
+		return 0;
+	case OPT_CONTEXT:
+		f->context = arg;
+		return 0;
+	case OPT_NAMESPACE:
+		if (!obj_valid_label(arg))
+			return cli_usage_error(f->cmd, "--namespace '%s' is not a namespace name",
+			                       arg);
+		f->ns = arg;
+		return 0;
+	case OPT_POLICY_CM:
+		if (!obj_valid_name(arg))
+			return cli_usage_error(f->cmd,
+			                       "--policy-configmap '%s' is not a valid name", arg);
+		f->policy_cm = arg;
+		return 0;
+	case OPT_POLL:
+		if (cli_parse_u64(arg, 60000, &v) != 0 || v < 10)
+			return cli_usage_error(f->cmd, "--poll-ms wants 10 to 60000, got '%s'",
+			                       arg);
+		f->poll_ms = (unsigned)v;
+		return 0;
+	case OPT_POLICY_DIR:
+		f->policy_dir = arg;
+		return 0;
+	case OPT_HEALTH:
+		f->health_listen = arg; /* "": none */
+		return 0;
+	case OPT_GLOBAL_CREDS:
+		if (!pull_secret_global_valid(arg))
+			return cli_usage_error(f->cmd,
+			                       "--global-credentials-namespaces '%s': want "
+			                       "namespace names separated by commas, or *",
+			                       arg);
+		f->global_creds = arg;
+		return 0;
+	default:
+		return -1;
+	}
+}
+
+/* The node agent's: this node, its GPUs, its store and pulls. */
+static int node_flag(struct dflags *f, int opt, const char *arg)
+{
+	unsigned long long v;
+	switch (opt) {
+	case OPT_NODE:
+		if (!obj_valid_name(arg))
+			return cli_usage_error(f->cmd, "--node '%s' is not a valid node name", arg);
+		snprintf(f->node, sizeof(f->node), "%s", arg);
+		return 0;
+	case OPT_ROOT:
+		f->ao.root = arg;
+		return 0;
+	case OPT_RUN_DIR:
+		f->ao.run_dir = arg;
+		return 0;
+	case OPT_GPU_SOURCE:
+		if (strcmp(arg, "auto") && strcmp(arg, "nvml") && strcmp(arg, "rocm") &&
+		    strcmp(arg, "file"))
+			return cli_usage_error(f->cmd,
+			                       "--gpu-source wants auto, nvml, rocm or file");
+		f->ao.gpu_source = arg;
+		return 0;
+	case OPT_GPU_FILE:
+		f->ao.gpu_file = arg;
+		return 0;
+	case OPT_SYSFS:
+		f->ao.sysfs_root = arg;
+		return 0;
+	case OPT_NVML:
+		f->ao.nvml_lib = arg;
+		return 0;
+	case OPT_MAX_PULLS:
+		if (cli_parse_u64(arg, 64, &v) != 0 || v == 0)
+			return cli_usage_error(f->cmd, "--max-pulls wants 1 to 64, got '%s'", arg);
+		f->ao.max_pulls = (unsigned)v;
+		return 0;
+	default:
+		return -1;
+	}
+}
+
+/* Trust, and the operator's: leadership, digests, KServe, pull Secrets. */
+static int operator_flag(struct dflags *f, int opt, const char *arg)
+{
+	int rc;
+	switch (opt) {
+	case OPT_TRUST_DIR:
+		f->trust_dir = arg;
+		return 0;
+	case OPT_VERIFY:
+		return parse_bool(f->cmd, "--verify-enabled", arg, &f->verify);
+	case OPT_LEADER:
+		return parse_bool(f->cmd, "--leader-elect", arg, &f->leader_elect);
+	case OPT_IDENTITY:
+		f->identity = arg;
+		return 0;
+	case OPT_RESOLVE:
+		if ((rc = parse_bool(f->cmd, "--resolve-digests", arg, &f->resolve_digests)))
+			return rc;
+		f->resolve_set = true;
+		return 0;
+	case OPT_KSERVE:
+		return parse_bool(f->cmd, "--kserve", arg, &f->kserve);
+	case OPT_AGENT_SA: {
+		const char *sl = strchr(arg, '/');
+		char ns[64];
+		snprintf(ns, sizeof(ns), "%.*s", sl ? (int)(sl - arg) : 0, arg);
+		if (!sl || !obj_valid_label(ns) || !obj_valid_name(sl + 1))
+			return cli_usage_error(
+			    f->cmd, "--agent-service-account '%s': want NAMESPACE/NAME", arg);
+		f->agent_sa = arg;
+		return 0;
+	}
+	case OPT_LEASE:
+		if (!obj_valid_name(arg))
+			return cli_usage_error(f->cmd, "--lease-name '%s' is not a valid name",
+			                       arg);
+		f->lease_name = arg;
+		return 0;
+	default:
+		return -1;
+	}
+}
+
+static int parse(struct dflags *f, int argc, char **argv, const char *usage)
+{
+	int c, rc;
+	set_defaults(f);
 	cli_reset();
 	int exit_code;
 	while ((c = cli_next(argc, argv, "h", all_opts, f->cmd, usage, &exit_code)) != -1) {
 		if (c >= CLI_OPT_FIRST_FREE && c < CLI_OPT_AUTHFILE && !role_takes(f->role, c))
 			return cli_usage_error(f->cmd, "unknown flag '%s' for this command",
 			                       argv[optind - 1]);
-		switch (c) {
-		case OPT_STATE:
-			f->state = optarg;
-			break;
-		case OPT_KUBECONFIG:
-			f->kubeconfig = optarg;
-			break;
-		case OPT_CONTEXT:
-			f->context = optarg;
-			break;
-		case OPT_NAMESPACE:
-			if (!obj_valid_label(optarg))
-				return cli_usage_error(
-				    f->cmd, "--namespace '%s' is not a namespace name", optarg);
-			f->ns = optarg;
-			break;
-		case OPT_POLICY_CM:
-			if (!obj_valid_name(optarg))
-				return cli_usage_error(
-				    f->cmd, "--policy-configmap '%s' is not a valid name", optarg);
-			f->policy_cm = optarg;
-			break;
-		case OPT_POLL:
-			if (cli_parse_u64(optarg, 60000, &v) != 0 || v < 10)
-				return cli_usage_error(
-				    f->cmd, "--poll-ms wants 10 to 60000, got '%s'", optarg);
-			f->poll_ms = (unsigned)v;
-			break;
-		case OPT_POLICY_DIR:
-			f->policy_dir = optarg;
-			break;
-		case OPT_HEALTH:
-			f->health_listen = optarg; /* "": none */
-			break;
-		case OPT_NODE:
-			if (!obj_valid_name(optarg))
-				return cli_usage_error(
-				    f->cmd, "--node '%s' is not a valid node name", optarg);
-			snprintf(f->node, sizeof(f->node), "%s", optarg);
-			break;
-		case OPT_ROOT:
-			f->ao.root = optarg;
-			break;
-		case OPT_RUN_DIR:
-			f->ao.run_dir = optarg;
-			break;
-		case OPT_GPU_SOURCE:
-			if (strcmp(optarg, "auto") && strcmp(optarg, "nvml") &&
-			    strcmp(optarg, "rocm") && strcmp(optarg, "file"))
-				return cli_usage_error(
-				    f->cmd, "--gpu-source wants auto, nvml, rocm or file");
-			f->ao.gpu_source = optarg;
-			break;
-		case OPT_GPU_FILE:
-			f->ao.gpu_file = optarg;
-			break;
-		case OPT_SYSFS:
-			f->ao.sysfs_root = optarg;
-			break;
-		case OPT_NVML:
-			f->ao.nvml_lib = optarg;
-			break;
-		case OPT_MAX_PULLS:
-			if (cli_parse_u64(optarg, 64, &v) != 0 || v == 0)
-				return cli_usage_error(
-				    f->cmd, "--max-pulls wants 1 to 64, got '%s'", optarg);
-			f->ao.max_pulls = (unsigned)v;
-			break;
-		case OPT_TRUST_DIR:
-			f->trust_dir = optarg;
-			break;
-		case OPT_VERIFY:
-			if ((rc = parse_bool(f->cmd, "--verify-enabled", optarg, &f->verify)))
-				return rc;
-			break;
-		case OPT_LEADER:
-			if ((rc = parse_bool(f->cmd, "--leader-elect", optarg, &f->leader_elect)))
-				return rc;
-			break;
-		case OPT_IDENTITY:
-			f->identity = optarg;
-			break;
-		case OPT_RESOLVE:
-			if ((rc = parse_bool(f->cmd, "--resolve-digests", optarg,
-			                     &f->resolve_digests)))
-				return rc;
-			f->resolve_set = true;
-			break;
-		case OPT_KSERVE:
-			if ((rc = parse_bool(f->cmd, "--kserve", optarg, &f->kserve)))
-				return rc;
-			break;
-		case OPT_AGENT_SA: {
-			const char *sl = strchr(optarg, '/');
-			char ns[64];
-			snprintf(ns, sizeof(ns), "%.*s", sl ? (int)(sl - optarg) : 0, optarg);
-			if (!sl || !obj_valid_label(ns) || !obj_valid_name(sl + 1))
-				return cli_usage_error(
-				    f->cmd, "--agent-service-account '%s': want NAMESPACE/NAME",
-				    optarg);
-			f->agent_sa = optarg;
-			break;
-		}
-		case OPT_GLOBAL_CREDS:
-			if (!pull_secret_global_valid(optarg))
-				return cli_usage_error(f->cmd,
-				                       "--global-credentials-namespaces '%s': want "
-				                       "namespace names separated by commas, or *",
-				                       optarg);
-			f->global_creds = optarg;
-			break;
-		case OPT_LEASE:
-			if (!obj_valid_name(optarg))
-				return cli_usage_error(
-				    f->cmd, "--lease-name '%s' is not a valid name", optarg);
-			f->lease_name = optarg;
-			break;
-		default:
-			rc = cli_registry_flag(&f->reg, c, optarg, f->cmd);
-			if (rc < 0)
-				return EXIT_USAGE;
-			if (rc > 0)
-				break;
-		}
+		if ((rc = objects_flag(f, c, optarg)) < 0 && (rc = node_flag(f, c, optarg)) < 0 &&
+		    (rc = operator_flag(f, c, optarg)) < 0)
+			rc = cli_registry_flag(&f->reg, c, optarg, f->cmd) < 0 ? EXIT_USAGE : 0;
+		if (rc)
+			return rc;
 	}
 	if (exit_code >= 0)
 		return exit_code == EXIT_OK ? -1 : EXIT_USAGE;
@@ -649,10 +673,149 @@ static void ready_tick(struct loop *l, void *ud)
 	loop_add_timer(l, 1000, ready_tick, d);
 }
 
+/* The objects: a state directory (gkm up) or the API server. 0 or -1, said. */
+static int open_objects(struct daemon *d)
+{
+	struct dflags *f = d->f;
+	char err[1024];
+	int rc;
+	if (f->role != ROLE_UP) {
+		if (objstore_kube_new(f->kubeconfig, f->context, d->loop,
+		                      f->role == ROLE_AGENT ? "gkm-agent" : "gkm-operator", f->node,
+		                      &d->os, err, sizeof(err)) != 0) {
+			fprintf(stderr, "%s: cannot reach the Kubernetes API: %s\n", f->cmd, err);
+			return -1;
+		}
+		return 0;
+	}
+	snprintf(d->run_dir, sizeof(d->run_dir), "%s/run", f->state);
+	f->ao.root = f->state;
+	f->ao.run_dir = d->run_dir;
+	if ((rc = fsutil_mkdirs(d->run_dir, 0755)) ||
+	    (rc = objstore_file_new(f->state, d->loop, f->poll_ms, &d->os))) {
+		fprintf(stderr, "%s: cannot use state directory %s: %s\n", f->cmd, f->state,
+		        strerror(-rc));
+		return -1;
+	}
+	return 0;
+}
+
+/* The policies: --policy-dir, or the ConfigMap watched (gkm up: its state
+ * directory's). A broken bundle at start-up is fatal; later reloads are
+ * not. 0 or -1, said. */
+static int start_policies(struct daemon *d)
+{
+	struct dflags *f = d->f;
+	char err[1024], status_file[700] = "";
+	int rc;
+	if (f->role == ROLE_UP)
+		snprintf(status_file, sizeof(status_file), "%s/policy-status.json", f->state);
+	if (policy_watch_start(d->loop, &d->slot, f->policy_dir, 2000, status_file, on_policies, d,
+	                       &d->pw, err, sizeof(err)) != 0) {
+		fprintf(stderr, "%s: policies refused at start-up: %s\n", f->cmd, err);
+		return -1;
+	}
+	if (f->role == ROLE_UP || f->policy_dir)
+		return 0;
+	char sel[300];
+	snprintf(sel, sizeof(sel), "metadata.name=%s", f->policy_cm);
+	struct objstore_watch cw = {.api_version = "v1",
+	                            .kind = "ConfigMap",
+	                            .namespace_ = f->ns,
+	                            .field_selector = sel,
+	                            .on_event = on_policy_cm,
+	                            .ud = d};
+	if ((rc = d->os->ops->watch(d->os, &cw))) {
+		fprintf(stderr, "%s: cannot watch ConfigMap %s/%s: %s\n", f->cmd, f->ns,
+		        f->policy_cm, strerror(-rc));
+		return -1;
+	}
+	return 0;
+}
+
+/* The operator of gkm operator: at once, or when this replica leads. */
+static int start_operator_role(struct daemon *d)
+{
+	struct dflags *f = d->f;
+	if (!f->leader_elect) {
+		start_operator_on_loop(d->loop, d);
+		return 0;
+	}
+	struct kube_lease_opts lo = {.ns = f->ns,
+	                             .name = f->lease_name,
+	                             .identity = f->identity,
+	                             .on_started = lease_started,
+	                             .on_stopped = lease_stopped,
+	                             .ud = d};
+	int rc = kube_lease_start(objstore_kube_client(d->os), &lo, &d->lease);
+	if (rc)
+		fprintf(stderr, "%s: cannot start leader election: %s\n", f->cmd, strerror(-rc));
+	return rc ? -1 : 0;
+}
+
+/* The control loops the role runs. 0 or -1, said. */
+static int start_loops(struct daemon *d)
+{
+	struct dflags *f = d->f;
+	int rc;
+	if (f->role & ROLE_AGENT) {
+		f->ao.node = f->node;
+		f->ao.global_credentials = f->global_creds;
+		f->ao.trust = d->trust;
+		f->ao.registry = &f->reg.reg;
+		f->ao.owner_node_refs = f->role == ROLE_AGENT;
+		if (!f->verify)
+			log_warn("signature verification on the node is off (--verify-enabled "
+			         "false); the admission webhook remains the gate");
+		if ((rc = agent_start(d->loop, d->workers, d->os, &d->slot, &f->ao, &d->agent))) {
+			fprintf(stderr, "%s: cannot start the agent: %s\n", f->cmd, strerror(-rc));
+			return -1;
+		}
+	}
+	if (f->role == ROLE_OPERATOR)
+		return start_operator_role(d);
+	if (f->role == ROLE_UP) {
+		struct operator_opts oo = {.global_credentials = f->global_creds,
+		                           .resolve_digests = true,
+		                           .verification_enabled = f->verify,
+		                           .registry = &f->reg.reg};
+		if ((rc = operator_start(d->loop, d->workers, d->os, &d->slot, &oo, &d->op))) {
+			fprintf(stderr, "%s: cannot start the operator: %s\n", f->cmd,
+			        strerror(-rc));
+			return -1;
+		}
+	}
+	return 0;
+}
+
+/* Stop everything started, in the order that lets work in flight end. */
+static void daemon_stop(struct daemon *d)
+{
+	atomic_store(&d->shutting_down, true);
+	if (d->agent)
+		agent_quiesce(d->agent);
+	if (d->op)
+		operator_quiesce(d->op);
+	kube_lease_stop(d->lease); /* releases the Lease: a successor starts at once */
+	workers_free(d->workers);
+	if (d->loop)
+		loop_drain(d->loop);
+	agent_stop(d->agent);
+	operator_stop(d->op);
+	health_stop(d->health);
+	policy_watch_stop(d->pw);
+	if (d->os)
+		d->os->ops->free(d->os);
+	engine_slot_clear(&d->slot);
+	trust_unref(d->trust);
+	cJSON_Delete(d->policy_cm);
+	cli_registry_clear(&d->f->reg);
+	loop_free(d->loop);
+}
+
 static int run(struct dflags *f)
 {
 	struct daemon d = {.f = f};
-	char err[1024];
 	int rc, code = EXIT_FAIL;
 	engine_slot_init(&d.slot, NULL);
 	if (load_trust(&d) != 0)
@@ -661,92 +824,15 @@ static int run(struct dflags *f)
 		fprintf(stderr, "%s: cannot start: %s\n", f->cmd, strerror(-rc));
 		goto out;
 	}
-	if (f->role == ROLE_UP) {
-		snprintf(d.run_dir, sizeof(d.run_dir), "%s/run", f->state);
-		f->ao.root = f->state;
-		f->ao.run_dir = d.run_dir;
-		if ((rc = fsutil_mkdirs(d.run_dir, 0755)) ||
-		    (rc = objstore_file_new(f->state, d.loop, f->poll_ms, &d.os))) {
-			fprintf(stderr, "%s: cannot use state directory %s: %s\n", f->cmd, f->state,
-			        strerror(-rc));
-			goto out;
-		}
-	} else if (objstore_kube_new(f->kubeconfig, f->context, d.loop,
-	                             f->role == ROLE_AGENT ? "gkm-agent" : "gkm-operator", f->node,
-	                             &d.os, err, sizeof(err)) != 0) {
-		fprintf(stderr, "%s: cannot reach the Kubernetes API: %s\n", f->cmd, err);
+	if (open_objects(&d) || start_policies(&d))
 		goto out;
-	}
-	char status_file[700] = "";
-	if (f->role == ROLE_UP)
-		snprintf(status_file, sizeof(status_file), "%s/policy-status.json", f->state);
-	/* start-up: a broken bundle is fatal; later reloads are not */
-	if (policy_watch_start(d.loop, &d.slot, f->policy_dir, 2000, status_file, on_policies, &d,
-	                       &d.pw, err, sizeof(err)) != 0) {
-		fprintf(stderr, "%s: policies refused at start-up: %s\n", f->cmd, err);
-		goto out;
-	}
-	if (f->role != ROLE_UP && !f->policy_dir) {
-		char sel[300];
-		snprintf(sel, sizeof(sel), "metadata.name=%s", f->policy_cm);
-		struct objstore_watch cw = {.api_version = "v1",
-		                            .kind = "ConfigMap",
-		                            .namespace_ = f->ns,
-		                            .field_selector = sel,
-		                            .on_event = on_policy_cm,
-		                            .ud = &d};
-		if ((rc = d.os->ops->watch(d.os, &cw))) {
-			fprintf(stderr, "%s: cannot watch ConfigMap %s/%s: %s\n", f->cmd, f->ns,
-			        f->policy_cm, strerror(-rc));
-			goto out;
-		}
-	}
 	if ((rc = health_start(f->health_listen, &d.health))) {
 		fprintf(stderr, "%s: cannot listen on %s: %s\n", f->cmd, f->health_listen,
 		        strerror(-rc));
 		goto out;
 	}
-	if (f->role & ROLE_AGENT) {
-		f->ao.node = f->node;
-		f->ao.global_credentials = f->global_creds;
-		f->ao.trust = d.trust;
-		f->ao.registry = &f->reg.reg;
-		f->ao.owner_node_refs = f->role == ROLE_AGENT;
-		if (!f->verify)
-			log_warn("signature verification on the node is off (--verify-enabled "
-			         "false); the admission webhook remains the gate");
-		if ((rc = agent_start(d.loop, d.workers, d.os, &d.slot, &f->ao, &d.agent))) {
-			fprintf(stderr, "%s: cannot start the agent: %s\n", f->cmd, strerror(-rc));
-			goto out;
-		}
-	}
-	if (f->role == ROLE_UP) {
-		struct operator_opts oo = {.global_credentials = f->global_creds,
-		                           .resolve_digests = true,
-		                           .verification_enabled = f->verify,
-		                           .registry = &f->reg.reg};
-		if ((rc = operator_start(d.loop, d.workers, d.os, &d.slot, &oo, &d.op))) {
-			fprintf(stderr, "%s: cannot start the operator: %s\n", f->cmd,
-			        strerror(-rc));
-			goto out;
-		}
-	} else if (f->role == ROLE_OPERATOR) {
-		if (!f->leader_elect) {
-			start_operator_on_loop(d.loop, &d);
-		} else {
-			struct kube_lease_opts lo = {.ns = f->ns,
-			                             .name = f->lease_name,
-			                             .identity = f->identity,
-			                             .on_started = lease_started,
-			                             .on_stopped = lease_stopped,
-			                             .ud = &d};
-			if ((rc = kube_lease_start(objstore_kube_client(d.os), &lo, &d.lease))) {
-				fprintf(stderr, "%s: cannot start leader election: %s\n", f->cmd,
-				        strerror(-rc));
-				goto out;
-			}
-		}
-	}
+	if (start_loops(&d))
+		goto out;
 	if (d.health)
 		loop_add_timer(d.loop, 0, ready_tick, &d);
 	loop_on_reload(d.loop, on_sighup, &d);
@@ -755,26 +841,7 @@ static int run(struct dflags *f)
 	rc = loop_run(d.loop);
 	code = rc == 0 && !d.lost_leadership ? EXIT_OK : EXIT_FAIL;
 out:
-	atomic_store(&d.shutting_down, true);
-	if (d.agent)
-		agent_quiesce(d.agent);
-	if (d.op)
-		operator_quiesce(d.op);
-	kube_lease_stop(d.lease); /* releases the Lease: a successor starts at once */
-	workers_free(d.workers);
-	if (d.loop)
-		loop_drain(d.loop);
-	agent_stop(d.agent);
-	operator_stop(d.op);
-	health_stop(d.health);
-	policy_watch_stop(d.pw);
-	if (d.os)
-		d.os->ops->free(d.os);
-	engine_slot_clear(&d.slot);
-	trust_unref(d.trust);
-	cJSON_Delete(d.policy_cm);
-	cli_registry_clear(&f->reg);
-	loop_free(d.loop);
+	daemon_stop(&d);
 	return code;
 }
 

@@ -141,7 +141,13 @@ static int print_table(const struct gpu_probe *p, const cJSON *groups)
 	return 0;
 }
 
-int cmd_gpus(int argc, char **argv)
+struct gpus_flags {
+	const char *source, *file, *sysfs, *nvml;
+	bool json;
+};
+
+/* The flags, checked together. -1 to go on, else the exit code (said). */
+static int gpus_parse(int argc, char **argv, struct gpus_flags *f)
 {
 	static const struct option opts[] = {
 	    CLI_COMMON_OPTIONS,
@@ -152,30 +158,29 @@ int cmd_gpus(int argc, char **argv)
 	    {"output", required_argument, 0, 'o'},
 	    {0, 0, 0, 0},
 	};
-	const char *cmd = "gkm gpus", *source = NULL, *file = NULL, *sysfs = NULL, *nvml = NULL;
-	bool json = false;
+	const char *cmd = "gkm gpus";
 	int opt;
 	cli_reset();
 	int exit_code;
 	while ((opt = cli_next(argc, argv, "ho:", opts, cmd, usage, &exit_code)) != -1) {
 		switch (opt) {
 		case OPT_SOURCE:
-			source = optarg;
+			f->source = optarg;
 			break;
 		case OPT_FILE:
-			file = optarg;
+			f->file = optarg;
 			break;
 		case OPT_SYSFS:
-			sysfs = optarg;
+			f->sysfs = optarg;
 			break;
 		case OPT_NVML:
-			nvml = optarg;
+			f->nvml = optarg;
 			break;
 		case 'o':
 			if (strcmp(optarg, "json") == 0)
-				json = true;
+				f->json = true;
 			else if (strcmp(optarg, "table") == 0)
-				json = false;
+				f->json = false;
 			else
 				return cli_usage_error(
 				    cmd, "invalid --output '%s' (want table or json)", optarg);
@@ -187,40 +192,55 @@ int cmd_gpus(int argc, char **argv)
 		return exit_code == EXIT_OK ? EXIT_OK : EXIT_USAGE;
 	if (optind < argc)
 		return cli_usage_error(cmd, "unexpected argument '%s'", argv[optind]);
-	if (!source)
-		source = file ? "file" : "auto";
-	if (strcmp(source, "file") == 0 && !file)
+	if (!f->source)
+		f->source = f->file ? "file" : "auto";
+	if (strcmp(f->source, "file") == 0 && !f->file)
 		return cli_usage_error(cmd, "--source file needs --file F");
-	if (file && strcmp(source, "file") != 0)
-		return cli_usage_error(cmd, "--file goes with --source file, not '%s'", source);
+	if (f->file && strcmp(f->source, "file") != 0)
+		return cli_usage_error(cmd, "--file goes with --source file, not '%s'", f->source);
+	return -1;
+}
 
-	struct gpu_probe *p = NULL;
+/* Probe the source the flags name. -1 with *out set, else the exit code. */
+static int gpus_probe(const struct gpus_flags *f, struct gpu_probe **out)
+{
+	const char *cmd = "gkm gpus";
 	char err[512] = "";
 	int r;
-	if (strcmp(source, "nvml") == 0)
-		r = gpu_nvml_probe(nvml, &p, err, sizeof(err));
-	else if (strcmp(source, "rocm") == 0)
-		r = gpu_rocm_probe(sysfs, &p, err, sizeof(err));
-	else if (strcmp(source, "file") == 0)
-		r = gpu_file_probe(file, &p, err, sizeof(err));
-	else if (strcmp(source, "auto") == 0)
-		r = gpu_probe_auto(nvml, sysfs, &p, err, sizeof(err));
+	if (strcmp(f->source, "nvml") == 0)
+		r = gpu_nvml_probe(f->nvml, out, err, sizeof(err));
+	else if (strcmp(f->source, "rocm") == 0)
+		r = gpu_rocm_probe(f->sysfs, out, err, sizeof(err));
+	else if (strcmp(f->source, "file") == 0)
+		r = gpu_file_probe(f->file, out, err, sizeof(err));
+	else if (strcmp(f->source, "auto") == 0)
+		r = gpu_probe_auto(f->nvml, f->sysfs, out, err, sizeof(err));
 	else
 		return cli_usage_error(cmd, "invalid --source '%s' (want nvml, rocm, file or auto)",
-		                       source);
+		                       f->source);
 	if (r < 0) {
-		fprintf(stderr, "%s: %s probe failed: %s\n", cmd, source, err);
+		fprintf(stderr, "%s: %s probe failed: %s\n", cmd, f->source, err);
 		return EXIT_FAIL;
 	}
+	return -1;
+}
 
-	int rc = EXIT_OK;
+int cmd_gpus(int argc, char **argv)
+{
+	const char *cmd = "gkm gpus";
+	struct gpus_flags f = {0};
+	struct gpu_probe *p = NULL;
+	int rc = gpus_parse(argc, argv, &f);
+	if (rc >= 0 || (rc = gpus_probe(&f, &p)) >= 0)
+		return rc;
+	rc = EXIT_OK;
 	cJSON *doc = gpu_probe_to_json(p);
 	if (!doc) {
 		fprintf(stderr, "%s: out of memory\n", cmd);
 		rc = EXIT_FAIL;
 		goto out;
 	}
-	if (json) {
+	if (f.json) {
 		char *s = cJSON_Print(doc);
 		if (!s) {
 			fprintf(stderr, "%s: out of memory\n", cmd);
