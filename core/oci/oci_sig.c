@@ -6,6 +6,7 @@
 #include <string.h>
 #include <time.h>
 
+#include "keyless.h"
 #include "log.h"
 
 void oci_sig_found_clear(struct oci_sig_found *f)
@@ -16,6 +17,9 @@ void oci_sig_found_clear(struct oci_sig_found *f)
 		free((void *)f->c[i].data);
 		free((void *)f->c[i].signature_b64);
 		free((void *)f->c[i].source);
+		free((void *)f->c[i].certificate_pem);
+		free((void *)f->c[i].chain_pem);
+		free((void *)f->c[i].rekor_bundle);
 	}
 	memset(f, 0, sizeof(*f));
 }
@@ -51,6 +55,20 @@ static int add_candidate(struct oci_sig_found *f, enum sig_kind kind, char *data
 		f->n_simple++;
 	else
 		f->n_bundle++;
+	return 0;
+}
+
+/* What cosign adds to a layer signed keyless: the certificate, its chain
+ * and the Rekor bundle (each NULL when absent). */
+static int keyless_annotations(struct sig_candidate *c, const struct oci_desc *l)
+{
+	const char *keys[] = {KEYLESS_ANN_CERTIFICATE, KEYLESS_ANN_CHAIN, KEYLESS_ANN_BUNDLE};
+	const char **dst[] = {&c->certificate_pem, &c->chain_pem, &c->rekor_bundle};
+	for (size_t i = 0; i < 3; i++) {
+		const char *v = oci_desc_annotation(l, keys[i]);
+		if (v && !(*dst[i] = strdup(v)))
+			return -ENOMEM;
+	}
 	return 0;
 }
 
@@ -92,7 +110,9 @@ static int collect_simple(struct oci_repo *r, const char *image_digest, struct o
 		if ((rc = oci_repo_get_blob(r, l, SIGNATURE_MAX_PAYLOAD, "signature payload", &data,
 		                            &len, err)))
 			goto out;
-		if ((rc = add_candidate(out, SIG_KIND_SIMPLE, data, len, sig, src)))
+		size_t before = out->n;
+		if ((rc = add_candidate(out, SIG_KIND_SIMPLE, data, len, sig, src)) ||
+		    (out->n > before && (rc = keyless_annotations(&out->c[before], l))))
 			goto out;
 	}
 out:

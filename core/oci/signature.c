@@ -18,6 +18,7 @@
 #include "base64.h"
 #include "errbuf.h"
 #include "fsutil.h"
+#include "keyless.h"
 
 #include <cjson/cJSON.h>
 #include <errno.h>
@@ -53,6 +54,7 @@ struct sig_keyset {
 	struct sig_key **keys;
 	size_t n, cap;
 	char fp[SIGNATURE_FP_MAX];
+	struct sig_keyless *keyless; /* owned; NULL: keys only */
 };
 
 static void hex_of(const unsigned char *b, size_t n, char *out)
@@ -400,6 +402,7 @@ void sig_keyset_free(struct sig_keyset *ks)
 	for (size_t i = 0; i < ks->n; i++)
 		sig_key_free(ks->keys[i]);
 	free(ks->keys);
+	sig_keyless_free(ks->keyless);
 	free(ks);
 }
 
@@ -472,7 +475,24 @@ int sig_keyset_add_pem(struct sig_keyset *ks, const char *pem, size_t len, char 
 
 size_t sig_keyset_count(const struct sig_keyset *ks)
 {
+	return ks->n + sig_keyless_nrules(ks->keyless);
+}
+
+size_t sig_keyset_nkeys(const struct sig_keyset *ks)
+{
 	return ks->n;
+}
+
+void sig_keyset_set_keyless(struct sig_keyset *ks, struct sig_keyless *kl)
+{
+	sig_keyless_free(ks->keyless);
+	ks->keyless = kl;
+	ks->fp[0] = '\0';
+}
+
+const struct sig_keyless *sig_keyset_keyless(const struct sig_keyset *ks)
+{
+	return ks ? ks->keyless : NULL;
 }
 
 bool sig_keyset_has(const struct sig_keyset *ks, const char *fingerprint)
@@ -480,7 +500,7 @@ bool sig_keyset_has(const struct sig_keyset *ks, const char *fingerprint)
 	for (size_t i = 0; ks && fingerprint && i < ks->n; i++)
 		if (strcmp(ks->keys[i]->fp, fingerprint) == 0)
 			return true;
-	return false;
+	return ks && sig_keyless_has(ks->keyless, fingerprint);
 }
 
 static int cmp_str(const void *a, const void *b)
@@ -508,6 +528,9 @@ const char *sig_keyset_fingerprint(const struct sig_keyset *ks_const)
 		EVP_DigestUpdate(md, fps[i], strlen(fps[i]));
 		EVP_DigestUpdate(md, "\n", 1);
 	}
+	if (ks->keyless) /* keys alone keep the fingerprint they had */
+		EVP_DigestUpdate(md, sig_keyless_fingerprint(ks->keyless),
+		                 strlen(sig_keyless_fingerprint(ks->keyless)));
 	EVP_DigestFinal_ex(md, out, NULL);
 	EVP_MD_CTX_free(md);
 	free(fps);
@@ -890,7 +913,7 @@ int sig_verify(const struct sig_keyset *ks, const char *image_digest, const stru
 {
 	struct sig_verdict v;
 	memset(&v, 0, sizeof(v));
-	if (ks == NULL || ks->n == 0) {
+	if (ks == NULL || sig_keyset_count(ks) == 0) {
 		snprintf(v.reason, sizeof(v.reason), "no trusted keys configured");
 		*out = v;
 		return -ENOKEY;
@@ -903,28 +926,11 @@ int sig_verify(const struct sig_keyset *ks, const char *image_digest, const stru
 	}
 	size_t used = 0;
 	for (size_t i = 0; i < n; i++) {
-		char why[256] = "", fp[SIGNATURE_FP_MAX] = "";
-		int rc;
-		if (c[i].kind == SIG_KIND_SIMPLE)
-			rc = sig_verify_simple(ks, image_digest, c[i].data, c[i].len,
-			                       c[i].signature_b64, fp, why, sizeof(why));
-		else if (c[i].kind == SIG_KIND_BUNDLE)
-			rc = sig_verify_bundle(ks, image_digest, c[i].data, c[i].len, fp, why,
-			                       sizeof(why));
-		else {
-			rc = -EINVAL;
-			snprintf(why, sizeof(why), "unknown signature kind");
-		}
-		const char *src = c[i].source ? c[i].source : "";
+		struct sig_verdict one;
+		int rc = sig_verify_one(ks, image_digest, &c[i], &one);
+		const char *src = c[i].source ? c[i].source : "", *why = one.reason;
 		if (rc == 0) {
-			v.accepted = true;
-			v.kind = c[i].kind;
-			snprintf(v.key_fingerprint, sizeof(v.key_fingerprint), "%s", fp);
-			snprintf(v.reason, sizeof(v.reason),
-			         "%s signature%s%s verified with key %s",
-			         c[i].kind == SIG_KIND_BUNDLE ? "bundle" : "simple-signing",
-			         src[0] ? " " : "", src, fp);
-			*out = v;
+			*out = one;
 			return 0;
 		}
 		if (used < sizeof(v.reason) - 1) {

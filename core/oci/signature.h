@@ -1,5 +1,6 @@
-/* cosign-compatible image signatures with OpenSSL 3 (EVP), keys only (no
- * Fulcio certificates, no Rekor transparency log).
+/* cosign-compatible image signatures with OpenSSL 3 (EVP), by key; keyless
+ * signatures (Fulcio certificates, Rekor entries) are keyless.h's, reached
+ * through sig_verify_one() and sig_verify().
  *
  * Two signature forms, both checked against the image manifest digest:
  *  - simple signing: the payload is the JSON blob of a signature layer
@@ -114,9 +115,19 @@ __attribute__((warn_unused_result)) int sig_keyset_add(struct sig_keyset *ks, st
 __attribute__((warn_unused_result)) int sig_keyset_add_pem(struct sig_keyset *ks, const char *pem,
                                                            size_t len, char *why, size_t whylen);
 
+/* Keys, plus keyless identity rules when keyless trust is set. */
 size_t sig_keyset_count(const struct sig_keyset *ks);
-/* Whether the set holds the key of this fingerprint ("sha256:<hex>"). */
+/* Whether the set holds the key of this fingerprint ("sha256:<hex>"), or a
+ * keyless rule of this id. */
 bool sig_keyset_has(const struct sig_keyset *ks, const char *fingerprint);
+
+/* Keyless trust (keyless.h) beside the keys: ks takes kl and frees it with
+ * itself (NULL drops what was set). The set's fingerprint covers it. */
+struct sig_keyless;
+void sig_keyset_set_keyless(struct sig_keyset *ks, struct sig_keyless *kl);
+const struct sig_keyless *sig_keyset_keyless(const struct sig_keyset *ks);
+/* The keys alone. */
+size_t sig_keyset_nkeys(const struct sig_keyset *ks);
 
 /* "sha256:<hex>" over the sorted key fingerprints: equal sets give equal
  * fingerprints whatever the order they were added in. Borrowed until the
@@ -134,6 +145,9 @@ struct sig_candidate {
 	size_t len;
 	const char *signature_b64; /* simple: the annotation value; bundle: NULL */
 	const char *source;        /* for messages, e.g. "sha256-<hex>.sig layer 0" (may be NULL) */
+	/* simple signed keyless (keyless.h): the certificate, chain and Rekor
+	 * bundle annotations; NULL when absent */
+	const char *certificate_pem, *chain_pem, *rekor_bundle;
 };
 
 struct sig_verdict {
@@ -141,6 +155,11 @@ struct sig_verdict {
 	enum sig_kind kind;                     /* of the accepting signature */
 	char key_fingerprint[SIGNATURE_FP_MAX]; /* of the accepting key */
 	char reason[512]; /* accepted: which key/signature; rejected: why each failed (abridged) */
+	/* accepted keyless: the certificate's identity and issuer, the rule
+	 * that accepted them (key_fingerprint is then the rule's id) and when
+	 * the log integrated the signature; empty/0 for a key */
+	char identity[256], issuer[256], rule[96];
+	int64_t integrated_time;
 };
 
 /* Verify one simple-signing signature against the set. 0 if a key in ks
@@ -164,6 +183,15 @@ __attribute__((warn_unused_result)) int sig_verify_bundle(const struct sig_keyse
                                                           const char *image_digest,
                                                           const void *bundle, size_t len,
                                                           char *fp_out, char *why, size_t whylen);
+
+/* Verify one candidate whichever way it was signed: with a key of ks, or
+ * keyless with the trust sig_keyset_set_keyless() gave ks (a candidate
+ * carrying a certificate). Always fills *out (reason: why, on failure).
+ * 0, -EKEYREJECTED, -EBADMSG, -EMSGSIZE, -EINVAL or -ENOKEY as above. */
+__attribute__((warn_unused_result)) int sig_verify_one(const struct sig_keyset *ks,
+                                                       const char *image_digest,
+                                                       const struct sig_candidate *c,
+                                                       struct sig_verdict *out);
 
 /* Accept the image when at least one candidate verifies with a key of ks.
  * Always fills *out. Returns 0 when accepted, -ENODATA when there are no

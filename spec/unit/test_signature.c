@@ -716,9 +716,10 @@ static void test_verify_any(void **state)
 	char *sig_good = openssl_sign("p256.pem", "-sha256");
 	struct sig_keyset *ks = keyset_of("p256.pub");
 	struct sig_candidate c[3] = {
-	    {SIG_KIND_SIMPLE, wrongdig, strlen(wrongdig), sig_wrong, "sha256-x.sig layer 0"},
-	    {SIG_KIND_SIMPLE, good, strlen(good), sig_other_key, "sha256-x.sig layer 1"},
-	    {SIG_KIND_SIMPLE, good, strlen(good), sig_good, "sha256-x.sig layer 2"},
+	    {SIG_KIND_SIMPLE, wrongdig, strlen(wrongdig), sig_wrong, "sha256-x.sig layer 0", 0, 0,
+	     0},
+	    {SIG_KIND_SIMPLE, good, strlen(good), sig_other_key, "sha256-x.sig layer 1", 0, 0, 0},
+	    {SIG_KIND_SIMPLE, good, strlen(good), sig_good, "sha256-x.sig layer 2", 0, 0, 0},
 	};
 	struct sig_verdict v;
 	assert_int_equal(sig_verify(ks, DIG, c, 3, &v), 0);
