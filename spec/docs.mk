@@ -1,6 +1,8 @@
 # The reference pages in charts/gkm/docs/ that are generated from their
 # sources by spec/lib/refdocs.py: the CRDs, every command's --help, and the
-# metrics of a real scrape (spec/e2e/metrics.py). spec/e2e/docs.py fails when
+# metrics of a real scrape (spec/e2e/metrics.py; the agent's and operator's
+# Kubernetes metrics need the real control plane, GKM_KUBE_ASSETS, or
+# refdocs.py stops naming the metrics it lacks). spec/e2e/docs.py fails when
 # a committed page no longer matches its source.
 # This file is included before the Makefile's first rule: keep `make` = `make all`.
 .DEFAULT_GOAL := all

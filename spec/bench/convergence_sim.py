@@ -1,8 +1,7 @@
 """Convergence at scale: N simulated agents and the real `gkm operator`
-against the test API server or a real kube-apiserver with etcd (run by
-spec/bench/convergence.sh).
+against a real kube-apiserver with etcd (run by spec/bench/convergence.sh).
 
-    convergence_sim.py --nodes N [--server test|real] [--threads 32] [--contrast-limit 60]
+    convergence_sim.py --nodes N [--threads 32] [--contrast-limit 60]
 
 Three designs, each on a fresh server:
 
@@ -22,11 +21,10 @@ The agents are simulated (threads over keep-alive connections reacting to one
 watch on GKMCaches), the operator is the real one. The server's own cost is
 measured too (CPU seconds per write), to tell its share from the
 controller's. Writes are counted by verb, resource and writer (field manager,
-else user agent) with their status codes: from the test server's request log,
-or from the real server's JSON audit log (responseStatus.code). The real
-server (--server real, found through GKM_KUBE_ASSETS, see spec/lib/kubeenv.py)
-serves HTTPS with a token; its CPU is kube-apiserver's plus etcd's. Figures
-only, nothing asserted.
+else user agent) with their status codes from the server's JSON audit log
+(responseStatus.code). The server (found through GKM_KUBE_ASSETS, see
+spec/lib/kubeenv.py) serves HTTPS with a token; its CPU is kube-apiserver's
+plus etcd's. Figures only, nothing asserted.
 """
 import argparse
 import ctypes
@@ -46,7 +44,6 @@ import urllib.parse
 ROOT = os.environ.get("GKM_ROOT") or os.path.abspath(os.path.join(os.path.dirname(__file__), "..", ".."))
 sys.path.insert(0, os.path.join(ROOT, "spec", "lib"))
 from kubeenv import KubeEnv, unavailable  # noqa: E402
-from kubeserver import KubeServer  # noqa: E402
 from proc import cpu_s, free_port, memory  # noqa: E402
 
 GKM = os.environ.get("GKM_BIN") or os.path.join(ROOT, "build", "gkm")
@@ -57,35 +54,6 @@ APPLY = "application/apply-patch+yaml"
 AGENT = "gkm-bench-agent"  # the simulated agents' user agent
 VERBS = {"create": "POST", "update": "PUT", "patch": "PATCH", "delete": "DELETE",
          "deletecollection": "DELETE"}
-
-
-class TestServer:
-    """The test API server: plain HTTP, no token, every request in its log."""
-
-    name = "test"
-
-    def __init__(self):
-        self.ks = KubeServer(tls=False, token=None).start()
-        self.port, self.kubeconfig, self.dir = self.ks.port, self.ks.kubeconfig, self.ks.dir
-        self.ssl, self.headers = None, {}
-
-    def pids(self):
-        return {"server": self.ks.proc.pid}
-
-    def _log(self, since):
-        st, body = Conn(self).req("POST", "/_test/requests", {"since": since})
-        return json.loads(body)
-
-    def mark(self):
-        return self._log(1 << 62)["next"]
-
-    def writes_since(self, mark):
-        return [{"method": r["method"], "path": r["path"], "status": r["status"],
-                 "userAgent": r["userAgent"], "fieldManager": r["fieldManager"]}
-                for r in self._log(mark)["requests"] if r["method"] != "GET"]
-
-    def stop(self):
-        self.ks.cleanup()
 
 
 class RealServer:
@@ -470,21 +438,19 @@ def main():
     global SRV
     ap = argparse.ArgumentParser()
     ap.add_argument("--nodes", type=int, default=100)
-    ap.add_argument("--server", choices=("test", "real"), default="test",
-                    help="the test API server, or kube-apiserver with etcd from GKM_KUBE_ASSETS")
     ap.add_argument("--threads", type=int, default=32)
     ap.add_argument("--design", choices=("sharded", "rmw", "ssa-shared"), default="sharded")
     ap.add_argument("--contrast-limit", type=float, default=60.0,
                     help="stop a shared-object run after this many seconds")
     ap.add_argument("--timeout", type=float, default=120.0)
     a = ap.parse_args()
-    if a.server == "real" and unavailable():
+    if unavailable():
         print("convergence: no real API server: %s" % unavailable(), file=sys.stderr)
         return 2
     # SIGTERM (the bench's time limit) unwinds: the operator and the servers stop
     signal.signal(signal.SIGTERM, stop)
     t = time.monotonic()
-    SRV = RealServer() if a.server == "real" else TestServer()
+    SRV = RealServer()
     start_s = time.monotonic() - t
     try:
         if a.design == "sharded":

@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Lean daemons: `gkm agent` at rest with 100 caches ready on its node.
-# The agent runs in Kubernetes mode against the test API server, 100 GKMCache
+# The agent runs in Kubernetes mode against a real kube-apiserver
+# (GKM_KUBE_ASSETS; skipped with the reason where it is not set), 100 GKMCache
 # objects of one image from a local registry (digests as the admission
 # webhook would have set them), GPUs from a file. Reports VmRSS and VmHWM
 # (what `ps` shows), split into anonymous memory (this process's own) and
@@ -14,7 +15,7 @@
 set -u
 cd "$GKM_ROOT"
 . spec/lib/registry.sh
-. spec/lib/kubeserver.sh
+. spec/lib/kubeenv.sh
 G=$GKM_BIN
 N=${GKM_BENCH_CACHES:-100}
 W=$(mktemp -d "${TMPDIR:-/tmp}/gkm-bench-daemons.XXXXXX")
@@ -22,21 +23,21 @@ AGENT="" CSI=""
 cleanup() {
 	local p
 	for p in $AGENT $CSI; do kill "$p" 2>/dev/null && wait "$p" 2>/dev/null; done
-	kubeserver_cleanup
+	kubeenv_stop
 	registry_stop_all
 	rm -rf "$W"
 }
 trap cleanup EXIT
-command -v kubectl >/dev/null || { echo "daemons.sh: kubectl missing, benchmark skipped"; exit 0; }
+why=$(kubeenv_unavailable) && { echo "daemons.sh: skipped: $why"; exit 0; }
 registry_start bench >/dev/null || { echo "registry did not start"; exit 1; }
 R=$REG_bench_ADDR
 $G cache build spec/fixtures/caches/triton/cuda-sm75-vector-add -t "$R/caches/bench:v1" >"$W/build.out" 2>&1 ||
 	{ cat "$W/build.out"; exit 1; }
 DIGEST=$(sed -n 's/.*@\(sha256:[0-9a-f]*\).*/\1/p' "$W/build.out" | head -1)
-kubeserver_start >/dev/null || { echo "test API server did not start"; exit 1; }
+kubeenv_start || { echo "the control plane did not start"; exit 1; }
 trap cleanup EXIT
 kubectl create namespace bench >/dev/null
-printf 'apiVersion: v1\nkind: Node\nmetadata:\n  name: bench-node\n' | kubectl apply -f - >/dev/null
+kubeenv_ctl node bench-node >/dev/null
 for i in $(seq 1 "$N"); do
 	printf -- '---\napiVersion: gkm.io/v1alpha1\nkind: GKMCache\nmetadata:\n  name: cache-%d\n  namespace: bench\n  annotations: {gkm.io/resolvedDigest: "%s"}\nspec:\n  image: %s/caches/bench:v1\n' \
 		"$i" "$DIGEST" "$R"

@@ -1122,7 +1122,7 @@ def wait_for(fn, seconds=20):
 
 
 def request_call(req, release_ns):
-    """A request the test API server recorded, as an rbac-calls.yaml call
+    """A request the API server's audit log recorded, as an rbac-calls.yaml call
     (verb, group, resource, scope, name); None for non-resource paths
     (discovery, OpenAPI, /version: allowed to every authenticated user)."""
     import urllib.parse

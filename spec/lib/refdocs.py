@@ -53,6 +53,7 @@ def _register(out, root, path):
 SERVED_BY = {
     "core/node/agent.c": ["agent", "up"],
     "core/node/operator.c": ["operator", "up"],
+    "core/node/node_labels.c": ["operator"],
     "core/lua/engine.c": ["agent", "operator", "up", "webhook"],
     "core/lua/policy_watch.c": ["agent", "operator", "up", "webhook"],
     "core/kube/kube_client.c": ["agent", "operator"],
