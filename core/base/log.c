@@ -9,6 +9,7 @@
 
 static enum log_level min_level = LOG_INFO;
 static bool json_mode;
+static void (*_Atomic writer)(const char *line, size_t len);
 
 static const char *const level_names[] = {"debug", "info", "warn", "error"};
 
@@ -32,6 +33,16 @@ int log_parse_level(const char *s, enum log_level *out)
 bool log_enabled(enum log_level lvl)
 {
 	return lvl >= min_level;
+}
+
+bool log_json(void)
+{
+	return json_mode;
+}
+
+void log_set_writer(void (*fn)(const char *line, size_t len))
+{
+	writer = fn;
 }
 
 struct buf {
@@ -144,6 +155,11 @@ void log_kv(enum log_level lvl, const char *msg, ...)
 	}
 	va_end(ap);
 	b.data[b.len++] = '\n';
+	void (*fn)(const char *, size_t) = writer;
+	if (fn) {
+		fn(b.data, b.len);
+		return;
+	}
 	ssize_t w = write(STDERR_FILENO, b.data, b.len);
 	(void)w;
 }

@@ -8,6 +8,7 @@
 #define GKM_LOG_H
 
 #include <stdbool.h>
+#include <stddef.h>
 
 enum log_level { LOG_DEBUG = 0, LOG_INFO, LOG_WARN, LOG_ERROR };
 
@@ -18,6 +19,13 @@ void log_init(enum log_level min, bool json);
 __attribute__((warn_unused_result)) int log_parse_level(const char *s, enum log_level *out);
 
 bool log_enabled(enum log_level lvl);
+/* Whether records are JSON lines (--log-format json). */
+bool log_json(void);
+
+/* Route every record (one whole line, newline included) through fn instead
+ * of one write(2) to stderr: a progress meter erases itself first. NULL
+ * restores the default. fn may be called from any thread. */
+void log_set_writer(void (*fn)(const char *line, size_t len));
 
 /* msg, then key/value string pairs, NULL-terminated. A NULL value prints as "". */
 void log_kv(enum log_level lvl, const char *msg, ...) __attribute__((sentinel));
