@@ -16,6 +16,7 @@
 #include "fsutil.h"
 #include "gzwrite.h"
 #include "oci_auth.h"
+#include "progress.h"
 
 /* ---- writing the layer ------------------------------------------------ */
 
@@ -99,6 +100,7 @@ static int put_data(struct layer_writer *lw, const char *name, const void *buf, 
 		         archive_error_string(lw->a));
 		return -EIO;
 	}
+	progress_add(PROGRESS_PACKED, len, 0);
 	return 0;
 }
 
@@ -234,7 +236,9 @@ static int layer_visit(struct walk_ctx *w, struct walk_entry *e)
 		return put_header(lw, name, AE_IFDIR, e->st.st_mode, e->st.st_mtime, 0, NULL);
 	if (S_ISLNK(e->st.st_mode))
 		return put_header(lw, name, AE_IFLNK, 0777, e->st.st_mtime, 0, e->link);
-	return write_file(lw, e, name);
+	if ((rc = write_file(lw, e, name)) == 0)
+		progress_add(PROGRESS_PACKED, 0, 1);
+	return rc;
 }
 
 /* Write the layer of dir into fd; fill res (digests, sizes, meta, the

@@ -3,7 +3,6 @@
  * the MCV/TCV format, DESIGN.md section 6, with registries or OCI layout
  * directories ("oci:DIR:TAG") on either side), the flags they share and the
  * helpers that open images and report failures the same way. */
-#include <inttypes.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -18,6 +17,7 @@
 #include "cmd_cache.h"
 #include "oci_ref.h"
 #include "oci_repo.h"
+#include "progress.h"
 
 static void cli_free(struct cli *c)
 {
@@ -109,17 +109,15 @@ int cmd_cache_open_resolved(struct cli *c, const char *s, struct oci_ref *ref,
 
 void cmd_cache_human(uint64_t n, char *buf, size_t cap)
 {
-	static const char *const u[] = {"B", "KiB", "MiB", "GiB", "TiB"};
-	double v = (double)n;
-	int i = 0;
-	while (v >= 1024 && i < 4) {
-		v /= 1024;
-		i++;
-	}
-	if (i == 0)
-		snprintf(buf, cap, "%" PRIu64 " B", n);
-	else
-		snprintf(buf, cap, "%.1f %s", v, u[i]);
+	progress_human(n, buf, cap);
+}
+
+uint64_t cmd_cache_layers_bytes(const struct oci_image *img)
+{
+	uint64_t n = 0;
+	for (size_t i = 0; i < img->manifest.n_layers; i++)
+		n += (uint64_t)img->manifest.layers[i].size;
+	return n;
 }
 
 /* ---- dispatch --------------------------------------------------------------- */

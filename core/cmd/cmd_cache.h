@@ -110,6 +110,17 @@ void cmd_cache_human(uint64_t n, char *buf, size_t cap);
 /* The build flags (-t, --format, --rewrite-group-paths, --label,
  * --source-date-epoch, --level): 1 handled, 0 not one, -1 usage error. */
 int cmd_cache_build_flag(struct cli *c, int opt, const char *arg);
+/* The bytes of the regular files under dir (0: cannot tell). */
+uint64_t cmd_cache_tree_bytes(const char *dir);
+/* The bytes of an image's layers. */
+uint64_t cmd_cache_layers_bytes(const struct oci_image *img);
+/* cache_build_layer and cache_build_push, each shown as a stage of progress
+ * (progress.h): "pack" (total: the tree's bytes, 0 when not known) and
+ * "upload" (the layer, and the base's layers the target lacks). */
+int cmd_cache_pack(const char *dir, const struct cache_build_opts *o, uint64_t total,
+                   struct cache_build_result *res, struct oci_err *e);
+int cmd_cache_upload(const struct cache_build_opts *o, struct cache_build_result *res,
+                     struct oci_repo *repo, const char *tag, struct oci_err *e);
 /* The cache format an image config's labels name (CACHE_AUTO: none). */
 enum cache_format cmd_cache_format_of(const struct oci_config *cfg);
 /* Fetch the image ref names (verified with the --keys first when given)

@@ -1,9 +1,11 @@
 /* gkm cache build: package a cache directory into an image; the build
  * flags and the summary of a built image, which capture and merge share. */
+#include <fcntl.h>
 #include <inttypes.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include <cJSON.h>
 
@@ -11,6 +13,8 @@
 #include "cli.h"
 #include "cmd.h"
 #include "cmd_cache.h"
+#include "fstree.h"
+#include "progress.h"
 
 /* ---- build ------------------------------------------------------------ */
 
@@ -143,6 +147,36 @@ void cmd_cache_print_built(struct cli *c, const char *verb, const struct oci_ref
 	cJSON_Delete(extra);
 }
 
+uint64_t cmd_cache_tree_bytes(const char *dir)
+{
+	struct fstree_usage u = {0};
+	int fd = open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+	if (fd < 0)
+		return 0;
+	int rc = fstree_walk(fd, 0, &u);
+	close(fd);
+	return rc ? 0 : u.bytes;
+}
+
+int cmd_cache_pack(const char *dir, const struct cache_build_opts *o, uint64_t total,
+                   struct cache_build_result *res, struct oci_err *e)
+{
+	progress_begin("pack", PROGRESS_PACKED, 1, total);
+	int rc = cache_build_layer(dir, o, res, e);
+	progress_end(rc);
+	return rc;
+}
+
+int cmd_cache_upload(const struct cache_build_opts *o, struct cache_build_result *res,
+                     struct oci_repo *repo, const char *tag, struct oci_err *e)
+{
+	uint64_t total = res->layer_size + (o->base ? cmd_cache_layers_bytes(o->base) : 0);
+	progress_begin("upload", PROGRESS_READ | PROGRESS_SENT | PROGRESS_PRESENT, 1, total);
+	int rc = cache_build_push(o, res, repo, tag, e);
+	progress_end(rc);
+	return rc;
+}
+
 static const struct option build_opts[] = {
     CLI_COMMON_OPTIONS,
     REGISTRY_OPTIONS,
@@ -176,7 +210,9 @@ static int cache_build_cmd(struct cli *c, int argc, char **argv)
 	}
 	c->build.extra_labels = c->labels;
 	c->build.platform = c->platform;
-	int brc = cache_build(dir, &c->build, repo, ref.tag, &res, &e);
+	int brc = cmd_cache_pack(dir, &c->build, cmd_cache_tree_bytes(dir), &res, &e);
+	if (brc == 0)
+		brc = cmd_cache_upload(&c->build, &res, repo, ref.tag, &e);
 	if (brc) {
 		rc = cmd_cache_fail(c->cmd, "cannot package", &e, brc);
 		goto out;

@@ -556,7 +556,8 @@ static int capture_package(struct cli *c, struct capture *k, enum cache_format f
 		o.rules = &whole_rules;
 	}
 	const char *dir = layered ? k->ws.added : k->ws.cache;
-	if ((rc = cache_build_layer(dir, &o, &k->res, &e)))
+	uint64_t total = dir == k->ws.added ? k->added.bytes : cmd_cache_tree_bytes(dir);
+	if ((rc = cmd_cache_pack(dir, &o, total, &k->res, &e)))
 		return capture_fail(c, k, "nothing captured", &e, rc);
 	if (dir == k->ws.added && !same_walk(&k->added, &k->res.meta)) {
 		fprintf(stderr,
@@ -568,7 +569,7 @@ static int capture_package(struct cli *c, struct capture *k, enum cache_format f
 	/* the last moment before anything leaves the machine */
 	if (c->nfrom && (rc = check_held(c, k)))
 		return rc;
-	if ((rc = cache_build_push(&o, &k->res, k->trepo, k->tref.tag, &e)))
+	if ((rc = cmd_cache_upload(&o, &k->res, k->trepo, k->tref.tag, &e)))
 		return cmd_cache_fail(c->cmd, "cannot push the capture", &e, rc);
 	return 0;
 }

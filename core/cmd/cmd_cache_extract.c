@@ -19,6 +19,7 @@
 #include "oci_mirrors.h"
 #include "oci_pull.h"
 #include "oci_sig.h"
+#include "progress.h"
 #include "store.h"
 
 /* ---- extract -------------------------------------------------------------- */
@@ -92,7 +93,11 @@ static int extract_to_store(struct cli *c, struct oci_repo *repo, const struct o
 			goto out;
 		}
 		bool present = false;
-		if ((rc = oci_pull_into_store(st, repo, img, NULL, &info, &present, &e))) {
+		progress_begin("extract", PROGRESS_READ | PROGRESS_EXTRACTED, 1,
+		               cmd_cache_layers_bytes(img));
+		rc = oci_pull_into_store(st, repo, img, NULL, &info, &present, &e);
+		progress_end(rc);
+		if (rc) {
 			rc = cmd_cache_fail(c->cmd, refstr, &e, rc);
 			goto out;
 		}
@@ -132,6 +137,8 @@ int cmd_cache_pull_dir(struct cli *c, struct oci_repo *repo, const struct oci_re
 		return EXIT_FAIL;
 	}
 	struct extract_stats stats = {0};
+	progress_begin("extract", PROGRESS_READ | PROGRESS_EXTRACTED, 1,
+	               cmd_cache_layers_bytes(img));
 	/* a layer a mirror sent wrong (-ESTALE): the tree is made again, from the
 	 * next source */
 	for (int tries = 0;; tries++) {
@@ -141,7 +148,9 @@ int cmd_cache_pull_dir(struct cli *c, struct oci_repo *repo, const struct oci_re
 		        sizeof(tmp) ||
 		    mkdir(tmp, 0755) < 0 ||
 		    (dfd = open(tmp, O_RDONLY | O_DIRECTORY | O_CLOEXEC)) < 0) {
-			fprintf(stderr, "%s: cannot create %s: %s\n", c->cmd, tmp, strerror(errno));
+			int err = errno;
+			progress_end(-err);
+			fprintf(stderr, "%s: cannot create %s: %s\n", c->cmd, tmp, strerror(err));
 			return EXIT_FAIL;
 		}
 		x = NULL;
@@ -159,6 +168,7 @@ int cmd_cache_pull_dir(struct cli *c, struct oci_repo *repo, const struct oci_re
 		log_warn("pull retried from the next source", "digest", img->desc.digest, "error",
 		         oci_err_str(&e, rc));
 	}
+	progress_end(rc);
 	if (rc == 0 && rename(tmp, dest) < 0) {
 		rc = -errno;
 		oci_errf(&e, "cannot rename %s to %s: %s", tmp, dest, strerror(errno));

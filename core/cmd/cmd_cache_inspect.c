@@ -189,13 +189,10 @@ static int inspect_gather(struct cli *c, struct inspect *in)
 	in->fmt = cmd_cache_format_of(&img->config);
 	in->sum_s = label_of(&img->config, in->fmt, "summary");
 	in->summary = in->sum_s ? cJSON_Parse(in->sum_s) : NULL;
-	uint64_t layer_bytes = 0;
-	for (size_t i = 0; i < img->manifest.n_layers; i++)
-		layer_bytes += (uint64_t)img->manifest.layers[i].size;
 	if (cache_meta_init(&in->meta, in->fmt))
 		return EXIT_FAIL;
-	if ((c->entries || layer_bytes <= INSPECT_SCAN_MAX) && img->manifest.n_layers > 0 &&
-	    (rc = inspect_scan(c, in)))
+	if ((c->entries || cmd_cache_layers_bytes(img) <= INSPECT_SCAN_MAX) &&
+	    img->manifest.n_layers > 0 && (rc = inspect_scan(c, in)))
 		return rc;
 	if (!c->no_sigs)
 		cmd_cache_sig_check(c, in->repo, img->top_digest, &in->sigs);

@@ -123,7 +123,9 @@ int cmd_cache_merge(struct cli *c, int argc, char **argv)
 	c->build.format = fmt;
 	c->build.extra_labels = c->labels;
 	c->build.platform = c->platform;
-	int brc = cache_build(merged, &c->build, repo, ref.tag, &res, &e);
+	int brc = cmd_cache_pack(merged, &c->build, cmd_cache_tree_bytes(merged), &res, &e);
+	if (brc == 0)
+		brc = cmd_cache_upload(&c->build, &res, repo, ref.tag, &e);
 	if (brc) {
 		rc = cmd_cache_fail(c->cmd, "cannot package", &e, brc);
 		goto out;

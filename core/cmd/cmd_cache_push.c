@@ -5,6 +5,7 @@
 #include "cli.h"
 #include "cmd.h"
 #include "cmd_cache.h"
+#include "progress.h"
 
 /* ---- push --------------------------------------------------------------- */
 
@@ -29,7 +30,12 @@ static int cache_push_cmd(struct cli *c, int argc, char **argv)
 	if ((rc = cmd_cache_open_ref(c, argv[optind], false, &sref, &src)) ||
 	    (rc = cmd_cache_open_ref(c, argv[optind + 1], true, &dref, &dst)))
 		goto out;
+	/* between two registries each blob is read into a temporary file, then
+	 * sent: its bytes pass twice; the total grows as manifests are read */
+	progress_begin("push", PROGRESS_READ | PROGRESS_SENT | PROGRESS_PRESENT,
+	               !sref.dir && !dref.dir ? 2 : 1, 0);
 	int prc = oci_repo_copy_image(src, oci_ref_reference(&sref), dst, dref.tag, dg, &e);
+	progress_end(prc);
 	if (prc) {
 		rc = cmd_cache_fail(c->cmd, argv[optind], &e, prc);
 		goto out;

@@ -1,6 +1,7 @@
 #include "oci_blob.h"
 
 #include "fsutil.h"
+#include "progress.h"
 
 #include <errno.h>
 #include <inttypes.h>
@@ -70,6 +71,7 @@ ssize_t oci_blob_read(struct oci_blob_reader *r, void *buf, size_t len)
 			return fail(r, -EFBIG);
 		}
 		oci_hasher_update(&r->h, buf, (size_t)n);
+		progress_add(PROGRESS_READ, (uint64_t)n, 0);
 		return n;
 	}
 	if (r->size >= 0 && r->h.bytes != (uint64_t)r->size) {

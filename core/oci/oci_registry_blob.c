@@ -8,6 +8,7 @@
 #include <strings.h>
 
 #include "log.h"
+#include "progress.h"
 
 /* ---- blobs ----------------------------------------------------------- */
 
@@ -311,8 +312,10 @@ int oci_registry_push_blob(struct oci_registry *r, const char *repo, int fd, con
 	int rc = oci_registry_blob_exists(r, repo, d->digest, &exists, err);
 	if (rc)
 		return rc;
-	if (exists)
+	if (exists) {
+		progress_add(PROGRESS_PRESENT, (uint64_t)d->size, 0);
 		return 0;
+	}
 	bool chunked = r->o.chunk_size > 0 && (uint64_t)d->size > r->o.chunk_size;
 	rc = upload_once(r, repo, fd, mem, d, chunked, err);
 	if (rc == -EFBIG && !chunked) {

@@ -11,6 +11,7 @@
 #include "backoff.h"
 #include "curlerr.h"
 #include "log.h"
+#include "progress.h"
 
 /* ---- one exchange ---------------------------------------------------- */
 
@@ -170,6 +171,7 @@ static size_t on_upload(char *buf, size_t size, size_t n, void *ud)
 		want = (size_t)r;
 	}
 	x->up_pos += want;
+	progress_add(PROGRESS_SENT, want, 0);
 	return want;
 }
 

@@ -9,6 +9,7 @@
 #include <unistd.h>
 
 #include "oci_layout.h"
+#include "progress.h"
 
 struct oci_repo {
 	struct oci_ref ref;
@@ -325,8 +326,10 @@ int oci_repo_copy_blob(struct oci_repo *src, struct oci_repo *dst, const struct 
 	struct oci_blob_reader *rd = NULL;
 	int rc;
 	if (dst->lay) {
-		if (oci_layout_has_blob(dst->lay, d->digest))
+		if (oci_layout_has_blob(dst->lay, d->digest)) {
+			progress_add(PROGRESS_PRESENT, (uint64_t)d->size, 0);
 			return 0;
+		}
 		if ((rc = oci_repo_blob_open(src, d, what, &rd, err)))
 			return rc;
 		rc = oci_layout_put_blob_reader(dst->lay, rd, d->digest, err);
@@ -336,8 +339,10 @@ int oci_repo_copy_blob(struct oci_repo *src, struct oci_repo *dst, const struct 
 	bool exists = false;
 	if ((rc = oci_registry_blob_exists(dst->reg, dst->ref.repository, d->digest, &exists, err)))
 		return rc;
-	if (exists)
+	if (exists) {
+		progress_add(PROGRESS_PRESENT, (uint64_t)d->size, 0);
 		return 0;
+	}
 	if (src->lay) {
 		char *path = oci_layout_blob_path(src->lay, d->digest);
 		if (!path)
@@ -408,6 +413,9 @@ static int copy_manifest(struct oci_repo *src, const char *reference, struct oci
 	} else if (k == OCI_KIND_MANIFEST) {
 		if ((rc = oci_manifest_parse(f.data, f.len, f.media_type, &m, err)))
 			goto out;
+		progress_add_total((uint64_t)m.config.size);
+		for (size_t i = 0; i < m.n_layers; i++)
+			progress_add_total((uint64_t)m.layers[i].size);
 		if ((rc = oci_repo_copy_blob(src, dst, &m.config, "config", err)))
 			goto out;
 		for (size_t i = 0; i < m.n_layers; i++) {

@@ -2,6 +2,7 @@
 
 #include "fsutil.h"
 #include "fstree.h"
+#include "progress.h"
 
 #include <archive.h>
 #include <archive_entry.h>
@@ -241,6 +242,7 @@ static int do_file(struct extract *x, struct archive *a, struct source *s, struc
 	}
 	x->st.files++;
 	x->st.bytes += written;
+	progress_add(PROGRESS_EXTRACTED, 0, 1);
 	rc = note_created(x, path);
 out:
 	if (close(fd) < 0 && rc == 0)
