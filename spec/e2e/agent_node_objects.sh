@@ -3,7 +3,9 @@
 # writes the API server keeps failing are retried with exponential backoff
 # (not at the debounce rate), counted in gkm_agent_errors_total, and land once
 # the server answers again; an object deleted by hand is written again at
-# once, while one of a namespace without caches is left deleted.
+# once, while one of a namespace without caches is left deleted. On the
+# fault-injection API server (spec/kube/apiserver.py), which fails the writes
+# on cue and records when each arrived.
 set -u
 . "$(dirname "$0")/../lib/tap.sh"
 . "$(dirname "$0")/../lib/poll.sh"
@@ -28,9 +30,12 @@ fi
 kubeserver_start || { ok 1 "test API server starts"; finish; exit; }
 trap cleanup EXIT
 FAILS=5
-kubectl create namespace team >/dev/null &&
-	printf 'apiVersion: gkm.io/v1alpha1\nkind: GKMCache\nmetadata: {name: c1, namespace: team}\nspec: {image: "registry.invalid/c:v1"}\n' |
-	kubectl apply -f - >/dev/null &&
+post() { # path JSON: create an object (kubectl's writes need more than this server serves)
+	kubeserver_curl POST "$1" -H 'Content-Type: application/json' -d "$2" -o /dev/null -f
+}
+post /api/v1/namespaces '{"metadata": {"name": "team"}}' &&
+	post /apis/gkm.io/v1alpha1/namespaces/team/gkmcaches \
+		'{"apiVersion": "gkm.io/v1alpha1", "kind": "GKMCache", "metadata": {"name": "c1"}, "spec": {"image": "registry.invalid/c:v1"}}' &&
 	kubeserver_control fault "{\"stage\": \"request\", \"action\": \"status:500\", \"method\": \"PATCH\", \"path\": \"/namespaces/team/gkmcachenodes/\", \"count\": $FAILS}" >/dev/null
 ok $? "a GKMCache, and the API server set to fail the next $FAILS writes of the namespace's node object"
 
@@ -69,7 +74,7 @@ kubectl delete gkmcn n1 -n team >/dev/null
 ok $? "the namespace's node object deleted by hand"
 wait_for 20 has_entry
 ok $? "the agent writes it again, with its cache entry"
-kubectl delete cgkmcn n1 >/dev/null && wait_for 20 kubectl get cgkmcn n1
+kubectl delete cgkmcn n1 >/dev/null && wait_for 20 kubectl get cgkmcn n1 -o name
 ok $? "the ClusterGKMCacheNode deleted by hand comes back too"
 
 kubectl delete gkmc c1 -n team >/dev/null &&

@@ -1,211 +1,124 @@
-"""Object storage of the test API server: one lock, monotonically increasing
-resource versions, per-resource bounded event histories (the watch cache)
-and watchers with their own queues."""
-import bisect
+"""Objects of the fault-injection API server: one lock, one resource version
+counter, and per storage the objects, a bounded history of events (what a
+watch resumes from; older versions are 410 Gone) and the open watches."""
 import collections
+import json
+import os
 import queue
 import threading
 
 
-class Event:
-    __slots__ = ("rv", "type", "obj", "prev", "cache")
-
-    def __init__(self, rv, typ, obj, prev):
-        self.rv, self.type, self.obj, self.prev = rv, typ, obj, prev
-        self.cache = {}
-
-
 class Watcher:
-    """One watch stream: a filter and a queue of (type, obj, event).
+    """One watch stream: a filter (fn(obj) -> bool) and a queue of
+    (type, object); None in the queue ends the stream."""
 
-    index: ("name", name) or ("label", key, value) when the filter requires
-    that exact name or label (the store then offers it only the events of
-    objects that have it), None otherwise."""
-
-    def __init__(self, storage, match, index=None):
-        self.storage = storage
-        self.match = match          # fn(obj) -> bool
-        self.index = index
+    def __init__(self, match):
+        self.match = match
         self.q = queue.SimpleQueue()
-        self.closed = False
 
-    def offer(self, ev):
-        new_ok = ev.type != "DELETED" and self.match(ev.obj)
-        old_ok = ev.prev is not None and self.match(ev.prev)
-        if ev.type == "DELETED":
-            if self.match(ev.obj):
-                self.q.put(("DELETED", ev.obj, ev))
-            return
-        if new_ok and old_ok:
-            self.q.put(("MODIFIED", ev.obj, ev))
-        elif new_ok:
-            self.q.put(("ADDED", ev.obj, ev))
-        elif old_ok:
-            # the object left the selection: a DELETED carrying the last state
-            # it matched with, at the new resource version
-            prev = dict(ev.prev)
-            prev["metadata"] = dict(prev.get("metadata") or {}, resourceVersion=str(ev.rv))
-            self.q.put(("DELETED", prev, ev))
+    def offer(self, typ, obj, prev):
+        now, before = self.match(obj), prev is not None and self.match(prev)
+        if typ == "DELETED":
+            if now:
+                self.q.put(("DELETED", obj))
+        elif now:
+            self.q.put(("MODIFIED" if before else "ADDED", obj))
+        elif before:
+            # it left the selection: DELETED with the state it matched in
+            md = dict(prev["metadata"], resourceVersion=obj["metadata"]["resourceVersion"])
+            self.q.put(("DELETED", dict(prev, metadata=md)))
 
     def close(self):
-        self.closed = True
         self.q.put(None)
 
 
-class WatchIndex:
-    """The watchers of one storage, indexed so that a write is offered only to
-    the watchers that may want it (not to every agent's watch)."""
-
-    def __init__(self):
-        self.general = set()
-        self.keyed = collections.defaultdict(set)
-
-    def add(self, w):
-        (self.keyed[w.index] if w.index else self.general).add(w)
-
-    def discard(self, w):
-        if w.index:
-            s = self.keyed.get(w.index)
-            if s is not None:
-                s.discard(w)
-                if not s:
-                    del self.keyed[w.index]
-        else:
-            self.general.discard(w)
-
-    def __len__(self):
-        return len(self.general) + sum(len(s) for s in self.keyed.values())
-
-    def __iter__(self):
-        yield from list(self.general)
-        for s in list(self.keyed.values()):
-            yield from list(s)
-
-    def candidates(self, *objs):
-        out = set(self.general)
-        if not self.keyed:
-            return out
-        for o in objs:
-            if o is None:
-                continue
-            md = o.get("metadata") or {}
-            s = self.keyed.get(("name", md.get("name")))
-            if s:
-                out |= s
-            for k, v in (md.get("labels") or {}).items():
-                s = self.keyed.get(("label", k, v))
-                if s:
-                    out |= s
-        return out
-
-
 class Store:
-    def __init__(self, history=10000, start_rv=1):
+    def __init__(self, history=10000):
         self.lock = threading.RLock()
-        self.rv = start_rv
+        self.rv = 1
         self.history_size = history
-        self.objs = collections.defaultdict(dict)      # storage -> key -> obj
-        self.keys = collections.defaultdict(list)      # storage -> sorted keys
-        self.history = collections.defaultdict(collections.deque)
-        self.start_rv = start_rv
-        self.floor = {}    # storage -> every event after this version is kept
-        self.watchers = collections.defaultdict(WatchIndex)
-        self.uids = {}                                 # uid -> (storage, key)
-        self.dependents = collections.defaultdict(set)  # owner uid -> {(storage, key)}
+        self.objs = collections.defaultdict(dict)      # storage -> key -> object
+        self.history = collections.defaultdict(collections.deque)  # (rv, type, obj, prev)
+        self.floor = 1      # watches from versions before this one get 410
+        self.watchers = collections.defaultdict(set)
 
-    # -- reads (call with the lock held or accept a racy snapshot)
     def get(self, storage, key):
         return self.objs[storage].get(key)
 
-    def range(self, storage, prefix="", start=None):
-        """Keys of a storage in key order, beginning with prefix, > start."""
-        keys = self.keys[storage]
-        lo = bisect.bisect_left(keys, start if start is not None and start > prefix else prefix)
-        if start is not None and lo < len(keys) and keys[lo] == start:
-            lo += 1
-        for i in range(lo, len(keys)):
-            k = keys[i]
-            if not k.startswith(prefix):
-                break
-            yield k
-
-    # -- writes (lock held)
-    def commit(self, storage, key, obj, typ=None):
-        """Store obj (or delete with obj None) at the next resource version."""
-        self.rv += 1
-        rv = self.rv
+    def items(self, storage, prefix=""):
+        """(key, object) in key order, keys beginning with prefix."""
         objs = self.objs[storage]
-        prev = objs.get(key)
+        return [(k, objs[k]) for k in sorted(objs) if k.startswith(prefix)]
+
+    def commit(self, storage, key, obj):
+        """Store obj, or delete the object at key when obj is None, at the
+        next resource version; tell the watches. Lock held."""
+        self.rv += 1
+        prev = self.objs[storage].get(key)
         if obj is None:
-            if prev is None:
-                return None
-            del objs[key]
-            i = bisect.bisect_left(self.keys[storage], key)
-            if i < len(self.keys[storage]) and self.keys[storage][i] == key:
-                del self.keys[storage][i]
-            md = dict(prev["metadata"], resourceVersion=str(rv))
-            out = dict(prev, metadata=md)
-            self._unindex(storage, key, prev)
-            ev = Event(rv, "DELETED", out, prev)
+            del self.objs[storage][key]
+            obj = dict(prev, metadata=dict(prev["metadata"], resourceVersion=str(self.rv)))
+            typ = "DELETED"
         else:
-            obj["metadata"]["resourceVersion"] = str(rv)
-            if prev is None:
-                bisect.insort(self.keys[storage], key)
-            else:
-                self._unindex(storage, key, prev)
-            objs[key] = obj
-            self._index(storage, key, obj)
-            out = obj
-            ev = Event(rv, typ or ("MODIFIED" if prev is not None else "ADDED"), obj, prev)
+            obj["metadata"]["resourceVersion"] = str(self.rv)
+            self.objs[storage][key] = obj
+            typ = "MODIFIED" if prev is not None else "ADDED"
         h = self.history[storage]
-        h.append(ev)
-        while len(h) > self.history_size:
-            old = h.popleft()
-            self.floor[storage] = old.rv
-        ws = self.watchers.get(storage)
-        if ws:
-            for w in ws.candidates(ev.obj, prev):
-                if not w.closed:
-                    w.offer(ev)
-        return out
+        h.append((self.rv, typ, obj, prev))
+        if len(h) > self.history_size:
+            self.floor = max(self.floor, h.popleft()[0])
+        for w in self.watchers[storage]:
+            w.offer(typ, obj, prev)
+        return obj
 
-    def _index(self, storage, key, obj):
-        md = obj["metadata"]
-        if md.get("uid"):
-            self.uids[md["uid"]] = (storage, key)
-        for r in md.get("ownerReferences") or []:
-            if isinstance(r, dict) and r.get("uid"):
-                self.dependents[r["uid"]].add((storage, key))
-
-    def _unindex(self, storage, key, obj):
-        md = obj["metadata"]
-        if md.get("uid") and self.uids.get(md["uid"]) == (storage, key):
-            del self.uids[md["uid"]]
-        for r in md.get("ownerReferences") or []:
-            if isinstance(r, dict) and r.get("uid"):
-                s = self.dependents.get(r["uid"])
-                if s is not None:
-                    s.discard((storage, key))
-                    if not s:
-                        del self.dependents[r["uid"]]
-
-    def compact(self, storage=None):
-        """Forget the event history (watches from older versions get 410)."""
+    def watch(self, storage, w, rv):
+        """Start Watcher w from resource version rv ("" or "0": with ADDED
+        for every object there is now). False when the events after rv are
+        no longer known (410 Gone)."""
         with self.lock:
-            if storage is None:
-                self.start_rv = self.rv
-                for h in self.history.values():
-                    h.clear()
+            if rv in ("", "0"):
+                for _k, o in self.items(storage):
+                    if w.match(o):
+                        w.q.put(("ADDED", o))
+            elif int(rv) < self.floor:
+                return False
             else:
-                self.history[storage].clear()
-                self.floor[storage] = self.rv
+                for e_rv, typ, obj, prev in self.history[storage]:
+                    if e_rv > int(rv):
+                        w.offer(typ, obj, prev)
+            self.watchers[storage].add(w)
+            return True
 
-    def replay(self, storage, since):
-        """Events after resource version `since`, or None if too old."""
-        floor = max(self.floor.get(storage, 0), self.start_rv)
-        if since < floor:
-            return None
-        return [ev for ev in self.history[storage] if ev.rv > since]
+    def unwatch(self, storage, w):
+        with self.lock:
+            self.watchers[storage].discard(w)
 
-    def oldest(self, storage):
-        return max(self.floor.get(storage, 0), self.start_rv) + 1
+    def compact(self):
+        """Forget every event so far: watches from older versions get 410."""
+        with self.lock:
+            self.floor = self.rv
+            self.history.clear()
+
+    def close_watches(self):
+        with self.lock:
+            for ws in self.watchers.values():
+                for w in ws:
+                    w.close()
+                ws.clear()
+
+    def save(self, path):
+        with self.lock:
+            data = {"rv": self.rv, "objects": {s: o for s, o in self.objs.items() if o}}
+        with open(path + ".tmp", "w") as fh:
+            json.dump(data, fh)
+        os.replace(path + ".tmp", path)
+
+    def load(self, path):
+        """Objects saved by a previous run; their history is not kept, so a
+        watch from before the restart gets 410, as from a fresh watch cache."""
+        with open(path) as fh:
+            data = json.load(fh)
+        with self.lock:
+            for storage, objs in data["objects"].items():
+                self.objs[storage].update(objs)
+            self.rv = self.floor = max(self.rv, int(data["rv"]))

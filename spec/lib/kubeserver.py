@@ -1,4 +1,5 @@
-"""Start and stop the test Kubernetes API server from a Python test.
+"""Start and stop the fault-injection API server (spec/kube/apiserver.py)
+from a Python test.
 
     from kubeserver import KubeServer
     with KubeServer(tls=True, token="t0ken") as ks:
@@ -6,7 +7,7 @@
         ks.kubeconfig            # path of a kubeconfig for kubectl or gkm
         ks.restart()             # same port, same objects (state file), watches cut
         ks.control("compact")    # next watch from an older version gets 410
-        ks.control("fault", {"action": "malformed", "path": "/widgets", "count": 1})
+        ks.control("fault", {"stage": "watch", "action": "truncate", "count": 1})
         ks.control("requests", {"since": 0, "path": "/gkmcaches"})  # what clients sent
 
 Every server gets its own temporary directory and a free loopback port and
@@ -32,26 +33,11 @@ PYTHON = "/usr/bin/python3" if os.path.exists("/usr/bin/python3") else sys.execu
 
 
 class KubeServer:
-    def __init__(self, tls=True, token="gkm-test-token", crds=True, client_ca=False,
-                 watch_history=None, bookmark_interval=None, watch_timeout=None,
-                 test_control=True, persist=True, extra_args=(), workdir=None):
-        self.tls = tls
-        self.token = token
-        self.crds = crds
-        self.client_ca = client_ca
-        self.opts = []
-        if watch_history is not None:
-            self.opts += ["--watch-history", str(watch_history)]
-        if bookmark_interval is not None:
-            self.opts += ["--bookmark-interval", str(bookmark_interval)]
-        if watch_timeout is not None:
-            self.opts += ["--watch-timeout", str(watch_timeout)]
-        if test_control:
-            self.opts.append("--test-control")
+    def __init__(self, tls=True, token="gkm-test-token", watch_history=None, extra_args=()):
+        self.tls, self.token = tls, token
+        self.opts = ["--watch-history", str(watch_history)] if watch_history is not None else []
         self.opts += list(extra_args)
-        self.persist = persist
-        self.own_dir = workdir is None
-        self.dir = workdir or tempfile.mkdtemp(prefix="gkm-kubeserver.")
+        self.dir = tempfile.mkdtemp(prefix="gkm-kubeserver.")
         self.tls_dir = os.path.join(self.dir, "tls")
         self.kubeconfig = os.path.join(self.dir, "kubeconfig")
         self.state = os.path.join(self.dir, "state.json")
@@ -61,39 +47,27 @@ class KubeServer:
         self.proc = None
         atexit.register(self.stop)
 
-    # -------------------------------------------------------------- lifecycle
     def start(self, timeout=30):
         port_file = os.path.join(self.dir, "port")
         if os.path.exists(port_file):
             os.unlink(port_file)
-        cmd = [PYTHON, SERVER, "--port", str(self.port), "--port-file", port_file,
-               "--kubeconfig", self.kubeconfig] + self.opts
-        if self.crds:
-            cmd += ["--crds", CRDS]
+        cmd = [PYTHON, SERVER, "--port", str(self.port), "--port-file", port_file, "--crds", CRDS,
+               "--kubeconfig", self.kubeconfig, "--state", self.state] + self.opts
         if self.tls:
             cmd += ["--tls-dir", self.tls_dir]
-            if self.client_ca:
-                cmd.append("--client-ca")
         if self.token:
             cmd += ["--token", self.token]
-        if self.persist:
-            cmd += ["--state", self.state]
-        self.logfh = open(self.log, "ab")
-        self.proc = subprocess.Popen(cmd, stdout=self.logfh, stderr=subprocess.STDOUT,
-                                     stdin=subprocess.DEVNULL)
+        with open(self.log, "ab") as log:
+            self.proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT,
+                                         stdin=subprocess.DEVNULL)
         deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline:
-            if os.path.exists(port_file):
-                with open(port_file) as fh:
-                    self.port = int(fh.read().strip())
-                break
-            if self.proc.poll() is not None:
-                raise RuntimeError("test API server exited (%d): %s" % (self.proc.returncode,
-                                                                         self.tail()))
+        while not os.path.exists(port_file):
+            if self.proc.poll() is not None or time.monotonic() > deadline:
+                self.stop()
+                raise RuntimeError("the test API server did not start: " + self.tail())
             time.sleep(0.05)
-        else:
-            self.stop()
-            raise RuntimeError("test API server did not start: " + self.tail())
+        with open(port_file) as fh:
+            self.port = int(fh.read())
         self.url = "%s://127.0.0.1:%d" % ("https" if self.tls else "http", self.port)
         return self
 
@@ -112,17 +86,9 @@ class KubeServer:
         self.stop()
         return self.start()
 
-    def kill(self):
-        """Stop abruptly (SIGKILL): nothing is saved."""
-        if self.proc is not None and self.proc.poll() is None:
-            self.proc.kill()
-            self.proc.wait()
-        self.proc = None
-
     def cleanup(self):
         self.stop()
-        if self.own_dir:
-            shutil.rmtree(self.dir, ignore_errors=True)
+        shutil.rmtree(self.dir, ignore_errors=True)
 
     def __enter__(self):
         return self.start()
@@ -137,82 +103,33 @@ class KubeServer:
         except OSError:
             return ""
 
-    # ---------------------------------------------------------------- client
-    def connection(self, timeout=30):
-        if self.tls:
-            ctx = ssl.create_default_context(cafile=self.ca)
-            if self.client_ca:
-                ctx.load_cert_chain(os.path.join(self.tls_dir, "client.crt"),
-                                    os.path.join(self.tls_dir, "client.key"))
-            return http.client.HTTPSConnection("127.0.0.1", self.port, timeout=timeout,
-                                               context=ctx)
-        return http.client.HTTPConnection("127.0.0.1", self.port, timeout=timeout)
-
-    def request(self, method, path, body=None, headers=None, content_type="application/json",
-                raw=False, conn=None):
+    def request(self, method, path, body=None, content_type="application/json"):
         """One request; returns (status, headers dict, parsed JSON or text)."""
-        own = conn is None
-        conn = conn or self.connection()
-        h = {"Accept": "application/json", "User-Agent": "gkm-spec/1"}
+        if self.tls:
+            conn = http.client.HTTPSConnection("127.0.0.1", self.port, timeout=30,
+                                               context=ssl.create_default_context(cafile=self.ca))
+        else:
+            conn = http.client.HTTPConnection("127.0.0.1", self.port, timeout=30)
+        h = {"Accept": "application/json"}
         if self.token:
             h["Authorization"] = "Bearer " + self.token
         if body is not None:
-            if not isinstance(body, (bytes, str)):
-                body = json.dumps(body)
-            if isinstance(body, str):
-                body = body.encode()
+            body = body if isinstance(body, (bytes, str)) else json.dumps(body)
             h["Content-Type"] = content_type
-        h.update(headers or {})
         try:
             conn.request(method, path, body=body, headers=h)
             resp = conn.getresponse()
             data = resp.read()
         finally:
-            if own:
-                conn.close()
-        hdrs = {k.lower(): v for k, v in resp.getheaders()}
-        if raw:
-            return resp.status, hdrs, data
+            conn.close()
         try:
-            return resp.status, hdrs, json.loads(data) if data else None
+            out = json.loads(data) if data else None
         except ValueError:
-            return resp.status, hdrs, data.decode("utf-8", "replace")
-
-    def watch(self, path, timeout=30):
-        """Open a watch; returns an iterator of decoded events (None at end)."""
-        conn = self.connection(timeout=timeout)
-        h = {"Accept": "application/json"}
-        if self.token:
-            h["Authorization"] = "Bearer " + self.token
-        conn.request("GET", path, headers=h)
-        resp = conn.getresponse()
-        return WatchStream(conn, resp)
+            out = data.decode("utf-8", "replace")
+        return resp.status, {k.lower(): v for k, v in resp.getheaders()}, out
 
     def control(self, what, body=None):
         st, _h, out = self.request("POST", "/_test/" + what, body or {})
         if st != 200:
             raise RuntimeError("test control %s failed: %s %s" % (what, st, out))
         return out
-
-
-class WatchStream:
-    def __init__(self, conn, resp):
-        self.conn, self.resp = conn, resp
-        self.status = resp.status
-
-    def next(self):
-        """The next event, or None when the server ended the stream."""
-        line = self.resp.readline()
-        if not line:
-            return None
-        return json.loads(line)
-
-    def close(self):
-        self.conn.close()
-
-
-def kubectl_env(ks):
-    env = dict(os.environ)
-    env["KUBECONFIG"] = ks.kubeconfig
-    env.pop("KUBERNETES_SERVICE_HOST", None)
-    return env

@@ -1,22 +1,23 @@
-# Start and stop the test Kubernetes API server from a shell test: source this.
+# Start and stop the fault-injection API server (spec/kube/apiserver.py) from
+# a shell test: source this.
 #
-#   kubeserver_start [apiserver flags...]   # HTTPS + token + gkm CRDs by default
+#   kubeserver_start [apiserver flags...]   # HTTPS + token + gkm CRDs
 #   kubectl get gkmc                        # KUBECONFIG points at it
-#   kubeserver_restart                      # same port, same objects
+#   kubeserver_curl POST /api/v1/namespaces -H 'Content-Type: application/json' \
+#       -d '{"metadata": {"name": "team"}}'
 #   kubeserver_control compact              # /_test/compact (watch 410s)
+#   kubeserver_restart                      # same port, same objects
 #   kubeserver_stop                         # also run by the EXIT trap it installs
 #
 # Sets KUBESERVER_DIR, KUBESERVER_PORT, KUBESERVER_URL, KUBESERVER_TOKEN,
 # KUBESERVER_CA, KUBESERVER_PID and exports KUBECONFIG.
-# KUBESERVER_TLS=0 serves plain HTTP; KUBESERVER_TOKEN= (empty) turns auth off;
-# KUBESERVER_CRDS=0 starts without the gkm CRDs (register them yourself).
+# KUBESERVER_TLS=0 serves plain HTTP; KUBESERVER_TOKEN= (empty) turns auth off.
 
 KUBESERVER_ROOT=${GKM_ROOT:-$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)}
 KUBESERVER_PY=/usr/bin/python3
 [ -x "$KUBESERVER_PY" ] || KUBESERVER_PY=python3
 KUBESERVER_TOKEN=${KUBESERVER_TOKEN-gkm-test-token}
 KUBESERVER_TLS=${KUBESERVER_TLS:-1}
-KUBESERVER_CRDS=${KUBESERVER_CRDS:-1}
 KUBESERVER_PORT=0
 KUBESERVER_PID=
 KUBESERVER_ARGS=()
@@ -24,9 +25,8 @@ KUBESERVER_ARGS=()
 kubeserver_start() {
 	[ -n "${KUBESERVER_DIR:-}" ] || KUBESERVER_DIR=$(mktemp -d "${TMPDIR:-/tmp}/gkm-kubeserver.XXXXXX")
 	[ $# -gt 0 ] && KUBESERVER_ARGS=("$@")
-	local args=(--port "$KUBESERVER_PORT" --port-file "$KUBESERVER_DIR/port"
-		--kubeconfig "$KUBESERVER_DIR/kubeconfig" --state "$KUBESERVER_DIR/state.json" --test-control)
-	[ "$KUBESERVER_CRDS" = 1 ] && args+=(--crds "$KUBESERVER_ROOT/charts/gkm/crds")
+	local args=(--port "$KUBESERVER_PORT" --port-file "$KUBESERVER_DIR/port" --crds "$KUBESERVER_ROOT/charts/gkm/crds"
+		--kubeconfig "$KUBESERVER_DIR/kubeconfig" --state "$KUBESERVER_DIR/state.json")
 	local scheme=http
 	if [ "$KUBESERVER_TLS" = 1 ]; then
 		args+=(--tls-dir "$KUBESERVER_DIR/tls")
@@ -90,10 +90,9 @@ kubeserver_curl() {
 	curl -sS -X "$method" "${ca[@]}" "${auth[@]}" "$@" "$KUBESERVER_URL$path"
 }
 
-# kubeserver_control WHAT [JSON]: compact, close-watches, fault, clear-faults, stats,
-# requests ({"since": SEQ, "path": SUBSTRING}: the requests clients sent),
-# service-endpoint ({"service": "NS/NAME", "address": "HOST:PORT"}: an admission
-# webhook's Service).
+# kubeserver_control WHAT [JSON]: fault, clear-faults, compact, close-watches,
+# requests ({"since": SEQ, "path": SUBSTRING}: the requests clients sent); see
+# spec/kube/apiserver.py.
 kubeserver_control() {
 	kubeserver_curl POST "/_test/$1" -H 'Content-Type: application/json' -d "${2:-{\}}"
 }
