@@ -379,7 +379,134 @@ static int parse_exclude(struct webhook *w, const char *list)
 	return 0;
 }
 
-int cmd_webhook(int argc, char **argv)
+/* What start-up needs besides struct webhook: the reviewer's and the HTTPS
+ * server's options, the registry flags, and the first certificate pair. */
+struct setup {
+	struct reviewer_opts ro;
+	struct https_opts ho;
+	unsigned long long nworkers;
+	struct cli_registry creg;
+	char trust_dir[4096]; /* --config's trust-keys-dir */
+	char *cert, *key;     /* the pair read at start-up */
+	size_t cl, kl;
+};
+
+/* A flag with a number: 0, or the exit status of a usage error. Anything
+ * else is a registry flag (cli_registry.h). */
+static int set_num_flag(struct webhook *w, struct setup *s, int c, const char *arg)
+{
+	struct reviewer_opts *ro = &s->ro;
+	unsigned long long v;
+	int rc = 0;
+	switch (c) {
+	case OPT_DEADLINE:
+		if (!(rc = parse_num("--deadline-ms", arg, 100, 60000, &v)))
+			ro->deadline_ms = v;
+		break;
+	case OPT_RESOLVE_TTL:
+		if (!(rc = parse_num("--resolve-ttl", arg, 0, 86400, &v)))
+			ro->resolve_ttl_ms = v * 1000;
+		break;
+	case OPT_VERIFIED_TTL:
+		if (!(rc = parse_num("--verified-ttl", arg, 0, 86400 * 7, &v)))
+			ro->verified_ttl_ms = v * 1000;
+		break;
+	case OPT_REJECTED_TTL:
+		if (!(rc = parse_num("--rejected-ttl", arg, 0, 86400, &v)))
+			ro->rejected_ttl_ms = v * 1000;
+		break;
+	case OPT_CACHE:
+		if (!(rc = parse_num("--cache-entries", arg, 16, 1u << 20, &v)))
+			ro->cache_entries = v;
+		break;
+	case OPT_WORKERS:
+		rc = parse_num("--workers", arg, 1, 64, &s->nworkers);
+		break;
+	case OPT_HTTPS_THREADS:
+		if (!(rc = parse_num("--https-threads", arg, 1, 64, &v)))
+			s->ho.threads = (unsigned)v;
+		break;
+	case OPT_MAX_CHECKS:
+		if (!(rc = parse_num("--max-checks", arg, 1, 4096, &v)))
+			ro->max_jobs = (unsigned)v;
+		break;
+	case OPT_RELOAD:
+		if (!(rc = parse_num("--reload-interval-ms", arg, 50, 3600000, &v)))
+			w->reload_ms = v;
+		break;
+	case OPT_EVENT_INTERVAL:
+		if (!(rc = parse_num("--event-interval-ms", arg, 10, 600000, &v)))
+			w->event_interval_ms = v;
+		break;
+	default:
+		if ((rc = cli_registry_flag(&s->creg, c, arg, CMD)) != 0)
+			rc = rc < 0 ? EXIT_USAGE : 0;
+	}
+	return rc;
+}
+
+/* One flag: 0, or the exit status of a usage error. */
+static int set_flag(struct webhook *w, struct setup *s, int c, const char *arg)
+{
+	int rc = 0;
+	switch (c) {
+	case OPT_LISTEN:
+		w->listen = arg;
+		break;
+	case OPT_HEALTH:
+		w->health_listen = arg;
+		break;
+	case OPT_CERT:
+		w->cert_file = arg;
+		break;
+	case OPT_KEY:
+		w->key_file = arg;
+		break;
+	case OPT_TRUST:
+		w->trust_src.trust_dir = arg;
+		break;
+	case OPT_CONFIG:
+		w->trust_src.config_path = arg;
+		break;
+	case OPT_VERIFY:
+		rc =
+		    parse_bool_flag("--verify-enabled", arg, &w->trust_src.defaults.verify_enabled);
+		break;
+	case OPT_UNSIGNED:
+		rc = parse_bool_flag("--allow-unsigned-images", arg,
+		                     &w->trust_src.defaults.allow_unsigned);
+		break;
+	case OPT_POLICY:
+		w->policy_dir = arg;
+		break;
+	case OPT_PLACEMENT:
+		rc = parse_bool_flag("--pod-placement", arg, &w->placement);
+		break;
+	case OPT_KUBECONFIG:
+		w->kubeconfig = arg;
+		break;
+	case OPT_CONTEXT:
+		w->context = arg;
+		break;
+	case OPT_EXCLUDE:
+		rc = parse_exclude(w, arg);
+		break;
+	case OPT_GLOBAL_CREDS:
+		if (!pull_secret_global_valid(arg))
+			rc = cli_usage_error(CMD,
+			                     "--global-credentials-namespaces '%s': want namespace "
+			                     "names separated by commas, or *",
+			                     arg);
+		s->ro.global_credentials = arg;
+		break;
+	default:
+		rc = set_num_flag(w, s, c, arg);
+	}
+	return rc;
+}
+
+/* The command line into w and s. -1 to go on, else the exit status. */
+static int parse_args(int argc, char **argv, struct webhook *w, struct setup *s)
 {
 	static const struct option opts[] = {
 	    CLI_COMMON_OPTIONS,
@@ -414,277 +541,232 @@ int cmd_webhook(int argc, char **argv)
 	    CLI_KEY_OPTION,
 	    {0, 0, 0, 0},
 	};
-	struct webhook w = {.listen = ":8443",
-	                    .health_listen = ":8081",
-	                    .reload_ms = 2000,
-	                    .event_interval_ms = 2000};
-	struct reviewer_opts ro = {
-	    .deadline_ms = 8000,
-	    .resolve_ttl_ms = 30000,
-	    .verified_ttl_ms = 600000,
-	    .rejected_ttl_ms = 30000,
-	    .cache_entries = 4096,
-	    .max_jobs = 64,
-	};
-	struct https_opts ho = {.threads = 2, .max_body = ADMISSION_MAX_BYTES};
-	unsigned long long v, nworkers = 4;
-	int c, rc = 0, exit_code = EXIT_FAIL, quit = -1;
-	char err[1200];
-	char *cert = NULL, *key = NULL, trust_dir[4096];
-	size_t cl = 0, kl = 0;
-	w.trust_src.defaults.verify_enabled = true;
-	cache_catalog_init(&w.catalog);
-	if (parse_exclude(&w, "kube-system,kube-public,kube-node-lease") != 0)
-		return EXIT_FAIL;
-	struct cli_registry creg;
-	cli_registry_init(&creg, false);
-	creg.reg.connect_timeout_s = 3;
-	creg.reg.retries = 1;
-	creg.reg.backoff_ms = 200;
+	int c, rc = 0, quit = -1;
 	cli_reset();
-	while ((c = cli_next(argc, argv, "h", opts, CMD, usage, &quit)) != -1) {
-		rc = 0;
-		switch (c) {
-		case OPT_LISTEN:
-			w.listen = optarg;
-			break;
-		case OPT_HEALTH:
-			w.health_listen = optarg;
-			break;
-		case OPT_CERT:
-			w.cert_file = optarg;
-			break;
-		case OPT_KEY:
-			w.key_file = optarg;
-			break;
-		case OPT_TRUST:
-			w.trust_src.trust_dir = optarg;
-			break;
-		case OPT_CONFIG:
-			w.trust_src.config_path = optarg;
-			break;
-		case OPT_VERIFY:
-			rc = parse_bool_flag("--verify-enabled", optarg,
-			                     &w.trust_src.defaults.verify_enabled);
-			break;
-		case OPT_UNSIGNED:
-			rc = parse_bool_flag("--allow-unsigned-images", optarg,
-			                     &w.trust_src.defaults.allow_unsigned);
-			break;
-		case OPT_POLICY:
-			w.policy_dir = optarg;
-			break;
-		case OPT_DEADLINE:
-			if (!(rc = parse_num("--deadline-ms", optarg, 100, 60000, &v)))
-				ro.deadline_ms = v;
-			break;
-		case OPT_RESOLVE_TTL:
-			if (!(rc = parse_num("--resolve-ttl", optarg, 0, 86400, &v)))
-				ro.resolve_ttl_ms = v * 1000;
-			break;
-		case OPT_VERIFIED_TTL:
-			if (!(rc = parse_num("--verified-ttl", optarg, 0, 86400 * 7, &v)))
-				ro.verified_ttl_ms = v * 1000;
-			break;
-		case OPT_REJECTED_TTL:
-			if (!(rc = parse_num("--rejected-ttl", optarg, 0, 86400, &v)))
-				ro.rejected_ttl_ms = v * 1000;
-			break;
-		case OPT_CACHE:
-			if (!(rc = parse_num("--cache-entries", optarg, 16, 1u << 20, &v)))
-				ro.cache_entries = v;
-			break;
-		case OPT_WORKERS:
-			rc = parse_num("--workers", optarg, 1, 64, &nworkers);
-			break;
-		case OPT_HTTPS_THREADS:
-			if (!(rc = parse_num("--https-threads", optarg, 1, 64, &v)))
-				ho.threads = (unsigned)v;
-			break;
-		case OPT_MAX_CHECKS:
-			if (!(rc = parse_num("--max-checks", optarg, 1, 4096, &v)))
-				ro.max_jobs = (unsigned)v;
-			break;
-		case OPT_RELOAD:
-			if (!(rc = parse_num("--reload-interval-ms", optarg, 50, 3600000, &v)))
-				w.reload_ms = v;
-			break;
-		case OPT_PLACEMENT:
-			rc = parse_bool_flag("--pod-placement", optarg, &w.placement);
-			break;
-		case OPT_KUBECONFIG:
-			w.kubeconfig = optarg;
-			break;
-		case OPT_CONTEXT:
-			w.context = optarg;
-			break;
-		case OPT_EXCLUDE:
-			rc = parse_exclude(&w, optarg);
-			break;
-		case OPT_EVENT_INTERVAL:
-			if (!(rc = parse_num("--event-interval-ms", optarg, 10, 600000, &v)))
-				w.event_interval_ms = v;
-			break;
-		case OPT_GLOBAL_CREDS:
-			if (!pull_secret_global_valid(optarg))
-				rc = cli_usage_error(
-				    CMD,
-				    "--global-credentials-namespaces '%s': want namespace "
-				    "names separated by commas, or *",
-				    optarg);
-			ro.global_credentials = optarg;
-			break;
-		default:
-			if ((rc = cli_registry_flag(&creg, c, optarg, CMD)) != 0)
-				rc = rc < 0 ? EXIT_USAGE : 0;
-		}
-		if (rc)
-			break;
-	}
-	if (rc || quit >= 0) {
-		cli_registry_clear(&creg);
-		free(w.exclude_buf);
-		return quit >= 0 ? quit : rc;
-	}
-	if (optind < argc || !w.cert_file || !w.key_file) {
-		cli_registry_clear(&creg);
-		free(w.exclude_buf);
-		if (optind < argc)
-			return cli_usage_error(CMD, "unexpected argument '%s'", argv[optind]);
+	while ((c = cli_next(argc, argv, "h", opts, CMD, usage, &quit)) != -1)
+		if ((rc = set_flag(w, s, c, optarg)) != 0)
+			return rc < 0 ? EXIT_FAIL : rc; /* -ENOMEM from parse_exclude */
+	if (quit >= 0)
+		return quit;
+	if (optind < argc)
+		return cli_usage_error(CMD, "unexpected argument '%s'", argv[optind]);
+	if (!w->cert_file || !w->key_file)
 		return cli_usage_error(CMD, "--tls-cert and --tls-key are required");
-	}
-	ro.registry = creg.reg;
-	if (!w.trust_src.trust_dir && w.trust_src.config_path &&
-	    config_trust_dir(w.trust_src.config_path, trust_dir, sizeof(trust_dir)) == 0)
-		w.trust_src.trust_dir = trust_dir;
-	w.trust_src.key_files = creg.keys;
-	w.trust_src.nkey_files = creg.nkeys;
-	/* registry calls must end before the review's deadline */
-	unsigned secs = ro.deadline_ms >= 2000 ? (unsigned)(ro.deadline_ms / 1000) : 1;
-	struct oci_registry_opts *rg = &ro.registry;
+	return -1;
+}
+
+/* What follows from the flags together: the trusted keys' sources, and
+ * registry calls that end before the review's deadline. */
+static void settle_options(struct webhook *w, struct setup *s)
+{
+	s->ro.registry = s->creg.reg;
+	if (!w->trust_src.trust_dir && w->trust_src.config_path &&
+	    config_trust_dir(w->trust_src.config_path, s->trust_dir, sizeof(s->trust_dir)) == 0)
+		w->trust_src.trust_dir = s->trust_dir;
+	w->trust_src.key_files = s->creg.keys;
+	w->trust_src.nkey_files = s->creg.nkeys;
+	unsigned secs = s->ro.deadline_ms >= 2000 ? (unsigned)(s->ro.deadline_ms / 1000) : 1;
+	struct oci_registry_opts *rg = &s->ro.registry;
 	if (rg->request_timeout_s > secs)
 		rg->request_timeout_s = secs;
 	if (rg->stall_timeout_s > rg->request_timeout_s)
 		rg->stall_timeout_s = rg->request_timeout_s;
 	if (rg->connect_timeout_s > rg->request_timeout_s)
 		rg->connect_timeout_s = rg->request_timeout_s;
+}
 
-	engine_slot_init(&w.policy, NULL);
-	w.m_reloads = metrics_counter("gkm_webhook_reloads_total",
-	                              "Reloads of certificate, trust configuration and policies, "
-	                              "by result (applied, unchanged, refused)",
-	                              "what,result");
-	w.m_refused = metrics_gauge("gkm_webhook_reload_refused",
-	                            "1 while the newest version of a watched source is refused "
-	                            "and the previous one is in use",
-	                            "what");
+static void register_metrics(struct webhook *w)
+{
+	w->m_reloads = metrics_counter("gkm_webhook_reloads_total",
+	                               "Reloads of certificate, trust configuration and policies, "
+	                               "by result (applied, unchanged, refused)",
+	                               "what,result");
+	w->m_refused = metrics_gauge("gkm_webhook_reload_refused",
+	                             "1 while the newest version of a watched source is refused "
+	                             "and the previous one is in use",
+	                             "what");
 	placement_events_metric();
-	w.m_cert_expiry = metrics_gauge("gkm_webhook_certificate_expiry_timestamp_seconds",
-	                                "notAfter of the serving certificate (Unix time)", NULL);
+	w->m_cert_expiry = metrics_gauge("gkm_webhook_certificate_expiry_timestamp_seconds",
+	                                 "notAfter of the serving certificate (Unix time)", NULL);
+}
+
+/* Policies, trusted keys and the certificate pair, as they are at start-up.
+ * 0, or -1 with the problem printed. */
+static int load_sources(struct webhook *w, struct setup *s)
+{
+	char err[1200];
+	if (policy_watch_start(w->loop, &w->policy, w->policy_dir, (unsigned)w->reload_ms, NULL,
+	                       on_policies, w, &w->policies, err, sizeof(err)) != 0) {
+		fprintf(stderr, CMD ": policies: %s\n", err);
+		return -1;
+	}
+	if (trust_load(&w->trust_src, &w->trust, err, sizeof(err)) != 0) {
+		fprintf(stderr, CMD ": trust: %s\n", err);
+		return -1;
+	}
+	memcpy(w->trust_digest, w->trust->digest, sizeof(w->trust_digest));
+	if (w->trust->s.verify_enabled && w->trust->nkeys == 0)
+		log_warn("signature verification is on but no trusted keys are configured: "
+		         "signed images will be refused",
+		         "trust_dir", w->trust_src.trust_dir ? w->trust_src.trust_dir : "(none)");
+	if (read_pair(w, &s->cert, &s->cl, &s->key, &s->kl, err, sizeof(err)) != 0 ||
+	    pair_digest(w, w->cert_digest, err, sizeof(err)) != 0) {
+		fprintf(stderr, CMD ": TLS: %s\n", err);
+		return -1;
+	}
+	return 0;
+}
+
+/* The cache watches (with --pod-placement), the workers and the reviewer.
+ * 0, or -1 with the problem printed. */
+static int start_reviewer(struct webhook *w, struct setup *s)
+{
+	char err[1200];
+	int rc;
+	if (w->placement && start_placement(w, err, sizeof(err)) != 0) {
+		fprintf(stderr, CMD ": pod placement: %s\n", err);
+		return -1;
+	}
+	if ((rc = workers_new(w->loop, (unsigned)s->nworkers, &w->workers)) != 0) {
+		fprintf(stderr, CMD ": cannot start workers: %s\n", strerror(-rc));
+		return -1;
+	}
+	s->ro.loop = w->loop;
+	s->ro.workers = w->workers;
+	s->ro.policy = &w->policy;
+	if (w->placement) {
+		s->ro.catalog = &w->catalog;
+		s->ro.exclude_namespaces = w->exclude;
+		s->ro.events = w->events;
+	}
+	if ((rc = reviewer_new(&s->ro, w->trust, &w->reviewer)) != 0) {
+		fprintf(stderr, CMD ": %s\n", strerror(-rc));
+		return -1;
+	}
+	return 0;
+}
+
+/* The health endpoint, HTTPS and the reload timer. 0, or -1 with the
+ * problem printed. */
+static int start_serving(struct webhook *w, struct setup *s)
+{
+	char err[1200];
+	int rc;
+	if ((rc = health_start(w->health_listen, &w->health)) != 0) {
+		fprintf(stderr, CMD ": cannot serve health on '%s': %s\n", w->health_listen,
+		        strerror(-rc));
+		return -1;
+	}
+	s->ho.listen = w->listen;
+	s->ho.handler = reviewer_handle;
+	s->ho.ud = w->reviewer;
+	if (https_start(&s->ho, s->cert, s->cl, s->key, s->kl, &w->https, err, sizeof(err)) != 0) {
+		fprintf(stderr, CMD ": HTTPS: %s\n", err);
+		return -1;
+	}
+	note_expiry(w, s->cert, s->cl, s->key, s->kl);
+	loop_on_reload(w->loop, on_hup, w);
+	if (!loop_add_timer(w->loop, w->reload_ms, tick, w)) {
+		fprintf(stderr, CMD ": out of memory\n");
+		return -1;
+	}
+	health_beat(w->health, w->reload_ms * 5 > 10000 ? w->reload_ms * 5 : 10000);
+	/* with placement, ready once the cache lists are loaded (on_caches_synced) */
+	if (w->placement)
+		health_set_ready(w->health, false, "loading the cache lists for pod placement");
+	else
+		health_set_ready(w->health, true, NULL);
+	return 0;
+}
+
+/* Serve until a signal ends the loop: the exit status. */
+static int run(struct webhook *w)
+{
+	char port[8], hport[8], nkeys[24];
+	snprintf(port, sizeof(port), "%u", https_port(w->https));
+	snprintf(hport, sizeof(hport), "%u", health_port(w->health));
+	snprintf(nkeys, sizeof(nkeys), "%zu", w->trust->nkeys);
+	log_info("webhook serving", "https_port", port, "health_port", hport, "policy",
+	         engine_digest(w->policy.current), "keys", nkeys, "verify_enabled",
+	         w->trust->s.verify_enabled ? "true" : "false", "allow_unsigned",
+	         w->trust->s.allow_unsigned ? "true" : "false", "pod_placement",
+	         w->placement ? "true" : "false");
+	int rc = loop_run(w->loop);
+	health_set_ready(w->health, false, "shutting down");
+	return rc == 0 ? EXIT_OK : EXIT_FAIL;
+}
+
+static void clean_up(struct webhook *w, struct setup *s)
+{
+	/* finish running registry checks and decide the reviews waiting for
+	 * them; answer whatever still waits */
+	if (w->reviewer)
+		reviewer_refuse_new(w->reviewer);
+	workers_free(w->workers);
+	placement_events_free(w->events);
+	if (w->loop)
+		loop_drain(w->loop);
+	if (w->reviewer)
+		reviewer_close(w->reviewer);
+	https_stop(w->https);
+	health_stop(w->health);
+	reviewer_free(w->reviewer);
+	trust_unref(w->trust);
+	policy_watch_stop(w->policies);
+	engine_slot_clear(&w->policy);
+	if (w->store)
+		w->store->ops->free(w->store);
+	cache_catalog_clear(&w->catalog);
+	free(w->exclude_buf);
+	loop_free(w->loop);
+	free(s->cert);
+	free(s->key);
+	cli_registry_clear(&s->creg);
+}
+
+int cmd_webhook(int argc, char **argv)
+{
+	struct webhook w = {.listen = ":8443",
+	                    .health_listen = ":8081",
+	                    .reload_ms = 2000,
+	                    .event_interval_ms = 2000};
+	struct setup s = {
+	    .ro =
+	        {
+	            .deadline_ms = 8000,
+	            .resolve_ttl_ms = 30000,
+	            .verified_ttl_ms = 600000,
+	            .rejected_ttl_ms = 30000,
+	            .cache_entries = 4096,
+	            .max_jobs = 64,
+	        },
+	    .ho = {.threads = 2, .max_body = ADMISSION_MAX_BYTES},
+	    .nworkers = 4,
+	};
+	int rc, exit_code = EXIT_FAIL;
+	w.trust_src.defaults.verify_enabled = true;
+	cache_catalog_init(&w.catalog);
+	if (parse_exclude(&w, "kube-system,kube-public,kube-node-lease") != 0)
+		return EXIT_FAIL;
+	cli_registry_init(&s.creg, false);
+	s.creg.reg.connect_timeout_s = 3;
+	s.creg.reg.retries = 1;
+	s.creg.reg.backoff_ms = 200;
+	if ((rc = parse_args(argc, argv, &w, &s)) >= 0) {
+		cli_registry_clear(&s.creg);
+		free(w.exclude_buf);
+		return rc;
+	}
+	settle_options(&w, &s);
+	engine_slot_init(&w.policy, NULL);
+	register_metrics(&w);
 	if ((rc = loop_new(&w.loop)) != 0) {
 		fprintf(stderr, CMD ": cannot create the event loop: %s\n", strerror(-rc));
 		return EXIT_FAIL;
 	}
 	/* start-up problems are fatal: nothing is served on a half configuration */
-	if (policy_watch_start(w.loop, &w.policy, w.policy_dir, (unsigned)w.reload_ms, NULL,
-	                       on_policies, &w, &w.policies, err, sizeof(err)) != 0) {
-		fprintf(stderr, CMD ": policies: %s\n", err);
-		goto out;
-	}
-	if (trust_load(&w.trust_src, &w.trust, err, sizeof(err)) != 0) {
-		fprintf(stderr, CMD ": trust: %s\n", err);
-		goto out;
-	}
-	memcpy(w.trust_digest, w.trust->digest, sizeof(w.trust_digest));
-	if (w.trust->s.verify_enabled && w.trust->nkeys == 0)
-		log_warn("signature verification is on but no trusted keys are configured: "
-		         "signed images will be refused",
-		         "trust_dir", w.trust_src.trust_dir ? w.trust_src.trust_dir : "(none)");
-	if (read_pair(&w, &cert, &cl, &key, &kl, err, sizeof(err)) != 0 ||
-	    pair_digest(&w, w.cert_digest, err, sizeof(err)) != 0) {
-		fprintf(stderr, CMD ": TLS: %s\n", err);
-		goto out;
-	}
-	if (w.placement && start_placement(&w, err, sizeof(err)) != 0) {
-		fprintf(stderr, CMD ": pod placement: %s\n", err);
-		goto out;
-	}
-	if ((rc = workers_new(w.loop, (unsigned)nworkers, &w.workers)) != 0) {
-		fprintf(stderr, CMD ": cannot start workers: %s\n", strerror(-rc));
-		goto out;
-	}
-	ro.loop = w.loop;
-	ro.workers = w.workers;
-	ro.policy = &w.policy;
-	if (w.placement) {
-		ro.catalog = &w.catalog;
-		ro.exclude_namespaces = w.exclude;
-		ro.events = w.events;
-	}
-	if ((rc = reviewer_new(&ro, w.trust, &w.reviewer)) != 0) {
-		fprintf(stderr, CMD ": %s\n", strerror(-rc));
-		goto out;
-	}
-	if ((rc = health_start(w.health_listen, &w.health)) != 0) {
-		fprintf(stderr, CMD ": cannot serve health on '%s': %s\n", w.health_listen,
-		        strerror(-rc));
-		goto out;
-	}
-	ho.listen = w.listen;
-	ho.handler = reviewer_handle;
-	ho.ud = w.reviewer;
-	if (https_start(&ho, cert, cl, key, kl, &w.https, err, sizeof(err)) != 0) {
-		fprintf(stderr, CMD ": HTTPS: %s\n", err);
-		goto out;
-	}
-	note_expiry(&w, cert, cl, key, kl);
-	loop_on_reload(w.loop, on_hup, &w);
-	if (!loop_add_timer(w.loop, w.reload_ms, tick, &w)) {
-		fprintf(stderr, CMD ": out of memory\n");
-		goto out;
-	}
-	health_beat(w.health, w.reload_ms * 5 > 10000 ? w.reload_ms * 5 : 10000);
-	/* with placement, ready once the cache lists are loaded (on_caches_synced) */
-	if (w.placement)
-		health_set_ready(w.health, false, "loading the cache lists for pod placement");
-	else
-		health_set_ready(w.health, true, NULL);
-	char port[8], hport[8], nkeys[24];
-	snprintf(port, sizeof(port), "%u", https_port(w.https));
-	snprintf(hport, sizeof(hport), "%u", health_port(w.health));
-	snprintf(nkeys, sizeof(nkeys), "%zu", w.trust->nkeys);
-	log_info("webhook serving", "https_port", port, "health_port", hport, "policy",
-	         engine_digest(w.policy.current), "keys", nkeys, "verify_enabled",
-	         w.trust->s.verify_enabled ? "true" : "false", "allow_unsigned",
-	         w.trust->s.allow_unsigned ? "true" : "false", "pod_placement",
-	         w.placement ? "true" : "false");
-	rc = loop_run(w.loop);
-	health_set_ready(w.health, false, "shutting down");
-	exit_code = rc == 0 ? EXIT_OK : EXIT_FAIL;
-out:
-	/* finish running registry checks and decide the reviews waiting for
-	 * them; answer whatever still waits */
-	if (w.reviewer)
-		reviewer_refuse_new(w.reviewer);
-	workers_free(w.workers);
-	placement_events_free(w.events);
-	if (w.loop)
-		loop_drain(w.loop);
-	if (w.reviewer)
-		reviewer_close(w.reviewer);
-	https_stop(w.https);
-	health_stop(w.health);
-	reviewer_free(w.reviewer);
-	trust_unref(w.trust);
-	policy_watch_stop(w.policies);
-	engine_slot_clear(&w.policy);
-	if (w.store)
-		w.store->ops->free(w.store);
-	cache_catalog_clear(&w.catalog);
-	free(w.exclude_buf);
-	loop_free(w.loop);
-	free(cert);
-	free(key);
-	cli_registry_clear(&creg);
+	if (load_sources(&w, &s) == 0 && start_reviewer(&w, &s) == 0 && start_serving(&w, &s) == 0)
+		exit_code = run(&w);
+	clean_up(&w, &s);
 	return exit_code;
 }
