@@ -15,6 +15,8 @@
 #include "log.h"
 #include "loop.h"
 
+#define CMD "gkm csi"
+
 static const char usage[] =
     "Usage: gkm csi --node-id NAME [flags]\n"
     "\n"
@@ -59,9 +61,19 @@ enum {
 	OPT_SIZE_LIMIT,
 };
 
+/* The command line, with the defaults it leaves in place. */
+struct csi_opts {
+	const char *endpoint, *node_id, *root, *run_dir, *state_dir, *health, *config_dir, *driver;
+	unsigned long long threads, drain;
+	uint64_t size_limit;
+	char cfg_root[PATH_MAX], cfg_run[PATH_MAX]; /* --root and --run-dir from --config-dir */
+};
+
 struct daemon {
 	struct loop *loop;
 	struct health_server *health;
+	struct csi_node *node;
+	struct csi_server *srv;
 };
 
 /* One key of the config directory (a ConfigMap mounted as files): the
@@ -145,7 +157,87 @@ static void on_shutdown(struct loop *l, int signo, void *ud)
 	health_set_ready(d->health, false, "shutting down");
 }
 
-int csi_main(int argc, char **argv)
+/* One flag into o: 0, or the exit status of a usage error. */
+static int set_flag(struct csi_opts *o, int opt, const char *arg)
+{
+	switch (opt) {
+	case OPT_ENDPOINT:
+		o->endpoint = arg;
+		break;
+	case OPT_NODE_ID:
+		o->node_id = arg;
+		break;
+	case OPT_ROOT:
+		o->root = arg;
+		break;
+	case OPT_RUN_DIR:
+		o->run_dir = arg;
+		break;
+	case OPT_STATE_DIR:
+		o->state_dir = arg;
+		break;
+	case OPT_CONFIG_DIR:
+		o->config_dir = arg;
+		break;
+	case OPT_DRIVER:
+		if (!csi_node_valid_driver(arg))
+			return cli_usage_error(
+			    CMD, "--driver-name '%s' is not a valid CSI driver name", arg);
+		o->driver = arg;
+		break;
+	case OPT_HEALTH:
+		o->health = arg;
+		break;
+	case OPT_THREADS:
+		if (cli_parse_u64(arg, 64, &o->threads) != 0 || o->threads == 0)
+			return cli_usage_error(CMD, "--threads wants 1 to 64, not '%s'", arg);
+		break;
+	case OPT_SIZE_LIMIT:
+		if (csi_layer_parse_size(arg, &o->size_limit) != 0)
+			return cli_usage_error(CMD,
+			                       "--writable-size-limit wants a quantity of bytes "
+			                       "(10Gi, 500Mi; 0: none), not '%s'",
+			                       arg);
+		break;
+	case OPT_DRAIN:
+		if (cli_parse_u64(arg, 3600, &o->drain) != 0)
+			return cli_usage_error(
+			    CMD, "--drain-timeout wants 0 to 3600 seconds, not '%s'", arg);
+		break;
+	default:
+		break;
+	}
+	return 0;
+}
+
+/* --root and --run-dir, where not given, from the config directory's
+ * store-dir, views-dir and usage-dir. 0, or the exit status of a usage
+ * error. */
+static int dirs_from_config(struct csi_opts *o)
+{
+	if (o->config_dir && !o->root) {
+		int e = config_parent(o->config_dir, "store-dir", "store", "views-dir", "caches",
+		                      o->cfg_root, sizeof(o->cfg_root));
+		if (e < 0 && e != -ENOENT)
+			return cli_usage_error(CMD,
+			                       "%s: store-dir and views-dir must be ROOT/store and "
+			                       "ROOT/caches of one ROOT (%s)",
+			                       o->config_dir, strerror(-e));
+		o->root = e == 0 ? o->cfg_root : NULL;
+	}
+	if (o->config_dir && !o->run_dir) {
+		int e = config_parent(o->config_dir, "usage-dir", "usage", NULL, NULL, o->cfg_run,
+		                      sizeof(o->cfg_run));
+		if (e < 0 && e != -ENOENT)
+			return cli_usage_error(CMD, "%s: usage-dir must be RUN_DIR/usage (%s)",
+			                       o->config_dir, strerror(-e));
+		o->run_dir = e == 0 ? o->cfg_run : NULL;
+	}
+	return 0;
+}
+
+/* The command line into o, checked. -1 to go on, else the exit status. */
+static int parse_args(int argc, char **argv, struct csi_opts *o)
 {
 	static const struct option opts[] = {
 	    CLI_COMMON_OPTIONS,
@@ -163,164 +255,93 @@ int csi_main(int argc, char **argv)
 	    {"writable-size-limit", required_argument, 0, OPT_SIZE_LIMIT},
 	    {0, 0, 0, 0},
 	};
-	const char *cmd = "gkm csi";
-	const char *endpoint = getenv("CSI_ENDPOINT"), *node_id = getenv("NODE_NAME");
-	const char *root = NULL, *run_dir = NULL, *state_dir = NULL, *health = NULL;
-	const char *config_dir = NULL, *driver = CSI_DRIVER_NAME;
-	char cfg_root[PATH_MAX], cfg_run[PATH_MAX];
-	unsigned long long threads = 4, drain = 10;
-	uint64_t size_limit = 10ull
-	                      << 30; /* what most model servers' kernel caches need, with room */
-	int opt;
-
+	int opt, exit_code, rc;
 	cli_reset();
-	int exit_code;
-	while ((opt = cli_next(argc, argv, "h", opts, cmd, usage, &exit_code)) != -1) {
-		switch (opt) {
-		case OPT_ENDPOINT:
-			endpoint = optarg;
-			break;
-		case OPT_NODE_ID:
-			node_id = optarg;
-			break;
-		case OPT_ROOT:
-			root = optarg;
-			break;
-		case OPT_RUN_DIR:
-			run_dir = optarg;
-			break;
-		case OPT_STATE_DIR:
-			state_dir = optarg;
-			break;
-		case OPT_CONFIG_DIR:
-			config_dir = optarg;
-			break;
-		case OPT_DRIVER:
-			if (!csi_node_valid_driver(optarg))
-				return cli_usage_error(
-				    cmd, "--driver-name '%s' is not a valid CSI driver name",
-				    optarg);
-			driver = optarg;
-			break;
-		case OPT_HEALTH:
-			health = optarg;
-			break;
-		case OPT_THREADS:
-			if (cli_parse_u64(optarg, 64, &threads) != 0 || threads == 0)
-				return cli_usage_error(cmd, "--threads wants 1 to 64, not '%s'",
-				                       optarg);
-			break;
-		case OPT_SIZE_LIMIT:
-			if (csi_layer_parse_size(optarg, &size_limit) != 0)
-				return cli_usage_error(
-				    cmd,
-				    "--writable-size-limit wants a quantity of bytes "
-				    "(10Gi, 500Mi; 0: none), not '%s'",
-				    optarg);
-			break;
-		case OPT_DRAIN:
-			if (cli_parse_u64(optarg, 3600, &drain) != 0)
-				return cli_usage_error(
-				    cmd, "--drain-timeout wants 0 to 3600 seconds, not '%s'",
-				    optarg);
-			break;
-		default:
-		}
-	}
+	while ((opt = cli_next(argc, argv, "h", opts, CMD, usage, &exit_code)) != -1)
+		if ((rc = set_flag(o, opt, optarg)) != 0)
+			return rc;
 	if (exit_code >= 0)
 		return exit_code == EXIT_OK ? EXIT_OK : EXIT_USAGE;
 	if (optind < argc)
-		return cli_usage_error(cmd, "unexpected argument '%s'", argv[optind]);
-	if (!node_id || !*node_id)
-		return cli_usage_error(cmd, "--node-id is required (or set NODE_NAME)");
-	if (!endpoint || !*endpoint)
-		endpoint = "unix:///run/gkm/csi.sock";
+		return cli_usage_error(CMD, "unexpected argument '%s'", argv[optind]);
+	if (!o->node_id || !*o->node_id)
+		return cli_usage_error(CMD, "--node-id is required (or set NODE_NAME)");
+	if (!o->endpoint || !*o->endpoint)
+		o->endpoint = "unix:///run/gkm/csi.sock";
 	char sock[256];
-	int perr = csi_server_parse_endpoint(endpoint, sock, sizeof(sock));
+	int perr = csi_server_parse_endpoint(o->endpoint, sock, sizeof(sock));
 	if (perr == -ENAMETOOLONG)
-		return cli_usage_error(cmd, "--endpoint '%s' is too long for a unix socket path",
-		                       endpoint);
+		return cli_usage_error(CMD, "--endpoint '%s' is too long for a unix socket path",
+		                       o->endpoint);
 	if (perr)
-		return cli_usage_error(cmd, "--endpoint '%s' is not unix:///absolute/path",
-		                       endpoint);
-	if (config_dir && !root) {
-		int e = config_parent(config_dir, "store-dir", "store", "views-dir", "caches",
-		                      cfg_root, sizeof(cfg_root));
-		if (e < 0 && e != -ENOENT)
-			return cli_usage_error(cmd,
-			                       "%s: store-dir and views-dir must be ROOT/store and "
-			                       "ROOT/caches of one ROOT (%s)",
-			                       config_dir, strerror(-e));
-		root = e == 0 ? cfg_root : NULL;
-	}
-	if (config_dir && !run_dir) {
-		int e = config_parent(config_dir, "usage-dir", "usage", NULL, NULL, cfg_run,
-		                      sizeof(cfg_run));
-		if (e < 0 && e != -ENOENT)
-			return cli_usage_error(cmd, "%s: usage-dir must be RUN_DIR/usage (%s)",
-			                       config_dir, strerror(-e));
-		run_dir = e == 0 ? cfg_run : NULL;
-	}
-	root = root ? root : "/var/lib/gkm";
-	run_dir = run_dir ? run_dir : "/run/gkm";
-	if (root[0] != '/' || run_dir[0] != '/' || (state_dir && state_dir[0] != '/'))
-		return cli_usage_error(cmd,
+		return cli_usage_error(CMD, "--endpoint '%s' is not unix:///absolute/path",
+		                       o->endpoint);
+	if ((rc = dirs_from_config(o)) != 0)
+		return rc;
+	o->root = o->root ? o->root : "/var/lib/gkm";
+	o->run_dir = o->run_dir ? o->run_dir : "/run/gkm";
+	if (o->root[0] != '/' || o->run_dir[0] != '/' || (o->state_dir && o->state_dir[0] != '/'))
+		return cli_usage_error(CMD,
 		                       "--root, --run-dir and --state-dir must be absolute paths");
+	return -1;
+}
 
-	struct daemon d = {0};
-	struct csi_node *node = NULL;
-	struct csi_server *srv = NULL;
-	int rc = EXIT_FAIL, err;
-
-	/* First, so that every thread started later has the signals blocked. */
-	if ((err = loop_new(&d.loop)) != 0) {
-		log_error("cannot create the event loop", "error", strerror(-err));
+/* The node service, the health endpoint and the CSI socket, then the loop
+ * until a signal ends it. EXIT_OK when the loop ended well. */
+static int serve(struct daemon *d, const struct csi_opts *o)
+{
+	struct csi_node_config cfg = {
+	    .node_id = o->node_id,
+	    .root = o->root,
+	    .run_dir = o->run_dir,
+	    .state_dir = o->state_dir,
+	    .version = GKM_VERSION,
+	    .driver = o->driver,
+	    .size_limit = o->size_limit,
+	};
+	int err;
+	if ((err = csi_node_new(&cfg, &d->node)) != 0) {
+		log_error("cannot start the CSI node service", "run_dir", o->run_dir, "error",
+		          strerror(-err));
 		return EXIT_FAIL;
 	}
-	struct csi_node_config cfg = {
-	    .node_id = node_id,
-	    .root = root,
-	    .run_dir = run_dir,
-	    .state_dir = state_dir,
-	    .version = GKM_VERSION,
-	    .driver = driver,
-	    .size_limit = size_limit,
-	};
-	if ((err = csi_node_new(&cfg, &node)) != 0) {
-		log_error("cannot start the CSI node service", "run_dir", run_dir, "error",
+	if ((err = health_start(o->health, &d->health)) != 0) {
+		log_error("cannot serve health endpoint", "listen", o->health, "error",
 		          strerror(-err));
-		goto out;
+		return EXIT_FAIL;
 	}
-	if ((err = health_start(health, &d.health)) != 0) {
-		log_error("cannot serve health endpoint", "listen", health, "error",
-		          strerror(-err));
-		goto out;
-	}
-	if (d.health) {
+	if (d->health) {
 		char port[8];
-		snprintf(port, sizeof(port), "%u", (unsigned)health_port(d.health));
+		snprintf(port, sizeof(port), "%u", (unsigned)health_port(d->health));
 		log_info("health endpoint listening", "port", port);
-		health_beat(d.health, 10000);
-		if (loop_add_timer(d.loop, 1000, beat, &d) == 0)
-			goto out;
+		health_beat(d->health, 10000);
+		if (loop_add_timer(d->loop, 1000, beat, d) == 0)
+			return EXIT_FAIL;
 	}
-	err = csi_server_start(endpoint, (unsigned)threads, handle, node, &srv);
+	err = csi_server_start(o->endpoint, (unsigned)o->threads, handle, d->node, &d->srv);
 	if (err) {
-		log_error("cannot serve CSI", "endpoint", endpoint, "error",
+		log_error("cannot serve CSI", "endpoint", o->endpoint, "error",
 		          err == -EADDRINUSE ? "another process serves this socket"
 		                             : strerror(-err));
-		goto out;
+		return EXIT_FAIL;
 	}
-	health_set_ready(d.health, true, NULL);
-	loop_on_shutdown(d.loop, on_shutdown, &d);
-	log_info("CSI node plugin ready", "node", node_id, "root", root, "run_dir", run_dir);
-	if ((err = loop_run(d.loop)) != 0)
+	health_set_ready(d->health, true, NULL);
+	loop_on_shutdown(d->loop, on_shutdown, d);
+	log_info("CSI node plugin ready", "node", o->node_id, "root", o->root, "run_dir",
+	         o->run_dir);
+	if ((err = loop_run(d->loop)) != 0) {
 		log_error("event loop failed", "error", strerror(-err));
-	else
-		rc = EXIT_OK;
-out:
-	if (srv) {
-		int stopped = csi_server_stop(srv, (unsigned)drain * 1000u);
+		return EXIT_FAIL;
+	}
+	return EXIT_OK;
+}
+
+/* Calls in flight get drain seconds to finish. The exit status: rc, or
+ * EXIT_FAIL when calls were cut short. */
+static int stop(struct daemon *d, unsigned long long drain, int rc)
+{
+	if (d->srv) {
+		int stopped = csi_server_stop(d->srv, (unsigned)drain * 1000u);
 		if (stopped == -EBUSY) {
 			/* Handlers still use node: exit without tearing it down. */
 			log_error("CSI node plugin stopped with calls still running");
@@ -329,9 +350,31 @@ out:
 		if (stopped > 0)
 			rc = EXIT_FAIL;
 	}
-	health_stop(d.health);
-	csi_node_free(node);
-	loop_free(d.loop);
+	health_stop(d->health);
+	csi_node_free(d->node);
+	loop_free(d->loop);
 	log_info("CSI node plugin stopped");
 	return rc;
+}
+
+int csi_main(int argc, char **argv)
+{
+	struct csi_opts o = {
+	    .endpoint = getenv("CSI_ENDPOINT"),
+	    .node_id = getenv("NODE_NAME"),
+	    .driver = CSI_DRIVER_NAME,
+	    .threads = 4,
+	    .drain = 10,
+	    .size_limit = 10ull << 30, /* what most model servers' kernel caches need, with room */
+	};
+	int rc = parse_args(argc, argv, &o);
+	if (rc >= 0)
+		return rc;
+	struct daemon d = {0};
+	/* First, so that every thread started later has the signals blocked. */
+	if ((rc = loop_new(&d.loop)) != 0) {
+		log_error("cannot create the event loop", "error", strerror(-rc));
+		return EXIT_FAIL;
+	}
+	return stop(&d, o.drain, serve(&d, &o));
 }
