@@ -4,6 +4,7 @@
 #include <stdio.h>
 #include <string.h>
 
+#include "errbuf.h"
 #include "oci_repo.h"
 #include "oci_sig.h"
 
@@ -39,23 +40,20 @@ static void verify_each(const struct sig_keyset *ks, const char *digest,
 	for (size_t i = 0; i < f->n; i++) {
 		const struct sig_candidate *c = &f->c[i];
 		struct image_sig s = {.kind = c->kind};
-		char why[256] = "";
-		int rc;
-		if (c->kind == SIG_KIND_SIMPLE)
-			rc = sig_verify_simple(ks, digest, c->data, c->len, c->signature_b64, s.key,
-			                       why, sizeof(why));
-		else
-			rc =
-			    sig_verify_bundle(ks, digest, c->data, c->len, s.key, why, sizeof(why));
+		struct sig_verdict one;
+		int rc = sig_verify_one(ks, digest, c, &one);
 		if (rc == 0) {
 			s.verified = true;
+			snprintf(s.key, sizeof(s.key), "%s", one.key_fingerprint);
+			snprintf(s.identity, sizeof(s.identity), "%s", one.identity);
+			snprintf(s.issuer, sizeof(s.issuer), "%s", one.issuer);
+			snprintf(s.rule, sizeof(s.rule), "%s", one.rule);
 			if (v->n < IMAGE_CHECK_MAX_SIGS)
 				v->sig[v->n++] = s;
 			continue;
 		}
-		s.key[0] = '\0';
-		snprintf(s.reason, sizeof(s.reason), "%s%s%s", c->source ? c->source : "",
-		         c->source ? ": " : "", why[0] ? why : "does not verify");
+		errbuf_set(s.reason, sizeof(s.reason), "%s%s%s", c->source ? c->source : "",
+		           c->source ? ": " : "", one.reason[0] ? one.reason : "does not verify");
 		if (nrej < IMAGE_CHECK_MAX_SIGS)
 			rejected[nrej++] = s;
 	}

@@ -22,8 +22,9 @@
 struct image_sig {
 	enum sig_kind kind;
 	bool verified;
-	char key[SIGNATURE_FP_MAX]; /* verified: the key's fingerprint */
-	char reason[320];           /* not verified: why */
+	char key[SIGNATURE_FP_MAX]; /* verified: the key's fingerprint (keyless: the rule's id) */
+	char identity[256], issuer[256], rule[96]; /* verified keyless: who signed, which rule */
+	char reason[600];                          /* not verified: why */
 };
 
 /* The outcome of checking the signatures of one digest with one key set. */

@@ -162,6 +162,9 @@ static cJSON *policy_input(const struct review *rv, const struct check *c, const
 		    !cJSON_AddStringToObject(e, "kind", image_sig_kind_name(s->kind)) ||
 		    !cJSON_AddBoolToObject(e, "verified", s->verified) ||
 		    (s->verified && !cJSON_AddStringToObject(e, "key", s->key)) ||
+		    (s->rule[0] && (!cJSON_AddStringToObject(e, "identity", s->identity) ||
+		                    !cJSON_AddStringToObject(e, "issuer", s->issuer) ||
+		                    !cJSON_AddStringToObject(e, "rule", s->rule))) ||
 		    (!s->verified && !cJSON_AddStringToObject(e, "reason", s->reason)))
 			goto fail;
 	}

@@ -93,8 +93,13 @@ int cli_registry_flag(struct cli_registry *r, int opt, const char *arg, const ch
 		r->keys[r->nkeys++] = arg;
 		return 1;
 	default:
-		return 0;
+		return cli_keyless_flag(&r->keyless, opt, arg, cmd);
 	}
+}
+
+bool cli_registry_verifies(const struct cli_registry *r)
+{
+	return r->nkeys > 0 || r->keyless.n > 0;
 }
 
 int cli_registry_keyset(const struct cli_registry *r, const char *cmd, struct sig_keyset **out)
@@ -103,7 +108,7 @@ int cli_registry_keyset(const struct cli_registry *r, const char *cmd, struct si
 	int rc;
 	*out = NULL;
 	if (r->nkeys == 0)
-		return 0;
+		return cli_keyless_attach(&r->keyless, out, cmd);
 	if ((rc = sig_keyset_new(&ks)))
 		return rc;
 	for (unsigned i = 0; i < r->nkeys; i++) {
@@ -117,6 +122,10 @@ int cli_registry_keyset(const struct cli_registry *r, const char *cmd, struct si
 			sig_keyset_free(ks);
 			return rc;
 		}
+	}
+	if ((rc = cli_keyless_attach(&r->keyless, &ks, cmd))) {
+		sig_keyset_free(ks);
+		return rc;
 	}
 	*out = ks;
 	return 0;

@@ -7,6 +7,7 @@
 
 #include <getopt.h>
 
+#include "cli_keyless.h"
 #include "oci_registry.h"
 #include "signature.h"
 
@@ -69,7 +70,8 @@ struct cli_registry {
 	struct oci_registry_opts reg;
 	const char *keys[CLI_REGISTRY_MAX_KEYS];
 	unsigned nkeys;
-	char *creds; /* owned: "user\0password" */
+	struct cli_keyless_flags keyless; /* where the command takes CLI_KEYLESS_OPTIONS */
+	char *creds;                      /* owned: "user\0password" */
 	size_t creds_len;
 };
 
@@ -79,8 +81,11 @@ void cli_registry_clear(struct cli_registry *r);
 /* 1 if opt was a registry flag (handled), 0 if not, -1 on a bad value
  * (message printed, naming cmd). */
 int cli_registry_flag(struct cli_registry *r, int opt, const char *arg, const char *cmd);
-/* Load the --key files into a key set (caller frees; NULL when no --key was
- * given). 0, or -errno with a message naming the file printed. */
+/* Whether any trust was given: --key, or keyless trust. */
+bool cli_registry_verifies(const struct cli_registry *r);
+/* Load the --key files and the keyless trust into a key set (caller frees;
+ * NULL when neither was given). 0, or -errno with a message naming the file
+ * printed. */
 __attribute__((warn_unused_result)) int
 cli_registry_keyset(const struct cli_registry *r, const char *cmd, struct sig_keyset **out);
 

@@ -38,6 +38,11 @@ static int load_keyset(struct cli *c, struct sig_keyset **out)
 			return rc;
 		}
 	}
+	int rc = cli_keyless_attach(&c->r.keyless, &ks, c->cmd);
+	if (rc) {
+		sig_keyset_free(ks);
+		return rc;
+	}
 	*out = ks;
 	return 0;
 }
@@ -63,7 +68,7 @@ void cmd_cache_sig_check(struct cli *c, struct oci_repo *repo, const char *diges
 	memset(s, 0, sizeof(*s));
 	s->looked = true;
 	s->rc = oci_sig_collect(repo, digest, &s->found, &s->err);
-	if (s->rc || c->r.nkeys == 0)
+	if (s->rc || !cli_registry_verifies(&c->r))
 		return;
 	struct sig_keyset *ks = NULL;
 	if ((s->verify_rc = load_keyset(c, &ks)))
@@ -83,7 +88,8 @@ const char *cmd_cache_sig_summary(const struct cmd_cache_sigs *s, char *buf, siz
 		snprintf(buf, cap, "unsigned");
 	else if (!s->verified_tried)
 		snprintf(buf, cap,
-		         "%zu found (%zu simple signing, %zu bundle), not verified (give --key)",
+		         "%zu found (%zu simple signing, %zu bundle), not verified (give --key, "
+		         "or keyless trust)",
 		         s->found.n, s->found.n_simple, s->found.n_bundle);
 	else if (s->verify_rc == 0)
 		snprintf(buf, cap, "verified: %s", s->verdict.reason);
@@ -242,15 +248,20 @@ out:
 }
 
 static const char verify_usage[] =
-    "Usage: gkm cache verify REF --key PUBLIC.pem [--key ...] [-o json] [flags]\n\n"
+    "Usage: gkm cache verify REF --key PUBLIC.pem [--key ...] [-o json] [flags]\n"
+    "       gkm cache verify REF --trusted-root FILE --certificate-identity ID\n"
+    "                            --certificate-oidc-issuer URL [-o json] [flags]\n\n"
     "Accept the image when at least one of its signatures (simple signing or\n"
-    "sigstore bundle) verifies with one of the keys; exit 1 with the reason "
-    "otherwise.\n\n" REGISTRY_HELP;
+    "sigstore bundle) verifies with one of the keys, or was signed keyless by an\n"
+    "identity a rule accepts (its Fulcio certificate chaining to the trusted root at\n"
+    "the time its Rekor entry says); exit 1 with the reason otherwise.\n\n" CLI_KEYLESS_HELP
+    "\n" REGISTRY_HELP;
 
 static const struct option verify_opts[] = {
     CLI_COMMON_OPTIONS,
     REGISTRY_OPTIONS,
     {"key", required_argument, 0, CLI_OPT_KEY},
+    CLI_KEYLESS_OPTIONS,
     {"output", required_argument, 0, 'o'},
     {0, 0, 0, 0},
 };
@@ -262,8 +273,9 @@ static int cache_verify_cmd(struct cli *c, int argc, char **argv)
 	struct oci_desc desc = {0};
 	struct cmd_cache_sigs s = {0};
 	int rc = 0;
-	if (optind + 1 != argc || c->r.nkeys == 0) {
-		rc = cli_usage_error(c->cmd, "want one image reference and at least one --key");
+	if (optind + 1 != argc || !cli_registry_verifies(&c->r)) {
+		rc = cli_usage_error(c->cmd, "want one image reference and at least one --key, "
+		                             "or keyless trust (--trusted-root and an identity)");
 		goto out;
 	}
 	if ((rc = cmd_cache_open_resolved(c, argv[optind], &ref, &repo, &desc)))
@@ -288,6 +300,13 @@ static int cache_verify_cmd(struct cli *c, int argc, char **argv)
 		                        : s.verdict.kind == SIG_KIND_BUNDLE ? "bundle"
 		                                                            : "simple");
 		cJSON_AddStringToObject(o, "key", s.verify_rc ? "" : s.verdict.key_fingerprint);
+		if (s.verify_rc == 0 && s.verdict.rule[0]) {
+			cJSON_AddStringToObject(o, "identity", s.verdict.identity);
+			cJSON_AddStringToObject(o, "issuer", s.verdict.issuer);
+			cJSON_AddStringToObject(o, "rule", s.verdict.rule);
+			cJSON_AddNumberToObject(o, "integratedTime",
+			                        (double)s.verdict.integrated_time);
+		}
 		cJSON_AddStringToObject(o, "reason", s.verdict.reason);
 		cli_print_json(o);
 	}

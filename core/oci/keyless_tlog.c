@@ -111,11 +111,22 @@ int kl_entry_from_annotation(const char *json, struct kl_entry *e, char *why, si
 	return rc;
 }
 
+/* An int64 of a bundle: protobuf's JSON mapping leaves out a field that
+ * is 0 (the first entry of a log, index 0, has no logIndex). */
+static int pb_int(const cJSON *o, const char *key, int64_t *out)
+{
+	if (!cJSON_GetObjectItemCaseSensitive(o, key)) {
+		*out = 0;
+		return 0;
+	}
+	return kl_jint(o, key, out);
+}
+
 static int proof_from(const cJSON *pr, struct kl_entry *e, char *why, size_t whylen)
 {
 	const cJSON *hashes = cJSON_GetObjectItemCaseSensitive(pr, "hashes"), *h;
 	const char *cp = kl_jstr(cJSON_GetObjectItemCaseSensitive(pr, "checkpoint"), "envelope");
-	if (kl_jint(pr, "logIndex", &e->proof_index) || kl_jint(pr, "treeSize", &e->tree_size) ||
+	if (pb_int(pr, "logIndex", &e->proof_index) || pb_int(pr, "treeSize", &e->tree_size) ||
 	    b64_fixed(kl_jstr(pr, "rootHash"), e->root_hash, 32))
 		return bad(why, whylen, "inclusionProof: logIndex, treeSize or rootHash");
 	if (!cp || strlen(cp) > MAX_CHECKPOINT || !(e->checkpoint = strdup(cp)))
@@ -149,13 +160,13 @@ int kl_entry_from_bundle(const cJSON *j, struct kl_entry *e, char *why, size_t w
 	else if (kl_b64(kl_jstr(j, "canonicalizedBody"), &e->body, &e->body_len) ||
 	         e->body_len > MAX_BODY)
 		rc = bad(why, whylen, "canonicalizedBody is not base64");
-	else if (kl_jint(j, "logIndex", &e->log_index))
+	else if (pb_int(j, "logIndex", &e->log_index))
 		rc = bad(why, whylen, "logIndex");
 	else if (b64_fixed(kl_jstr(cJSON_GetObjectItemCaseSensitive(j, "logId"), "keyId"),
 	                   e->log_id, 32))
 		rc = bad(why, whylen, "logId.keyId is not a 32-byte id");
-	else if (kl_jint(j, "integratedTime", &e->integrated_time))
-		e->integrated_time = 0; /* Rekor v2 entries have none */
+	else if (pb_int(j, "integratedTime", &e->integrated_time))
+		rc = bad(why, whylen, "integratedTime");
 	if (rc == 0 && promise &&
 	    kl_b64(kl_jstr(promise, "signedEntryTimestamp"), &e->set, &e->set_len))
 		rc = bad(why, whylen, "inclusionPromise.signedEntryTimestamp is not base64");

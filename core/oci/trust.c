@@ -11,6 +11,7 @@
 #define MAX_KEY_FILES 64
 
 #include "log.h"
+#include "trust_keyless.h"
 #include "watched.h"
 #include "yamljson.h"
 
@@ -117,6 +118,8 @@ static int load_keys(const char *path, bool is_dir, const struct watched_files *
 {
 	for (size_t i = 0; i < w->n; i++) {
 		char why[256];
+		if (is_dir && trust_keyless_file(w->f[i].name))
+			continue; /* trust_keyless_load's */
 		if (sig_keyset_add_pem(ks, w->f[i].data, w->f[i].len, why, sizeof(why)) != 0) {
 			if (is_dir)
 				snprintf(err, errlen, "%s/%s: %s", path, w->f[i].name, why);
@@ -215,7 +218,8 @@ int trust_load(const struct trust_source *src, struct trust **out, char *err, si
 	if ((rc = sig_keyset_new(&t->keys)) != 0)
 		goto out;
 	if (src->trust_dir &&
-	    (rc = load_keys(src->trust_dir, true, &in.dir, t->keys, err, errlen)) != 0)
+	    ((rc = load_keys(src->trust_dir, true, &in.dir, t->keys, err, errlen)) != 0 ||
+	     (rc = trust_keyless_load(src->trust_dir, &in.dir, t->keys, err, errlen)) != 0))
 		goto out;
 	for (unsigned i = 0; i < in.nfiles; i++)
 		if ((rc = load_keys(src->key_files[i], false, &in.files[i], t->keys, err,

@@ -1,6 +1,7 @@
 /* What a daemon trusts (the webhook, the agent, the operator): the public
  * keys found in --trust-dir (a mounted Secret or ConfigMap, every PEM public
- * key of every file) and in --key files, and the switches verify-enabled and
+ * key of every file; the files trust_keyless.h names hold keyless trust
+ * instead) and in --key files, and the switches verify-enabled and
  * allow-unsigned-images (flags, overridden by the keys a --config file or
  * directory sets). Each daemon polls its sources (trust_poll) and swaps in a
  * new snapshot when they change; a source that does not load keeps the last

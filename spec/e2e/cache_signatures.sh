@@ -84,7 +84,7 @@ py "
 import json; s=json.load(open('$W/insp.json'))['signatures']
 assert s['found']==2 and s['simpleSigning']==2 and s['verified'] is True, s"
 ok $? "inspect --key: two signatures found, verified"
-$G cache inspect "$R/sig/a:v1" >"$W/insp.txt" 2>&1 && grep -q "Signatures:   2 found (2 simple signing, 0 bundle), not verified (give --key)" "$W/insp.txt"
+$G cache inspect "$R/sig/a:v1" >"$W/insp.txt" 2>&1 && grep -q "Signatures:   2 found (2 simple signing, 0 bundle), not verified (give --key, or keyless trust)" "$W/insp.txt"
 ok $? "inspect without --key: found, not verified"
 
 # extraction is gated on verification

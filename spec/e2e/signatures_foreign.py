@@ -8,25 +8,21 @@ out. OpenSSL verifies each; gkm must accept them through `gkm cache verify`,
 the admission webhook and the node agent (`gkm up`), and refuse the same
 signature separated by spaces, as Go's decoder (cosign's) does, saying where."""
 import base64
-import hashlib
 import http.client
 import json
 import os
 import subprocess
 import sys
-import time
 
 ROOT = os.environ.get("GKM_ROOT", os.path.join(os.path.dirname(__file__), "..", ".."))
 sys.path.insert(0, os.path.join(ROOT, "spec", "lib"))
-from proc import free_port  # noqa: E402
 from tap import Tap  # noqa: E402
-from webhook_env import (FIXTURE, GKM, Registry, Webhook, available, cleanup, init,  # noqa: E402
-                         make_ca, make_cert, path, review, run, tls_context, write)
+from webhook_env import (FIXTURE, GKM, Registry, Webhook, agent_entries, available,  # noqa: E402
+                         cleanup, init, make_ca, make_cert, path, review, run, tls_context,
+                         write)
 
 t = Tap()
 init("gkm-foreign-sig.")
-OCI_MANIFEST = "application/vnd.oci.image.manifest.v1+json"
-SIMPLE = "application/vnd.dev.cosign.simplesigning.v1+json"
 ANNOTATION = "dev.cosignproject.cosign/signature"
 
 # How each image's signature text is written: (shell command over sig.bin, accepted?)
@@ -41,38 +37,10 @@ def sh(cmd):
     return subprocess.run(["bash", "-c", cmd], cwd=path(), capture_output=True, check=True)
 
 
-def push_blob(reg, repo, data):
-    digest = "sha256:" + hashlib.sha256(data).hexdigest()
-    r, _ = reg.request("POST", f"/v2/{repo}/blobs/uploads/")
-    loc = r.getheader("Location")
-    if r.status != 202 or not loc:
-        raise RuntimeError(f"blob upload not started: HTTP {r.status}")
-    loc = loc.split(reg.addr, 1)[-1]
-    sep = "&" if "?" in loc else "?"
-    r, _ = reg.request("PUT", f"{loc}{sep}digest={digest}", body=data,
-                       headers={"Content-Type": "application/octet-stream"})
-    if r.status != 201:
-        raise RuntimeError(f"blob upload: HTTP {r.status}")
-    return {"digest": digest, "size": len(data)}
-
-
 def attach(reg, repo, image_digest, payload, sig_text):
     """What `cosign attach signature --payload P --signature S` writes: one
     simple-signing layer, the signature text in its annotation as given."""
-    layer = push_blob(reg, repo, payload)
-    config = json.dumps({
-        "architecture": "", "os": "", "config": {},
-        "rootfs": {"type": "layers", "diff_ids": [layer["digest"]]}}).encode()
-    cfg = push_blob(reg, repo, config)
-    manifest = {
-        "schemaVersion": 2, "mediaType": OCI_MANIFEST,
-        "config": {"mediaType": "application/vnd.oci.image.config.v1+json", **cfg},
-        "layers": [{"mediaType": SIMPLE, **layer, "annotations": {ANNOTATION: sig_text}}]}
-    tag = image_digest.replace(":", "-") + ".sig"
-    r, _ = reg.request("PUT", f"/v2/{repo}/manifests/{tag}", body=json.dumps(manifest).encode(),
-                       headers={"Content-Type": OCI_MANIFEST})
-    if r.status != 201:
-        raise RuntimeError(f"signature manifest: HTTP {r.status}")
+    reg.attach_simple(repo, image_digest, payload, {ANNOTATION: sig_text})
 
 
 def post_review(wh, image):
@@ -155,43 +123,17 @@ def main():
     t.eq(wh.stop(), 0, "the webhook stops cleanly")
 
     # the node agent (standalone mode)
-    port = free_port()
-    state = path("state")
-    docs = "".join(f"---\napiVersion: gkm.io/v1alpha1\nkind: GKMCache\nmetadata:\n"
-                   f"  name: {name}\n  namespace: default\nspec:\n"
-                   f"  image: {R}/foreign/{name}:v1\n" for name in FORMS)
-    write(path("caches.yaml"), docs)
-    run(GKM, "apply", "--state", state, "-f", path("caches.yaml"))
-    log = open(path("up.log"), "w")
-    up = subprocess.Popen([GKM, "up", "--state", state, "--node", "node-1", "--gpu-file",
-                           os.path.join(ROOT, "spec/fixtures/gpu/inventory/mixed.json"),
-                           "--key", path("ec.pub"), "--poll-ms", "100", "--health-listen",
-                           f"127.0.0.1:{port}"], stdout=log, stderr=subprocess.STDOUT)
-    try:
-        def entry(name):
-            p = run(GKM, "get", "--state", state, "gkmcn", "node-1", "-n", "default", "-o",
-                    "json", check=False)
-            try:
-                return json.loads(p.stdout)["status"]["caches"][name]
-            except (ValueError, KeyError, TypeError):
-                return {}
-
-        want = {n: "Ready" if acc else "Failed" for n, (_, acc) in FORMS.items()}
-        end = time.time() + 60
-        while time.time() < end and any(entry(n).get("state") != s for n, s in want.items()):
-            time.sleep(0.3)
-        for name, (_, accepted) in FORMS.items():
-            e = entry(name)
-            if accepted:
-                t.eq(e.get("state"), "Ready", f"the agent verifies {name} and the cache is Ready")
-            else:
-                t.ok(e.get("state") == "Failed" and e.get("reason") == "SignatureNotTrusted"
-                     and "illegal base64 data at input byte 76" in e.get("message", ""),
-                     f"the agent refuses {name}: SignatureNotTrusted, saying where", diag=e)
-    finally:
-        up.terminate()
-        up.wait(timeout=30)
-        log.close()
+    want = {n: "Ready" if acc else "Failed" for n, (_, acc) in FORMS.items()}
+    got = agent_entries({n: f"{R}/foreign/{n}:v1" for n in FORMS}, ["--key", path("ec.pub")],
+                        want, timeout=60)
+    for name, (_, accepted) in FORMS.items():
+        e = got[name]
+        if accepted:
+            t.eq(e.get("state"), "Ready", f"the agent verifies {name} and the cache is Ready")
+        else:
+            t.ok(e.get("state") == "Failed" and e.get("reason") == "SignatureNotTrusted"
+                 and "illegal base64 data at input byte 76" in e.get("message", ""),
+                 f"the agent refuses {name}: SignatureNotTrusted, saying where", diag=e)
 
 
 stops = []

@@ -14,6 +14,10 @@
  *       no-entry) rekor-bundle.json into OUT; bundles write bundle.json
  *       (from v0.2 on with an inclusion proof, unless no-proof).
  *
+ *   fake-sigstore cert DIR OUT [--issuer I] [--subject URI | --email E]
+ *       a leaf key and certificate (OUT/leaf.key, OUT/leaf.pem) for a signer
+ *       of the test's own (spec/sigstore-js/sign_keyless.js).
+ *
  * Each case is one thing wrong (or right) with an otherwise valid
  * signature by identity I / subject, issued by the intermediate CA. */
 #include <errno.h>
@@ -235,6 +239,27 @@ static int sign(const char *dir, const char *out, const struct sign_args *a)
 	return 0;
 }
 
+/* A leaf key and certificate alone, for another signer (sigstore-js). */
+static int cert(const char *dir, const char *out, const struct sign_args *a)
+{
+	struct fs_ca mid = get_ca(dir, "mid");
+	EVP_PKEY *key = fs_p256();
+	struct fs_leaf_opts o = {.issuer = a->issuer,
+	                         .uri = a->email ? NULL : a->subject,
+	                         .email = a->email,
+	                         .not_before = -60};
+	X509 *leaf = fs_leaf(&mid, key, &o);
+	char *pem = fs_pem_cert(leaf);
+	mkdir(out, 0755);
+	put_key(out, "leaf.key", key);
+	put(out, "leaf.pem", pem);
+	free(pem);
+	X509_free(leaf);
+	EVP_PKEY_free(key);
+	fs_ca_free(&mid);
+	return 0;
+}
+
 static int usage(void)
 {
 	fprintf(stderr, "usage: fake-sigstore init DIR | sign DIR OUT --digest D [--ref R] "
@@ -246,7 +271,7 @@ int main(int argc, char **argv)
 {
 	if (argc == 3 && strcmp(argv[1], "init") == 0)
 		return init(argv[2]);
-	if (argc < 4 || strcmp(argv[1], "sign") != 0)
+	if (argc < 4 || (strcmp(argv[1], "sign") != 0 && strcmp(argv[1], "cert") != 0))
 		return usage();
 	struct sign_args a = {.ref = "registry.test/cache",
 	                      .issuer = FS_GITHUB,
@@ -280,6 +305,8 @@ int main(int argc, char **argv)
 		else
 			return usage();
 	}
+	if (strcmp(argv[1], "cert") == 0)
+		return cert(argv[2], argv[3], &a);
 	if (!a.digest || (strcmp(a.form, "simple") && strncmp(a.form, "bundle-0.", 9)))
 		return usage();
 	return sign(argv[2], argv[3], &a);

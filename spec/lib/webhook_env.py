@@ -34,6 +34,10 @@ REGISTRY_SH = os.path.join(ROOT, "spec", "lib", "registry.sh")
 FIXTURE = os.path.join(ROOT, "spec", "fixtures", "caches", "triton", "cuda-sm75-vector-add")
 DEADLINE_MS = 1500
 ANN = "gkm.io/resolvedDigest"
+OCI_MANIFEST = "application/vnd.oci.image.manifest.v1+json"
+OCI_INDEX = "application/vnd.oci.image.index.v1+json"
+SIMPLE_SIGNING = "application/vnd.dev.cosign.simplesigning.v1+json"
+SIGSTORE_BUNDLE = "application/vnd.dev.sigstore.bundle.v0.3+json"
 tmp = None
 
 
@@ -80,6 +84,46 @@ def write(p, data, mode="w"):
     os.replace(p + ".tmp", p)
 
 
+# ---- the node agent ----
+
+def agent_entries(images, flags, want, timeout=90):
+    """Run `gkm up` (standalone: a state directory, one node, a GPU file)
+    with GKMCaches named for images ({name: image}) and more flags (its
+    trust), until each cache's entry on the node's GKMCacheNode has the state
+    want names ({name: state}) or timeout passes; the entries ({name: {...}})."""
+    from proc import free_port
+    state = path("agent-state")
+    docs = "".join(f"---\napiVersion: gkm.io/v1alpha1\nkind: GKMCache\nmetadata:\n"
+                   f"  name: {name}\n  namespace: default\nspec:\n  image: {image}\n"
+                   for name, image in images.items())
+    write(path("agent-caches.yaml"), docs)
+    run(GKM, "apply", "--state", state, "-f", path("agent-caches.yaml"))
+    log = open(path("agent.log"), "w")
+    up = subprocess.Popen([GKM, "up", "--state", state, "--node", "node-1", "--gpu-file",
+                           os.path.join(ROOT, "spec/fixtures/gpu/inventory/mixed.json"),
+                           *flags, "--poll-ms", "100", "--health-listen",
+                           f"127.0.0.1:{free_port()}"], stdout=log, stderr=subprocess.STDOUT)
+
+    def entries():
+        p = run(GKM, "get", "--state", state, "gkmcn", "node-1", "-n", "default", "-o", "json",
+                check=False)
+        try:
+            return json.loads(p.stdout)["status"]["caches"]
+        except (ValueError, KeyError, TypeError):
+            return {}
+    try:
+        end = time.time() + timeout
+        got = entries()
+        while time.time() < end and any(got.get(n, {}).get("state") != s for n, s in want.items()):
+            time.sleep(0.3)
+            got = entries()
+        return {n: got.get(n, {}) for n in images}
+    finally:
+        up.terminate()
+        up.wait(timeout=30)
+        log.close()
+
+
 # ---- certificates ----
 
 def make_ca(name):
@@ -123,6 +167,67 @@ class Registry:
         data = r.read()
         c.close()
         return r, data
+
+    def push_blob(self, repo, data):
+        """Upload data as a blob of repo (monolithic); its descriptor's digest and size."""
+        digest = "sha256:" + hashlib.sha256(data).hexdigest()
+        r, _ = self.request("POST", f"/v2/{repo}/blobs/uploads/")
+        loc = r.getheader("Location")
+        if r.status != 202 or not loc:
+            raise RuntimeError(f"blob upload not started: HTTP {r.status}")
+        loc = loc.split(self.addr, 1)[-1]
+        sep = "&" if "?" in loc else "?"
+        r, _ = self.request("PUT", f"{loc}{sep}digest={digest}", body=data,
+                            headers={"Content-Type": "application/octet-stream"})
+        if r.status != 201:
+            raise RuntimeError(f"blob upload: HTTP {r.status}")
+        return {"digest": digest, "size": len(data)}
+
+    def put_manifest(self, repo, ref, manifest, media_type):
+        """Store manifest (a dict) under ref (a tag or its digest); its descriptor."""
+        body = json.dumps(manifest).encode()
+        r, _ = self.request("PUT", f"/v2/{repo}/manifests/{ref}", body=body,
+                            headers={"Content-Type": media_type})
+        if r.status != 201:
+            raise RuntimeError(f"manifest {ref}: HTTP {r.status}")
+        return {"mediaType": media_type, "digest": "sha256:" + hashlib.sha256(body).hexdigest(),
+                "size": len(body)}
+
+    def attach_simple(self, repo, image_digest, payload, annotations):
+        """A cosign simple-signing signature as cosign stores it: one layer
+        (the payload) with its annotations on the sha256-<hex>.sig tag."""
+        layer = self.push_blob(repo, payload)
+        config = json.dumps({
+            "architecture": "", "os": "", "config": {},
+            "rootfs": {"type": "layers", "diff_ids": [layer["digest"]]}}).encode()
+        cfg = self.push_blob(repo, config)
+        manifest = {
+            "schemaVersion": 2, "mediaType": OCI_MANIFEST,
+            "config": {"mediaType": "application/vnd.oci.image.config.v1+json", **cfg},
+            "layers": [{"mediaType": SIMPLE_SIGNING, **layer, "annotations": annotations}]}
+        return self.put_manifest(repo, image_digest.replace(":", "-") + ".sig", manifest,
+                                 OCI_MANIFEST)
+
+    def attach_bundle(self, repo, image_digest, bundle):
+        """A sigstore bundle as an OCI 1.1 referrer of the image, listed in
+        the sha256-<hex> fallback index (for registries without the
+        referrers API)."""
+        r, _ = self.request("HEAD", f"/v2/{repo}/manifests/{image_digest}",
+                            headers={"Accept": OCI_MANIFEST})
+        size = int(r.getheader("Content-Length") or 0)
+        mt = r.getheader("Content-Type") or OCI_MANIFEST
+        layer = self.push_blob(repo, bundle)
+        empty = self.push_blob(repo, b"{}")
+        manifest = {
+            "schemaVersion": 2, "mediaType": OCI_MANIFEST, "artifactType": SIGSTORE_BUNDLE,
+            "config": {"mediaType": "application/vnd.oci.empty.v1+json", **empty},
+            "layers": [{"mediaType": SIGSTORE_BUNDLE, **layer}],
+            "subject": {"mediaType": mt, "digest": image_digest, "size": size}}
+        d = self.put_manifest(repo, "sha256:" + hashlib.sha256(
+            json.dumps(manifest).encode()).hexdigest(), manifest, OCI_MANIFEST)
+        index = {"schemaVersion": 2, "mediaType": OCI_INDEX,
+                 "manifests": [{**d, "artifactType": SIGSTORE_BUNDLE}]}
+        return self.put_manifest(repo, image_digest.replace(":", "-"), index, OCI_INDEX)
 
     def digest(self, repo, tag):
         r, _ = self.request("HEAD", f"/v2/{repo}/manifests/{tag}", headers={

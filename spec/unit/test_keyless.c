@@ -11,7 +11,9 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <time.h>
+#include <unistd.h>
 
 #include <cmocka.h>
 
@@ -19,6 +21,7 @@
 #include "keyless.h"
 #include "keyless_impl.h"
 #include "signature.h"
+#include "trust.h"
 
 #define DIG "sha256:4f6b1c3e0c5a9d2b7e8f1a2b3c4d5e6f708192a3b4c5d6e7f8091a2b3c4d5e6f"
 #define OTHER "sha256:0000000000000000000000000000000000000000000000000000000000000bad"
@@ -551,6 +554,54 @@ static void test_keyset(void **state)
 	sig_keyset_free(ks);
 }
 
+static void put_file(const char *dir, const char *name, const char *text)
+{
+	char p[512];
+	snprintf(p, sizeof(p), "%s/%s", dir, name);
+	FILE *f = fopen(p, "w");
+	assert_non_null(f);
+	fputs(text, f);
+	fclose(f);
+}
+
+/* A daemon's trust directory: keys and keyless trust side by side; a part
+ * missing refuses the whole, naming what is missing. */
+static void test_trust_dir(void **state)
+{
+	(void)state;
+	char dir[] = "/tmp/gkm-keyless-XXXXXX", err[512] = "";
+	assert_non_null(mkdtemp(dir));
+	struct trust_source src = {.trust_dir = dir, .defaults = {.verify_enabled = true}};
+	struct trust *t = NULL;
+	EVP_PKEY *k = fs_p256();
+	char *pub = fs_pem_pubkey(k);
+	put_file(dir, "team.pem", pub);
+	put_file(dir, "identities.yaml", rules_yaml);
+	assert_int_equal(trust_load(&src, &t, err, sizeof(err)), -EINVAL);
+	assert_non_null(strstr(err, "keyless trust is incomplete: no Fulcio CA certificate"));
+	put_file(dir, "trusted_root.json", root_json);
+	if (trust_load(&src, &t, err, sizeof(err)))
+		fail_msg("trust_load: %s", err);
+	assert_int_equal(t->nkeys, 3); /* a key and two rules */
+	assert_int_equal(sig_keyset_nkeys(t->keys), 1);
+	assert_non_null(sig_keyset_keyless(t->keys));
+	char fp[SIGNATURE_FP_MAX];
+	snprintf(fp, sizeof(fp), "%s", t->keys_fp);
+	trust_unref(t);
+	put_file(dir, "identities.yaml", "- issuer: x\n  subject: y\n  extra: z\n");
+	assert_int_equal(trust_load(&src, &t, err, sizeof(err)), -EINVAL);
+	assert_non_null(strstr(err, "/identities.yaml: identity 1: unknown key 'extra'"));
+	put_file(dir, "identities.yaml", "- issuer: x\n  subject: y\n");
+	assert_int_equal(trust_load(&src, &t, err, sizeof(err)), 0);
+	assert_string_not_equal(t->keys_fp, fp); /* other rules, another trust */
+	trust_unref(t);
+	free(pub);
+	EVP_PKEY_free(k);
+	char cmd[600];
+	snprintf(cmd, sizeof(cmd), "rm -rf '%s'", dir);
+	assert_int_equal(system(cmd), 0);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -573,6 +624,7 @@ int main(void)
 	    cmocka_unit_test(test_rules_text),
 	    cmocka_unit_test(test_root_refusals),
 	    cmocka_unit_test(test_keyset),
+	    cmocka_unit_test(test_trust_dir),
 	};
 	return cmocka_run_group_tests(tests, group_setup, group_teardown);
 }
