@@ -30,10 +30,12 @@ static const char extract_usage[] =
     "Pull the image (layers streamed, digests checked while reading), extract it\n"
     "safely (no paths outside the tree, no devices, no setuid, size caps) into a\n"
     "new directory DIR, or into the content store at ROOT (one copy per digest: a\n"
-    "digest already there is ready at once, nothing pulled). With --key the\n"
-    "signature is verified first and nothing is extracted unless it verifies.\n\n"
+    "digest already there is ready at once, nothing pulled). With --key (or keyless\n"
+    "trust) the signature is verified first and nothing is extracted unless it\n"
+    "verifies.\n\n"
     "  --key FILE            a trusted public key (PEM; repeatable)\n"
-    "  --store ROOT          extract into the content store at ROOT\n\n" REGISTRY_HELP;
+    "  --store ROOT          extract into the content store at ROOT\n\n" CLI_KEYLESS_HELP
+    "\n" REGISTRY_HELP;
 
 static int extract_flag(struct cli *c, int opt, const char *arg)
 {
@@ -45,7 +47,7 @@ static int extract_flag(struct cli *c, int opt, const char *arg)
 
 static int verify_before_extract(struct cli *c, struct oci_repo *repo, const char *digest)
 {
-	if (c->r.nkeys == 0)
+	if (!cli_registry_verifies(&c->r))
 		return 0;
 	struct cmd_cache_sigs s;
 	cmd_cache_sig_check(c, repo, digest, &s);
@@ -81,7 +83,7 @@ static int extract_to_store(struct cli *c, struct oci_repo *repo, const struct o
 	}
 	/* by digest, a present entry needs no network at all (unless verifying) */
 	const char *digest = ref->digest;
-	if (!(digest && c->r.nkeys == 0 && store_lookup(st, digest, &info) == 0)) {
+	if (!(digest && !cli_registry_verifies(&c->r) && store_lookup(st, digest, &info) == 0)) {
 		rc = oci_repo_fetch_image(repo, oci_ref_reference(ref), c->platform, img, &e);
 		if (rc) {
 			rc = cmd_cache_fail(c->cmd, refstr, &e, rc);
@@ -205,6 +207,7 @@ static const struct option extract_opts[] = {
     CLI_COMMON_OPTIONS,
     REGISTRY_OPTIONS,
     {"key", required_argument, 0, CLI_OPT_KEY},
+    CLI_KEYLESS_OPTIONS,
     {"store", required_argument, 0, OPT_STORE},
     {0, 0, 0, 0},
 };

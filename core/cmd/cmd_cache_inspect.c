@@ -10,6 +10,7 @@
 #include "cli.h"
 #include "cmd.h"
 #include "cmd_cache.h"
+#include "keyless.h"
 #include "oci_sig.h"
 
 /* ---- inspect ------------------------------------------------------------ */
@@ -17,12 +18,13 @@
 static const char inspect_usage[] =
     "Usage: gkm cache inspect REF [-o table|json] [--entries] [--key FILE]...\n\n"
     "Show a cache image: targets, sizes, layers, entries, group-file paths and the\n"
-    "signature state (verified when --key is given).\n\n"
+    "signature state (verified when --key or keyless trust is given), with the\n"
+    "identity and issuer each keyless signature's certificate names.\n\n"
     "  --entries         read the whole layer (digest-checked) to list the kernels and\n"
     "                    check group files; done anyway for layers up to 64 MiB\n"
     "  --no-signatures   do not look for signatures\n"
     "  --key FILE        a trusted public key (PEM; repeatable)\n"
-    "  -o, --output FMT  table (default) or json\n\n" REGISTRY_HELP;
+    "  -o, --output FMT  table (default) or json\n\n" CLI_KEYLESS_HELP "\n" REGISTRY_HELP;
 
 #define INSPECT_SCAN_MAX (64u << 20)
 
@@ -123,6 +125,7 @@ static const struct option inspect_opts[] = {
     {"entries", no_argument, 0, OPT_ENTRIES},
     {"no-signatures", no_argument, 0, OPT_NO_SIGS},
     {"key", required_argument, 0, CLI_OPT_KEY},
+    CLI_KEYLESS_OPTIONS,
     {0, 0, 0, 0},
 };
 
@@ -237,6 +240,34 @@ static void add_sigs_json(cJSON *o, const struct inspect *in)
 	else
 		cJSON_AddNullToObject(sg, "verified");
 	cJSON_AddStringToObject(sg, "state", in->sigbuf);
+	if (sigs->verified_tried && sigs->verify_rc == 0 && sigs->verdict.rule[0]) {
+		cJSON_AddStringToObject(sg, "identity", sigs->verdict.identity);
+		cJSON_AddStringToObject(sg, "issuer", sigs->verdict.issuer);
+		cJSON_AddStringToObject(sg, "rule", sigs->verdict.rule);
+	}
+	cJSON *claims = cJSON_AddArrayToObject(sg, "keyless");
+	for (size_t i = 0; sigs->looked && sigs->rc == 0 && i < sigs->found.n; i++) {
+		char id[256], iss[256];
+		if (sig_keyless_claims(&sigs->found.c[i], id, sizeof(id), iss, sizeof(iss)))
+			continue;
+		cJSON *one = cJSON_CreateObject();
+		cJSON_AddStringToObject(one, "source", sigs->found.c[i].source);
+		cJSON_AddStringToObject(one, "identity", id);
+		cJSON_AddStringToObject(one, "issuer", iss);
+		cJSON_AddItemToArray(claims, one);
+	}
+}
+
+/* Who each keyless signature's certificate says signed (claims, verified
+ * or not: the verdict above says which one verified). */
+static void print_signers(const struct cmd_cache_sigs *sigs)
+{
+	for (size_t i = 0; sigs->looked && sigs->rc == 0 && i < sigs->found.n; i++) {
+		char id[256], iss[256];
+		if (sig_keyless_claims(&sigs->found.c[i], id, sizeof(id), iss, sizeof(iss)) == 0)
+			printf("Signed by:    %s (issuer %s; %s)\n", id, iss,
+			       sigs->found.c[i].source);
+	}
 }
 
 static void print_inspect_json(const struct inspect *in)
@@ -313,6 +344,7 @@ static void print_inspect_table(const struct inspect *in)
 		printf("Summary:      %s (not valid JSON)\n", in->sum_s);
 	print_layers(in);
 	printf("Signatures:   %s\n", in->sigbuf);
+	print_signers(&in->sigs);
 }
 
 static int cache_inspect_cmd(struct cli *c, int argc, char **argv)

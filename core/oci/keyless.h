@@ -163,6 +163,13 @@ __attribute__((warn_unused_result)) int sig_keyless_verify_bundle(const struct s
                                                                   struct keyless_result *res,
                                                                   char *why, size_t whylen);
 
+/* The identity and issuer a keyless candidate's certificate claims,
+ * unverified (what `gkm cache inspect` shows before any trust is given).
+ * 0, or -ENOENT when it carries no readable certificate. */
+__attribute__((warn_unused_result)) int sig_keyless_claims(const struct sig_candidate *c,
+                                                           char *identity, size_t idcap,
+                                                           char *issuer, size_t isscap);
+
 /* Whether a candidate is signed keyless: a simple signature with a
  * certificate annotation, or a bundle whose verification material is a
  * certificate rather than a public key. */

@@ -342,6 +342,38 @@ out:
 	return rc;
 }
 
+int sig_keyless_claims(const struct sig_candidate *c, char *identity, size_t idcap, char *issuer,
+                       size_t isscap)
+{
+	X509 *leaf = NULL;
+	STACK_OF(X509) *certs = NULL, *chain = NULL;
+	char **sans = NULL, why[128];
+	size_t nsans = 0;
+	int rc = -ENOENT;
+	if (c->kind == SIG_KIND_SIMPLE && c->certificate_pem &&
+	    kl_certs_from_pem(c->certificate_pem, strlen(c->certificate_pem), &certs, why,
+	                      sizeof(why)) == 0)
+		leaf = X509_dup(sk_X509_value(certs, 0));
+	if (c->kind == SIG_KIND_BUNDLE && c->len <= SIGNATURE_MAX_BUNDLE) {
+		cJSON *j = cJSON_ParseWithLength(c->data, c->len);
+		if (bundle_certs(cJSON_GetObjectItemCaseSensitive(j, "verificationMaterial"), &leaf,
+		                 &chain, why, sizeof(why)) != 0) {
+			X509_free(leaf);
+			leaf = NULL;
+		}
+		cJSON_Delete(j);
+	}
+	if (leaf && kl_cert_identity(leaf, issuer, isscap, &sans, &nsans) == 0) {
+		snprintf(identity, idcap, "%s", nsans ? sans[0] : "");
+		rc = 0;
+	}
+	kl_sans_free(sans, nsans);
+	X509_free(leaf);
+	kl_certs_free(certs);
+	kl_certs_free(chain);
+	return rc;
+}
+
 bool sig_keyless_candidate(const struct sig_candidate *c)
 {
 	if (c->kind == SIG_KIND_SIMPLE)

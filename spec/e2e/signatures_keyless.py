@@ -140,6 +140,23 @@ def check_cli(reg, cases):
             check=False)
     t.ok(p.returncode != 0 and "no identity rule" in p.stderr,
          "a trusted root without an identity is refused as incomplete", diag=p.stderr)
+    # inspect: who signed, before any trust is given, and verified with it
+    p = run(GKM, "cache", "inspect", f"{reg.addr}/keyless/wrong-issuer:v1", check=False)
+    t.ok(p.returncode == 0 and "Signed by:    " + WORKFLOW +
+         " (issuer https://accounts.evil.example; " in p.stdout,
+         "gkm cache inspect shows the identity and issuer a certificate names", diag=p.stdout)
+    p = run(GKM, "cache", "inspect", f"{reg.addr}/keyless/bundle:v1", "--trust-dir",
+            path("trust"), "-o", "json", check=False)
+    sg = json.loads(p.stdout or "{}").get("signatures", {})
+    t.ok(p.returncode == 0 and sg.get("verified") is True and sg.get("identity") == WORKFLOW
+         and sg.get("issuer") == GITHUB and sg.get("rule") == "release"
+         and sg.get("keyless", [{}])[0].get("identity") == WORKFLOW,
+         "inspect -o json with the trust: verified, naming identity, issuer and rule", diag=p.stdout)
+    for name, ok in (("valid", True), ("expired", False)):
+        p = run(GKM, "cache", "extract", f"{reg.addr}/keyless/{name}:v1", path("x-" + name),
+                "--trust-dir", path("trust"), check=False)
+        t.ok((p.returncode == 0) == ok and os.path.isdir(path("x-" + name)) == ok,
+             f"gkm cache extract {'extracts' if ok else 'refuses'} {name}", diag=p.stderr)
 
 
 def check_webhook(reg, cases):
