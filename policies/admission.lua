@@ -6,6 +6,9 @@
 --                  repository = "org/cache", tag = "v1", digest = "sha256:..." }
 --   signatures = { { kind = "simple" | "bundle", key = "sha256:<key fingerprint>",
 --                    verified = true|false, reason = "why not" }, ... }
+--                (a keyless signature, verified: also identity = the certificate's
+--                 SAN, issuer = its OIDC issuer, rule = the identity rule's name;
+--                 key is then the rule's id)
 --   config     = { verifyEnabled = true, allowUnsigned = false }
 --   object     = { kind = "GKMCache", namespace = "ns", name = "n",
 --                  operation = "CREATE" | "UPDATE", annotations = {...} }
