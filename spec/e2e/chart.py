@@ -32,6 +32,10 @@ from tap import Tap  # noqa: E402
 import yaml  # noqa: E402
 
 RENDER = os.path.join(BUILD, "spec", "gkm-chart-render")
+# keyless trust as the README's example sets it (a GitHub Actions release workflow)
+KEYLESS_ROOT = '{"mediaType": "application/vnd.dev.sigstore.trustedroot+json;version=0.1"}'
+KEYLESS_RULES = [{"name": "release", "issuer": "https://token.actions.githubusercontent.com",
+                  "subject": "https://github.com/org/repo/.github/workflows/release.yml@refs/heads/main"}]
 CHART = os.path.join(ROOT, "charts", "gkm")
 GKM_BIN = os.environ.get("GKM_BIN") or os.path.join(BUILD, "gkm")
 RBAC_CALLS = os.path.join(ROOT, "spec", "fixtures", "rbac-calls.yaml")
@@ -954,6 +958,17 @@ def variants():
          {"trust_keys_data": {"release.pem": pem.strip() + "\n"}}),
         ("existing trust keys ConfigMap", ["--set", "verification.existingConfigMap=corp-keys"],
          {"trust_keys": "corp-keys", "external_configmaps": ["corp-keys"]}),
+        ("keyless trust beside a key", ["-f", write("keyless.yaml", yaml.safe_dump(
+            {"verification": {"trustedKeys": {"release": pem},
+                              "keyless": {"trustedRoot": KEYLESS_ROOT, "identities": KEYLESS_RULES}}}))],
+         {"trust_keys_data": {"release.pem": pem.strip() + "\n",
+                              "trusted_root.json": KEYLESS_ROOT.strip() + "\n",
+                              "identities.yaml": yaml.safe_dump(KEYLESS_RULES)}}),
+        ("keyless trust as PEM", ["-f", write("keyless-pem.yaml", yaml.safe_dump(
+            {"verification": {"keyless": {"fulcioCertificates": pem, "rekorKeys": pem,
+                                          "identities": KEYLESS_RULES}}}))],
+         {"trust_keys_data": {"fulcio.pem": pem.strip() + "\n", "rekor.pub": pem.strip() + "\n",
+                              "identities.yaml": yaml.safe_dump(KEYLESS_RULES)}}),
         ("registry credentials and plain-HTTP registries",
          ["--set", "registry.authSecret=regcred,registry.plainHTTP={registry.local:5000,10.0.0.5}"],
          {"registry_auth": "regcred", "plain_http": "registry.local:5000,10.0.0.5",
@@ -1368,6 +1383,24 @@ def test_bad_values():
          "needs operator.leaderElection.enabled=true"),
         ("a trusted key that is not PEM", ["--set", "verification.trustedKeys.corp=hello"],
          "verification.trustedKeys.corp is not a PEM public key"),
+        ("keyless identities without a trusted root",
+         ["-f", write("kl-noroot.yaml", yaml.safe_dump(
+             {"verification": {"keyless": {"identities": KEYLESS_RULES}}}))],
+         "verification.keyless.identities needs a trusted root"),
+        ("a keyless trusted root without identities",
+         ["--set", "verification.keyless.trustedRoot=x"], "a trusted root without identities trusts nobody"),
+        ("a keyless identity without a subject",
+         ["-f", write("kl-nosubject.yaml", yaml.safe_dump(
+             {"verification": {"keyless": {"trustedRoot": KEYLESS_ROOT,
+                                           "identities": [{"issuer": "https://issuer.example"}]}}}))],
+         "verification.keyless.identities[0]: wants issuer or issuerRegExp, and subject or subjectRegExp"),
+        ("keyless values with an existing ConfigMap",
+         ["-f", write("kl-existing.yaml", yaml.safe_dump(
+             {"verification": {"existingConfigMap": "corp-keys",
+                               "keyless": {"trustedRoot": KEYLESS_ROOT, "identities": KEYLESS_RULES}}}))],
+         "put the keyless files"),
+        ("a trusted key named fulcio", ["--set", "verification.trustedKeys.fulcio=-----BEGIN PUBLIC KEY-----"],
+         "would render fulcio.pem"),
         ("a trusted key name with a slash",
          ["-f", write("badkeyname.yaml", "verification: {trustedKeys: {'../x': '-----BEGIN PUBLIC KEY-----'}}\n")],
          "is not a usable key name"),
