@@ -136,19 +136,24 @@ int kl_cert_verify(const struct sig_keyless *kl, X509 *leaf, STACK_OF(X509) * ch
 		           MAX_CHAIN);
 		return -EBADMSG;
 	}
-	for (size_t i = 0; i < kl->ncas; i++) {
+	/* the chain at time t, by a CA trusted then; when none takes it, the
+	 * same without the time tells an untrusted root from an expired one */
+	for (size_t i = 0; i < kl->ncas && !trusted; i++)
+		if (t >= kl->cas[i].start && t <= kl->cas[i].end)
+			trusted = verify_at(&kl->cas[i], leaf, chain, t, true, issuer) == 0;
+	for (size_t i = 0; i < kl->ncas && !trusted; i++) {
 		int e = verify_at(&kl->cas[i], leaf, chain, t, false, NULL);
 		if (e) {
 			err = e;
 			continue;
 		}
 		trusted = true;
-		if (t < kl->cas[i].start || t > kl->cas[i].end) {
-			terr = -1; /* the CA itself was not trusted then */
-			continue;
-		}
-		if ((terr = verify_at(&kl->cas[i], leaf, chain, t, true, issuer)) == 0)
-			break;
+		/* the CA itself was not trusted then, or what the chain says at t */
+		terr = t < kl->cas[i].start || t > kl->cas[i].end
+		           ? -1
+		           : verify_at(&kl->cas[i], leaf, chain, t, true, NULL);
+		if (terr == 0)
+			terr = X509_V_ERR_CERT_HAS_EXPIRED; /* not reached: it failed above */
 	}
 	kl_time_text(t, at, sizeof(at));
 	validity(leaf, valid, sizeof(valid));
