@@ -17,6 +17,7 @@ set -u
 . "$(dirname "$0")/../lib/kubeenv.sh"
 . "$(dirname "$0")/../lib/poll.sh"
 . "$(dirname "$0")/../lib/daemon.sh"
+. "$(dirname "$0")/../lib/kubewebhook.sh"
 cd "$GKM_ROOT"
 G=$GKM_BIN
 FX=spec/fixtures/caches/triton
@@ -76,45 +77,13 @@ $G cache build "$FX/cuda-sm75-vector-add" -t "$R/caches/cuda:v1" >/dev/null 2>&1
 	$G cache build "$FX/cuda-sm75-vector-add" -t "$R/caches/unsigned:v1" --label variant=unsigned >/dev/null 2>&1
 ok $? "cache images built, pushed and signed with gkm cache (one left unsigned)"
 
-digest_of() { # repo:tag -> the registry's manifest digest
-	curl -sI -H 'Accept: application/vnd.oci.image.manifest.v1+json' \
-		"http://$R/v2/${1%%:*}/manifests/${1#*:}" |
-		awk -F': ' 'tolower($1)=="docker-content-digest"{print $2}' | tr -d '\r'
-}
+digest_of() { registry_digest "$R" "$1"; } # repo:tag -> the registry's manifest digest
 CUDA_DIGEST=$(digest_of caches/cuda:v1)
 
 # ---- the webhook, called by the API server for namespaced caches ----
 # (ClusterGKMCaches are left out of its rules, so that one cache shows what
 # happens without a webhook.)
-kubeenv_ctl cert webhook 127.0.0.1 >/dev/null
-PORT[webhook]=$(free_port)
-PORT[webhook-health]=$(free_port)
-$G webhook --listen "127.0.0.1:${PORT[webhook]}" --health-listen "127.0.0.1:${PORT[webhook-health]}" \
-	--tls-cert "$KUBEENV_DIR/pki/webhook.crt" --tls-key "$KUBEENV_DIR/pki/webhook.key" \
-	--trust-dir "$W/trust" --plain-http >>"$W/webhook.log" 2>&1 &
-PID[webhook]=$!
-webhook_config() { # kind name path
-	cat <<EOF
-apiVersion: admissionregistration.k8s.io/v1
-kind: $1
-metadata: {name: gkm}
-webhooks:
-- name: $2
-  admissionReviewVersions: [v1]
-  sideEffects: None
-  failurePolicy: Fail
-  timeoutSeconds: 10
-  rules:
-  - {apiGroups: [gkm.io], apiVersions: [v1alpha1], operations: [CREATE, UPDATE], resources: [gkmcaches]}
-  clientConfig:
-    url: https://127.0.0.1:${PORT[webhook]}$3
-    caBundle: $(base64 -w0 "$KUBEENV_CA")
-EOF
-}
-wait_for 20 curl -sf "http://127.0.0.1:${PORT[webhook-health]}/readyz" >/dev/null &&
-	{ webhook_config MutatingWebhookConfiguration mutate.gkm.io /mutate &&
-		echo --- && webhook_config ValidatingWebhookConfiguration validate.gkm.io /validate; } |
-	kubectl apply -f - >/dev/null
+kubewebhook_start "$G" "$W/webhook.log" --trust-dir "$W/trust" --plain-http
 ok $? "gkm webhook registered by URL with caBundle (its certificate signed by the cluster CA)"
 
 # ---- cluster objects and daemons ----

@@ -41,11 +41,7 @@ if why=$(kubeenv_unavailable); then
 fi
 registry_start v || { ok 1 "registry starts"; finish; exit; }
 R=$REG_v_ADDR
-digest_of() { # repo:tag
-	curl -sI -H 'Accept: application/vnd.oci.image.manifest.v1+json' \
-		"http://$R/v2/${1%%:*}/manifests/${1#*:}" |
-		awk -F': ' 'tolower($1)=="docker-content-digest"{print $2}' | tr -d '\r'
-}
+digest_of() { registry_digest "$R" "$1"; } # repo:tag
 mkdir -p "$W/trust" &&
 	$G cache keygen --output-key-prefix "$W/trusted" >/dev/null 2>&1 && cp "$W/trusted.pub" "$W/trust/" &&
 	$G cache keygen --output-key-prefix "$W/stranger" >/dev/null 2>&1 &&

@@ -16,6 +16,7 @@ set -u
 . "$(dirname "$0")/../lib/kubeenv.sh"
 . "$(dirname "$0")/../lib/poll.sh"
 . "$(dirname "$0")/../lib/daemon.sh"
+. "$(dirname "$0")/../lib/kubewebhook.sh"
 cd "$GKM_ROOT"
 G=${GKM_BIN_SAN:-$GKM_BIN}
 export ASAN_OPTIONS=detect_leaks=1:exitcode=99
@@ -47,11 +48,7 @@ if ! registry_available || ! command -v kubectl >/dev/null || [ ! -x "$FAKE" ]; 
 fi
 registry_start kl || { ok 1 "registry starts"; finish; exit; }
 R=$REG_kl_ADDR
-digest_of() { # repo:tag
-	curl -sI -H 'Accept: application/vnd.oci.image.manifest.v1+json' \
-		"http://$R/v2/${1%%:*}/manifests/${1#*:}" |
-		awk -F': ' 'tolower($1)=="docker-content-digest"{print $2}' | tr -d '\r'
-}
+digest_of() { registry_digest "$R" "$1"; } # repo:tag
 
 # ---- the images, signed keyless ----
 mkdir -p "$W/trust" "$W/sig" && "$FAKE" init "$W/root" && cp "$W/root/trusted_root.json" "$W/trust/" &&
@@ -97,37 +94,9 @@ trap cleanup EXIT
 K=$KUBECONFIG
 
 # ---- the webhook in the admission chain, an operator, an agent ----
-kubeenv_ctl cert webhook 127.0.0.1 >/dev/null
-PORT[webhook]=$(free_port)
-PORT[webhook-health]=$(free_port)
 PORT[agent]=$(free_port)
 PORT[op]=$(free_port)
-$G webhook --listen "127.0.0.1:${PORT[webhook]}" --health-listen "127.0.0.1:${PORT[webhook-health]}" \
-	--tls-cert "$KUBEENV_DIR/pki/webhook.crt" --tls-key "$KUBEENV_DIR/pki/webhook.key" \
-	--trust-dir "$W/trust" --plain-http >>"$W/webhook.log" 2>&1 &
-PID[webhook]=$!
-webhook_config() { # kind name path
-	cat <<EOF
-apiVersion: admissionregistration.k8s.io/v1
-kind: $1
-metadata: {name: gkm}
-webhooks:
-- name: $2
-  admissionReviewVersions: [v1]
-  sideEffects: None
-  failurePolicy: Fail
-  timeoutSeconds: 10
-  rules:
-  - {apiGroups: [gkm.io], apiVersions: [v1alpha1], operations: [CREATE, UPDATE], resources: [gkmcaches]}
-  clientConfig:
-    url: https://127.0.0.1:${PORT[webhook]}$3
-    caBundle: $(base64 -w0 "$KUBEENV_CA")
-EOF
-}
-wait_for 20 curl -sf "http://127.0.0.1:${PORT[webhook-health]}/readyz" >/dev/null &&
-	{ webhook_config MutatingWebhookConfiguration mutate.gkm.io /mutate &&
-		echo --- && webhook_config ValidatingWebhookConfiguration validate.gkm.io /validate; } |
-	kubectl apply -f - >/dev/null
+kubewebhook_start "$G" "$W/webhook.log" --trust-dir "$W/trust" --plain-http
 ok $? "the gkm webhook, trusting the root and the rule, registered with the API server"
 
 kubectl create namespace gkm >/dev/null && kubectl create namespace team >/dev/null &&

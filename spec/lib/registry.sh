@@ -100,6 +100,12 @@ registry_stop_all() {
 	rm -rf "$_REG_TMP"
 }
 
+registry_digest() { # addr repo:tag -> the registry's manifest digest
+	curl -sI -H 'Accept: application/vnd.oci.image.manifest.v1+json' \
+		"http://$1/v2/${2%%:*}/manifests/${2#*:}" |
+		awk -F': ' 'tolower($1)=="docker-content-digest"{print $2}' | tr -d '\r'
+}
+
 registry_blob_file() { # name digest
 	local dir hex
 	eval "dir=\$REG_${1}_DIR"
