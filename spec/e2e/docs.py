@@ -259,6 +259,19 @@ def test_links_and_first_screen():
     t.ok(lines < 400, "README stays under 400 lines (%d); the details go to charts/gkm/docs" % lines)
 
 
+def test_source_paths():
+    """Every source file the docs name (`core/...`, `webhook/...`, `csi/...`,
+    `lua/...`, `policies/...`, `spec/...` in backquotes) exists; a `*`
+    stands for any part of a name."""
+    import glob
+    missing = []
+    for doc in HANDWRITTEN + [os.path.join(ROOT, "core", "README.md")]:
+        for path in re.findall(r"`((?:core|webhook|csi|lua|policies|spec)/[\w/.*-]+\.(?:c|h|lua|py|sh))`", read(doc)):
+            if not glob.glob(os.path.join(ROOT, path)):
+                missing.append("%s: %s" % (os.path.relpath(doc, ROOT), path))
+    t.ok(not missing, "every source file the docs name exists", diag=missing)
+
+
 def csi_attributes(text):
     """The volumeAttributes of the csi.gkm.io volumes in a text's YAML blocks."""
     import yaml
@@ -301,6 +314,7 @@ def test_namespace():
 for name, fn in (("generated pages", test_generated), ("metrics", test_metrics), ("config", test_config),
                  ("troubleshooting", test_troubleshooting), ("command lines", test_command_lines),
                  ("make targets", test_make_targets), ("chart values", test_chart_values), ("links", test_links_and_first_screen),
+                 ("source paths", test_source_paths),
                  ("pod example", test_pod_example), ("namespace", test_namespace)):
     t.run(name, fn)
 sys.exit(t.finish())

@@ -2,7 +2,8 @@
 """The layout core/README.md promises: each folder of core/ includes only
 the headers of the folders it may use (a lower layer never an upper one),
 core/ never includes webhook/ or csi/, and every header is where one folder
-owns it."""
+owns it; no C file is over MAX_FILE lines, and no function over MAX_FUNC
+unless the comment above it says why ("Long: ...")."""
 import os
 import re
 import sys
@@ -23,6 +24,8 @@ MAY_USE = {
     "node": {"base", "store", "oci", "kube", "gpu", "cache", "lua"},
     "cmd": {"base", "store", "oci", "kube", "gpu", "cache", "lua", "node"},
 }
+MAX_FILE = 1200
+MAX_FUNC = 120
 INCLUDE = re.compile(r'^\s*#\s*include\s+"([^"]+)"', re.M)
 
 t = Tap()
@@ -65,5 +68,48 @@ def main():
     t.ok(not wrong, "every folder of core/ includes only what core/README.md lets it use", diag=wrong)
 
 
+def functions(path):
+    """(name, first line, lines, the comment above) of each function
+    definition: a signature at column 0 and its body from a "{" line to a
+    "}" line at column 0."""
+    lines = open(path).read().split("\n")
+    i = 0
+    while i < len(lines):
+        if lines[i] == "{":
+            sig = i - 1
+            while sig > 0 and lines[sig - 1].strip() and not lines[sig - 1].startswith(("}", "/*", " *", "#")) and not lines[sig].startswith(("static", "struct", "const", "void", "int", "bool", "char", "size_t", "double", "uint", "enum", "cJSON", "ssize_t", "pid_t", "unsigned", "long")):
+                sig -= 1
+            names = re.findall(r"(\w+)\s*\(", " ".join(lines[sig:i]))
+            end = i + 1
+            while end < len(lines) and lines[end] != "}":
+                end += 1
+            above = []
+            j = sig - 1
+            while j >= 0 and lines[j].startswith(("/*", " *")):
+                above.insert(0, lines[j])
+                j -= 1
+            yield (names[0] if names else "?"), sig + 1, end - sig + 1, "\n".join(above)
+            i = end
+        i += 1
+
+
+def sizes():
+    big, long_ = [], []
+    for top in ("core", "webhook", "csi"):
+        for f in sources(top):
+            if not f.endswith(".c"):
+                continue
+            rel = os.path.relpath(f, ROOT)
+            n = open(f).read().count("\n")
+            if n > MAX_FILE:
+                big.append("%s: %d lines" % (rel, n))
+            for name, line, count, above in functions(f):
+                if count > MAX_FUNC and "Long:" not in above:
+                    long_.append("%s:%d %s: %d lines" % (rel, line, name, count))
+    t.ok(not big, "no C file is over %d lines" % MAX_FILE, diag=big)
+    t.ok(not long_, "no function is over %d lines without a reason (Long: ...) above it" % MAX_FUNC, diag=long_)
+
+
 t.run("layout", main)
+t.run("sizes", sizes)
 sys.exit(t.finish())
