@@ -14,6 +14,9 @@
 # (streaming: it must not grow with the layer).
 #
 #   GKM_BENCH_RUNS=N (default 5)   GKM_BENCH_DIR (default $GKM_BUILD/bench)
+#   GKM_BENCH_BASELINE=PATH: another gkm binary (an earlier commit's build),
+#     timed on the same image right after gkm in every run, for a before and
+#     after on the same machine state
 #
 # The synthetic cache (20,000 small text files in 4,000 hash dirs + 40
 # binaries of 5-30 MB, generated deterministically) and its image are
@@ -36,6 +39,7 @@ set -u
 cd "$GKM_ROOT"
 . spec/lib/registry.sh
 G=$GKM_BIN
+BASE=${GKM_BENCH_BASELINE:-}
 N=${GKM_BENCH_RUNS:-5}
 B=${GKM_BENCH_DIR:-$GKM_BUILD/bench}
 mkdir -p "$B"
@@ -174,7 +178,7 @@ fresh() { # d= a new, empty destination name; the old tree is renamed away
 DROP=no
 [ -w /proc/sys/vm/drop_caches ] && DROP=yes
 # what the timed commands run from: their binaries and the libraries they load
-TOOLS=$(for t in "$G" /usr/bin/time sh skopeo umoci tar bsdtar curl openssl igzip zstd; do
+TOOLS=$(for t in "$G" ${BASE:+"$BASE"} /usr/bin/time sh skopeo umoci tar bsdtar curl openssl igzip zstd; do
 	p=$(command -v "$t") && echo "$p" && ldd "$p" 2>/dev/null | awk '$3 ~ /^\// {print $3} $1 ~ /^\// {print $1}'
 done | sort -u)
 settle() { # nothing dirty; with root, a page cache holding just the inputs and the tools
@@ -206,6 +210,10 @@ commit_part() { # label: sum the walls and max the RSS of the parts of run $i
 for i in $(seq 1 "$N"); do
 	fresh
 	timed gkm "$G" cache extract "$R/bench/cache:v1" "$d" && commit_part gkm
+	if [ -n "$BASE" ]; then
+		fresh
+		timed gkm_base "$BASE" cache extract "$R/bench/cache:v1" "$d" && commit_part gkm_base
+	fi
 	fresh
 	mkdir -p "$RUN/sk"
 	[ -e "$RUN/sk/l" ] && mv "$RUN/sk/l" "$RUN/trash/sk$k"
@@ -252,6 +260,8 @@ def table(title, rows):
     print(f"\n{title:34} {'median s':>9} {'min':>7} {'max':>7} {'MB/s':>7} {'peak RSS MB':>12}")
     for label, name, *nbytes in rows: # MB/s of the tree, or of the bytes given
         r = load(label)
+        if not r and label == "gkm_base":
+            continue  # no baseline asked for
         if not r:
             print(f"{name:34} (failed)")
             continue
@@ -260,6 +270,7 @@ def table(title, rows):
         print(f"{name:34} {med[label]:9.2f} {min(w):7.2f} {max(w):7.2f} {(nbytes or [tree])[0]/med[label]/1e6:7.0f} "
               f"{max(x[1] for x in r)/1024:12.1f}")
 table("gzip layer, end to end", (("gkm", "gkm pull+verify+extract"),
+                                 ("gkm_base", "baseline gkm (GKM_BENCH_BASELINE)"),
                                  ("skopeo", "skopeo copy + umoci unpack"),
                                  ("tar", "GNU tar -xzf (local layer)"),
                                  ("bsdtar", "bsdtar -xzf (local layer)")))
@@ -270,7 +281,7 @@ table("the stages gkm is made of, alone", (("curl", "download: curl blob > /dev/
 table("zstd layer", (("gkm_zstd", "gkm pull+verify+extract"), ("zstd", "decode: zstd -dc > /dev/null")))
 print()
 if "gkm" in med:
-    for other in ("skopeo", "tar", "bsdtar"):
+    for other in ("gkm_base", "skopeo", "tar", "bsdtar"):
         if other in med:
             print(f"ratio {other}/gkm: {med[other]/med['gkm']:.2f}x")
     stages = [s for s in ("curl", "sha256", "igzip", "write") if s in med]
