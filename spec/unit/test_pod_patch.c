@@ -14,6 +14,7 @@
 #include <string.h>
 
 #include "jsonpatch.h"
+#include "pod_env.h"
 #include "pod_patch.h"
 #include "pod_volumes.h"
 
@@ -398,6 +399,97 @@ static void test_annotation_without_annotations_or_metadata(void **state)
 	cJSON_Delete(pod);
 }
 
+/* The trees an image holds: MCV's label first, then gkm's format. */
+static void test_env_trees_from_labels(void **state)
+{
+	(void)state;
+	struct pod_env_tree t[POD_ENV_TREES_MAX];
+	cJSON *labels = parse("{\"io.kserve.km/cache-root-env\":"
+	                      "\"VLLM_CACHE_ROOT=/home/kserve/.cache/vllm\","
+	                      "\"io.kserve.km/cache-mount-subpath\":\"/cache/vllm/\"}");
+	assert_int_equal(pod_env_trees(labels, "triton", t, POD_ENV_TREES_MAX), 2);
+	assert_string_equal(t[0].variable, "VLLM_CACHE_ROOT");
+	assert_string_equal(t[0].subpath, "cache/vllm");
+	assert_string_equal(t[1].variable, "TRITON_CACHE_DIR");
+	assert_string_equal(t[1].subpath, "io.triton.cache");
+	/* the label and the format name the same variable: once */
+	assert_int_equal(pod_env_trees(labels, "vllm", t, POD_ENV_TREES_MAX), 1);
+	assert_int_equal(pod_env_trees(labels, "vllm", t, 0), 0);
+	cJSON_Delete(labels);
+	labels = parse("{\"io.kserve.km/cache-root-env\":\"1BAD=/x\"}");
+	assert_int_equal(pod_env_trees(labels, NULL, t, POD_ENV_TREES_MAX), 0);
+	cJSON_Delete(labels);
+	assert_int_equal(pod_env_trees(NULL, "inductor", t, POD_ENV_TREES_MAX), 1);
+	assert_string_equal(t[0].variable, "TORCHINDUCTOR_CACHE_DIR");
+	assert_int_equal(pod_env_trees(NULL, "unknown", t, POD_ENV_TREES_MAX), 0);
+}
+
+static const char env_pod_json[] =
+    "{\"spec\":{\"initContainers\":[{\"name\":\"warm\",\"volumeMounts\":["
+    "{\"name\":\"kernels\",\"mountPath\":\"/cache/\"}]}],"
+    "\"containers\":[{\"name\":\"server\",\"env\":[{\"name\":\"A\",\"value\":\"b\"}],"
+    "\"volumeMounts\":[{\"name\":\"kernels\",\"mountPath\":\"/root/.triton\"}]},"
+    "{\"name\":\"sidecar\",\"volumeMounts\":[{\"name\":\"scratch\",\"mountPath\":\"/s\"}]},"
+    "{\"name\":\"own\",\"env\":[{\"name\":\"TRITON_CACHE_DIR\",\"value\":\"/tmp/t\"},"
+    "{\"name\":\"VLLM_CACHE_ROOT\",\"valueFrom\":{\"configMapKeyRef\":{\"name\":\"c\","
+    "\"key\":\"k\"}}}],"
+    "\"volumeMounts\":[{\"name\":\"kernels\",\"mountPath\":\"/k\"}]}],"
+    "\"volumes\":[{\"name\":\"kernels\",\"csi\":{\"driver\":\"csi.gkm.io\"}},"
+    "{\"name\":\"scratch\",\"emptyDir\":{}}]}}";
+
+static const char *env_of(const cJSON *pod, const char *list, int i, const char *var)
+{
+	const cJSON *c =
+	    cJSON_GetArrayItem(cJSON_GetObjectItem(cJSON_GetObjectItem(pod, "spec"), list), i);
+	const cJSON *e;
+	cJSON_ArrayForEach(e, cJSON_GetObjectItem(c, "env"))
+	{
+		if (strcmp(cJSON_GetObjectItem(e, "name")->valuestring, var) == 0)
+			return cJSON_IsString(cJSON_GetObjectItem(e, "value"))
+			           ? cJSON_GetObjectItem(e, "value")->valuestring
+			           : "(from)";
+	}
+	return NULL;
+}
+
+/* Every container mounting the cache gets the variables at its own
+ * mountPath; one that sets them already keeps its value, with a warning. */
+static void test_env_patch_applies(void **state)
+{
+	(void)state;
+	struct pod_env_tree t[2] = {{"TRITON_CACHE_DIR", "io.triton.cache"},
+	                            {"VLLM_CACHE_ROOT", "io.vllm.cache"}};
+	struct pod_env_volume v = {"kernels", t, 2};
+	cJSON *pod = parse(env_pod_json), *ops = cJSON_CreateArray();
+	char warn[512];
+	assert_int_equal(pod_env_patch(pod, &v, 1, ops, warn, sizeof(warn)), 0);
+	assert_int_equal(cJSON_GetArraySize(ops), 2); /* warm and server; not sidecar, own */
+	char *patch = cJSON_PrintUnformatted(ops);
+	if (jsonpatch_apply(pod, patch) != 0)
+		fail_msg("the patch does not apply: %s", patch);
+	assert_string_equal(env_of(pod, "initContainers", 0, "TRITON_CACHE_DIR"),
+	                    "/cache/io.triton.cache");
+	assert_string_equal(env_of(pod, "containers", 0, "TRITON_CACHE_DIR"),
+	                    "/root/.triton/io.triton.cache");
+	assert_string_equal(env_of(pod, "containers", 0, "VLLM_CACHE_ROOT"),
+	                    "/root/.triton/io.vllm.cache");
+	assert_string_equal(env_of(pod, "containers", 0, "A"), "b"); /* kept */
+	assert_null(env_of(pod, "containers", 1, "TRITON_CACHE_DIR"));
+	assert_string_equal(env_of(pod, "containers", 2, "TRITON_CACHE_DIR"), "/tmp/t");
+	assert_string_equal(env_of(pod, "containers", 2, "VLLM_CACHE_ROOT"), "(from)");
+	assert_non_null(strstr(warn, "container own sets TRITON_CACHE_DIR to /tmp/t, so the "
+	                             "cache mounted at /k/io.triton.cache will never be read"));
+	assert_non_null(strstr(warn, "container own sets VLLM_CACHE_ROOT to (from a source)"));
+	/* the pod as patched, reviewed again: nothing left to change */
+	cJSON_Delete(ops);
+	ops = cJSON_CreateArray();
+	assert_int_equal(pod_env_patch(pod, &v, 1, ops, warn, sizeof(warn)), 0);
+	assert_int_equal(cJSON_GetArraySize(ops), 0);
+	free(patch);
+	cJSON_Delete(ops);
+	cJSON_Delete(pod);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -409,6 +501,8 @@ int main(void)
 	    cmocka_unit_test(test_affinity_of_the_wrong_shape),
 	    cmocka_unit_test(test_patch_applies),
 	    cmocka_unit_test(test_annotation_without_annotations_or_metadata),
+	    cmocka_unit_test(test_env_trees_from_labels),
+	    cmocka_unit_test(test_env_patch_applies),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);
 }
