@@ -165,7 +165,7 @@ def main():
     view = os.path.join(state, "caches", NS, "vector-add", "data")
 
     # ---- pods: the kubelet publishes ----
-    pods = {"reader": pod_manifest("reader", NS, NS, read_only="true"),
+    pods = {"reader": pod_manifest("reader", NS, NS),
             "writer": pod_manifest("writer", NS, NS, read_only="false"),
             "intruder": pod_manifest("intruder", OTHER, NS)}
     p = kubectl("apply", "-f", "-", input=json.dumps({"apiVersion": "v1", "kind": "List",
