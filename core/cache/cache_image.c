@@ -17,6 +17,7 @@
 #include "gzwrite.h"
 #include "oci_auth.h"
 #include "progress.h"
+#include "textfmt.h"
 
 /* ---- writing the layer ------------------------------------------------ */
 
@@ -328,10 +329,7 @@ void cache_build_opts_init(struct cache_build_opts *o)
 
 static void iso_time(int64_t t, char *buf, size_t cap)
 {
-	time_t tt = (time_t)t;
-	struct tm tm;
-	gmtime_r(&tt, &tm);
-	strftime(buf, cap, "%Y-%m-%dT%H:%M:%SZ", &tm);
+	rfc3339_format(t, buf, cap);
 }
 
 /* Replace (or add) key in o with item (consumed). */

@@ -19,6 +19,7 @@
 #include "errbuf.h"
 #include "fsutil.h"
 #include "log.h"
+#include "textfmt.h"
 
 enum {
 	GPU_ID_MAX = 256,
@@ -140,24 +141,15 @@ static int replace_symlink(const char *dir, const char *name, const char *target
 
 void cache_view_rfc3339(time_t t, char *buf, size_t size)
 {
-	struct tm tm;
-	if (size == 0)
-		return;
-	if (!gmtime_r(&t, &tm) || strftime(buf, size, "%Y-%m-%dT%H:%M:%SZ", &tm) == 0)
-		buf[0] = '\0';
+	rfc3339_format((int64_t)t, buf, size);
 }
 
 int cache_view_parse_rfc3339(const char *s, time_t *out)
 {
-	struct tm tm;
-	memset(&tm, 0, sizeof(tm));
-	const char *end = s ? strptime(s, "%Y-%m-%dT%H:%M:%SZ", &tm) : NULL;
-	if (!end || *end)
+	int64_t t;
+	if (rfc3339_parse(s, &t) != 0)
 		return -EINVAL;
-	time_t t = timegm(&tm);
-	if (t == (time_t)-1)
-		return -EINVAL;
-	*out = t;
+	*out = (time_t)t;
 	return 0;
 }
 

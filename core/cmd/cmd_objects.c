@@ -11,6 +11,7 @@
 #include "cmd.h"
 #include "fsutil.h"
 #include "objstore.h"
+#include "textfmt.h"
 #include "yamljson.h"
 
 #define DEFAULT_STATE "/var/lib/gkm/standalone"
@@ -242,12 +243,12 @@ static cJSON *list_objects(struct objstore *s, const struct kind_info *k, const 
 
 static void age(const char *ts, char *buf, size_t len)
 {
-	struct tm tm = {0};
-	if (!strptime(ts, "%Y-%m-%dT%H:%M:%SZ", &tm)) {
+	int64_t t;
+	if (rfc3339_parse(ts, &t) != 0) {
 		snprintf(buf, len, "<unknown>");
 		return;
 	}
-	long d = (long)difftime(time(NULL), timegm(&tm));
+	long d = (long)difftime(time(NULL), (time_t)t);
 	if (d < 0)
 		d = 0;
 	if (d < 120)

@@ -9,6 +9,7 @@
 #include <time.h>
 
 #include "log.h"
+#include "textfmt.h"
 
 #define LIST_RESTARTS 3
 
@@ -350,15 +351,6 @@ bool kube_valid_subdomain(const char *s)
 			return false;
 	}
 	return true;
-}
-
-static void rfc3339_now(char *buf, size_t len)
-{
-	struct timespec ts;
-	struct tm tm;
-	clock_gettime(CLOCK_REALTIME, &ts);
-	gmtime_r(&ts.tv_sec, &tm);
-	strftime(buf, len, "%Y-%m-%dT%H:%M:%SZ", &tm);
 }
 
 int kube_event_build(const struct kube_event *ev, cJSON **out, struct kube_error *err)

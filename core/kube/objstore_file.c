@@ -23,6 +23,7 @@
 #include "fsutil.h"
 #include "log.h"
 #include "objstore.h"
+#include "textfmt.h"
 #include "yamljson.h"
 
 #define CLUSTER_DIR "_cluster"
@@ -274,16 +275,11 @@ static char *sha_hex(const char *s)
 {
 	unsigned char md[32];
 	unsigned int n = 0;
-	static const char hex[] = "0123456789abcdef";
 	EVP_Digest(s, strlen(s), md, &n, EVP_sha256(), NULL);
 	char *out = malloc(65);
 	if (!out)
 		return NULL;
-	for (unsigned i = 0; i < 32; i++) {
-		out[2 * i] = hex[md[i] >> 4];
-		out[2 * i + 1] = hex[md[i] & 15];
-	}
-	out[64] = '\0';
+	hex_encode(md, 32, out);
 	return out;
 }
 

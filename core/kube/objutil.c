@@ -4,6 +4,7 @@
 #include <time.h>
 
 #include "objstore.h"
+#include "textfmt.h"
 
 const char *obj_str(const cJSON *obj, const char *path)
 {
@@ -85,10 +86,7 @@ void obj_drop_empty_maps(cJSON *obj)
 
 void obj_now(char *buf, size_t len)
 {
-	time_t t = time(NULL);
-	struct tm tm;
-	gmtime_r(&t, &tm);
-	strftime(buf, len, "%Y-%m-%dT%H:%M:%SZ", &tm);
+	rfc3339_now(buf, len);
 }
 
 cJSON *obj_without(const cJSON *obj, const char *key)

@@ -13,6 +13,7 @@
 #include "log.h"
 #include "oci_pull.h"
 #include "pull_secret.h"
+#include "textfmt.h"
 
 /* Every cache reads its image and pulls through its own reference: the
  * store shares content between caches of one digest, never a verdict or a
@@ -357,10 +358,7 @@ static void sched_tick(struct loop *l, void *ud)
 /* When now + delay_ms will be, in RFC 3339. */
 static void wall_time_in(uint64_t delay_ms, char *buf, size_t len)
 {
-	time_t t = time(NULL) + (time_t)((delay_ms + 999) / 1000);
-	struct tm tm;
-	gmtime_r(&t, &tm);
-	strftime(buf, len, "%Y-%m-%dT%H:%M:%SZ", &tm);
+	rfc3339_format((int64_t)time(NULL) + (int64_t)((delay_ms + 999) / 1000), buf, len);
 }
 
 static void attempt_failed(struct agent *a, struct cache *c, struct attempt *att,

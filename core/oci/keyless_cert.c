@@ -17,6 +17,7 @@
 #include <string.h>
 
 #include "errbuf.h"
+#include "textfmt.h"
 
 #define OID_ISSUER_V1 "1.3.6.1.4.1.57264.1.1"
 #define OID_ISSUER_V2 "1.3.6.1.4.1.57264.1.8"
@@ -115,12 +116,12 @@ static int verify_at(const struct kl_ca *ca, X509 *leaf, STACK_OF(X509) * chain,
 
 static void validity(X509 *x, char *buf, size_t cap)
 {
-	char nb[32] = "?", na[32] = "?";
+	char nb[RFC3339_MAX] = "?", na[RFC3339_MAX] = "?";
 	struct tm tm;
 	if (ASN1_TIME_to_tm(X509_get0_notBefore(x), &tm))
-		strftime(nb, sizeof(nb), "%Y-%m-%dT%H:%M:%SZ", &tm);
+		rfc3339_format((int64_t)timegm(&tm), nb, sizeof(nb));
 	if (ASN1_TIME_to_tm(X509_get0_notAfter(x), &tm))
-		strftime(na, sizeof(na), "%Y-%m-%dT%H:%M:%SZ", &tm);
+		rfc3339_format((int64_t)timegm(&tm), na, sizeof(na));
 	snprintf(buf, cap, "%s to %s", nb, na);
 }
 

@@ -65,9 +65,7 @@ int kl_jint(const cJSON *o, const char *key, int64_t *out);
  * bytes); caller frees. -EBADMSG. */
 int kl_b64(const char *text, unsigned char **out, size_t *len);
 /* RFC 3339 ("2021-03-07T03:20:29.000Z", offsets allowed) to epoch seconds. */
-int kl_rfc3339(const char *s, int64_t *out);
 void kl_time_text(int64_t t, char *buf, size_t cap);
-void kl_hex(const unsigned char *b, size_t n, char *out);
 void kl_sha256(const void *p, size_t n, unsigned char out[32]);
 /* Verify sig over msg with key: SHA-256 for ECDSA P-256 and RSA, SHA-384
  * for P-384 (then SHA-256), none for Ed25519. */

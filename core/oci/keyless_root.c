@@ -21,6 +21,7 @@
 
 #include "base64.h"
 #include "errbuf.h"
+#include "textfmt.h"
 
 /* ---- helpers ---- */
 
@@ -60,57 +61,12 @@ int kl_b64(const char *text, unsigned char **out, size_t *len)
 	return rc == -ENOMEM ? rc : rc ? -EBADMSG : 0;
 }
 
-static int two(const char *s)
-{
-	if (s[0] < '0' || s[0] > '9' || s[1] < '0' || s[1] > '9')
-		return -1;
-	return (s[0] - '0') * 10 + (s[1] - '0');
-}
-
-int kl_rfc3339(const char *s, int64_t *out)
-{
-	struct tm tm = {0};
-	const char *p = strptime(s, "%Y-%m-%dT%H:%M:%S", &tm);
-	if (!p)
-		return -EINVAL;
-	if (*p == '.')
-		for (p++; *p >= '0' && *p <= '9'; p++)
-			;
-	int64_t off = 0;
-	if (*p == 'Z' || *p == 'z') {
-		p++;
-	} else if ((*p == '+' || *p == '-') && strlen(p) == 6 && p[3] == ':') {
-		int h = two(p + 1), m = two(p + 4);
-		if (h < 0 || m < 0)
-			return -EINVAL;
-		off = (*p == '+' ? 1 : -1) * (int64_t)(h * 3600 + m * 60);
-		p += 6;
-	} else {
-		return -EINVAL;
-	}
-	if (*p)
-		return -EINVAL;
-	*out = (int64_t)timegm(&tm) - off;
-	return 0;
-}
-
 void kl_time_text(int64_t t, char *buf, size_t cap)
 {
-	time_t tt = (time_t)t;
-	struct tm tm;
-	if (t == KL_FOREVER || !gmtime_r(&tt, &tm) ||
-	    !strftime(buf, cap, "%Y-%m-%dT%H:%M:%SZ", &tm))
+	if (t != KL_FOREVER)
+		rfc3339_format(t, buf, cap);
+	if (t == KL_FOREVER || !buf[0])
 		snprintf(buf, cap, "%s", t == KL_FOREVER ? "(no end)" : "?");
-}
-
-void kl_hex(const unsigned char *b, size_t n, char *out)
-{
-	static const char h[] = "0123456789abcdef";
-	for (size_t i = 0; i < n; i++) {
-		out[2 * i] = h[b[i] >> 4];
-		out[2 * i + 1] = h[b[i] & 15];
-	}
-	out[2 * n] = '\0';
 }
 
 void kl_sha256(const void *p, size_t n, unsigned char out[32])
@@ -178,7 +134,7 @@ static void fp_of(EVP_MD_CTX *md, char out[SIGNATURE_FP_MAX])
 	unsigned char d[32];
 	EVP_DigestFinal_ex(md, d, NULL);
 	memcpy(out, "sha256:", 7);
-	kl_hex(d, 32, out + 7);
+	hex_encode(d, 32, out + 7);
 }
 
 /* The fingerprint and the rules' ids follow every change (kl is built
@@ -291,7 +247,7 @@ static int valid_for(const cJSON *o, int64_t *start, int64_t *end, char *why, si
 	const char *s = kl_jstr(vf, "start"), *e = kl_jstr(vf, "end");
 	*start = 0;
 	*end = KL_FOREVER;
-	if ((s && kl_rfc3339(s, start)) || (e && kl_rfc3339(e, end))) {
+	if ((s && rfc3339_parse(s, start)) || (e && rfc3339_parse(e, end))) {
 		errbuf_set(why, whylen, "validFor: not an RFC 3339 time");
 		return -EINVAL;
 	}

@@ -31,6 +31,7 @@
 
 #include "base64.h"
 #include "errbuf.h"
+#include "textfmt.h"
 
 #define MAX_PROOF 64
 #define MAX_CHECKPOINT 8192
@@ -196,7 +197,7 @@ static bool set_ok(const struct kl_log *log, const struct kl_entry *e)
 {
 	char *body = NULL, *msg = NULL, id[65];
 	bool ok = false;
-	kl_hex(e->log_id, 32, id);
+	hex_encode(e->log_id, 32, id);
 	if (base64_encode(e->body, e->body_len, &body) == 0 &&
 	    asprintf(&msg,
 	             "{\"body\":\"%s\",\"integratedTime\":%lld,\"logID\":\"%s\",\"logIndex\":%lld}",
@@ -312,7 +313,7 @@ int kl_entry_verify(const struct sig_keyless *kl, const struct kl_entry *e,
                     struct keyless_result *res, char *why, size_t whylen)
 {
 	char id[65], detail[256] = "";
-	kl_hex(e->log_id, 32, id);
+	hex_encode(e->log_id, 32, id);
 	const struct kl_log *log = log_of(kl, e->log_id);
 	res->log_index = e->log_index;
 	if (!log) {
@@ -412,7 +413,7 @@ int kl_entry_match(const struct kl_entry *e, const struct kl_signed *s, char *wh
 	const char *signer = NULL;
 	char hex[65];
 	int rc = -EKEYREJECTED;
-	kl_hex(s->payload_sha256, 32, hex);
+	hex_encode(s->payload_sha256, 32, hex);
 	if (!kind || !ver || !cJSON_IsObject(spec)) {
 		errbuf_set(why, whylen, "the log entry's body is not a Rekor entry");
 		goto out;

@@ -7,6 +7,8 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "textfmt.h"
+
 static size_t hex_len_for(const char *algo, size_t algo_len)
 {
 	if (algo_len == 6 && memcmp(algo, "sha256", 6) == 0)
@@ -73,13 +75,10 @@ int oci_hasher_final(struct oci_hasher *h, char out[OCI_DIGEST_MAX])
 		return -EIO;
 	EVP_MD_CTX_free(h->ctx);
 	h->ctx = NULL;
-	static const char hexd[] = "0123456789abcdef";
 	size_t off = (size_t)snprintf(out, OCI_DIGEST_MAX, "%s:", h->algo);
-	for (unsigned i = 0; i < n && off + 2 < OCI_DIGEST_MAX; i++) {
-		out[off++] = hexd[md[i] >> 4];
-		out[off++] = hexd[md[i] & 15];
-	}
-	out[off] = '\0';
+	if (off + 2 * (size_t)n >= OCI_DIGEST_MAX)
+		return -ENAMETOOLONG;
+	hex_encode(md, n, out + off);
 	return 0;
 }
 

@@ -8,6 +8,7 @@
 
 #include "keyless.h"
 #include "log.h"
+#include "textfmt.h"
 
 void oci_sig_found_clear(struct oci_sig_found *f)
 {
@@ -378,10 +379,7 @@ int oci_sig_push_bundle(struct oci_repo *r, const struct oci_desc *image, const 
 	char dg[OCI_DIGEST_MAX], created[32];
 	bool ack = false;
 	int rc = -ENOMEM;
-	time_t now = time(NULL);
-	struct tm tm;
-	gmtime_r(&now, &tm);
-	strftime(created, sizeof(created), "%Y-%m-%dT%H:%M:%SZ", &tm);
+	rfc3339_now(created, sizeof(created));
 	if (!(m.media_type = strdup(OCI_MT_MANIFEST)) ||
 	    !(m.artifact_type = strdup(SIGSTORE_MT_BUNDLE)) ||
 	    !(m.subject = calloc(1, sizeof(*m.subject))))

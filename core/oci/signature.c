@@ -19,6 +19,7 @@
 #include "errbuf.h"
 #include "fsutil.h"
 #include "keyless.h"
+#include "textfmt.h"
 
 #include <cjson/cJSON.h>
 #include <errno.h>
@@ -56,16 +57,6 @@ struct sig_keyset {
 	char fp[SIGNATURE_FP_MAX];
 	struct sig_keyless *keyless; /* owned; NULL: keys only */
 };
-
-static void hex_of(const unsigned char *b, size_t n, char *out)
-{
-	static const char h[] = "0123456789abcdef";
-	for (size_t i = 0; i < n; i++) {
-		out[2 * i] = h[b[i] >> 4];
-		out[2 * i + 1] = h[b[i] & 15];
-	}
-	out[2 * n] = '\0';
-}
 
 /* ---- keys ---- */
 
@@ -138,7 +129,7 @@ static int key_wrap(EVP_PKEY *pkey, bool priv, struct sig_key **out, char *why, 
 		unsigned int ml = 0;
 		EVP_Digest(der, (size_t)dl, md, &ml, EVP_sha256(), NULL);
 		memcpy(k->fp, "sha256:", 7);
-		hex_of(md, 32, k->fp + 7);
+		hex_encode(md, 32, k->fp + 7);
 	}
 	OPENSSL_free(der);
 	if (rc < 0) {
@@ -535,7 +526,7 @@ const char *sig_keyset_fingerprint(const struct sig_keyset *ks_const)
 	EVP_MD_CTX_free(md);
 	free(fps);
 	memcpy(ks->fp, "sha256:", 7);
-	hex_of(out, 32, ks->fp + 7);
+	hex_encode(out, 32, ks->fp + 7);
 	return ks->fp;
 }
 

@@ -521,8 +521,10 @@ EOF
 same "delete the node" kubectl delete node node-1 <<'EOF'
 node "node-1" deleted
 EOF
+# The garbage collector finds a CRD's kind by re-reading discovery (every 30 s
+# in kube-controller-manager), so a loaded machine may need most of a minute.
 gone=1
-for _ in $(seq 1 50); do
+for _ in $(seq 1 900); do
 	if kubectl get gkmcn -n $NS 2>&1 | grep -q "No resources found"; then gone=0; break; fi
 	sleep 0.1
 done
