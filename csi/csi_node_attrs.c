@@ -207,17 +207,20 @@ static int check_cache(const struct attrs *a, struct csi_reply *r)
 	return 0;
 }
 
-/* readOnly, sizeLimit and onMiss. *writable: readOnly "false", unless the
- * pod spec's readOnly (pod_read_only) says otherwise, which wins; *limit:
- * sizeLimit, else the node's default. */
+/* readOnly, sizeLimit and onMiss. *writable: the default, a private overlay
+ * (a runtime's cache writes beside what it reads: Triton makes a directory
+ * per kernel it looks up and a temporary one per kernel it stores, so a
+ * read-only volume fails at its first miss), unless readOnly is "true" or
+ * the pod spec's readOnly (pod_read_only) says so; *limit: sizeLimit, else
+ * the node's default. */
 static int check_mode(const struct csi_node *n, const struct attrs *a, bool pod_read_only,
                       bool *writable, uint64_t *limit, struct csi_reply *r)
 {
 	char b[80];
-	*writable = false;
-	if (a->read_only && strcmp(a->read_only, "false") == 0)
-		*writable = true;
-	else if (a->read_only && strcmp(a->read_only, "true") != 0) {
+	*writable = true;
+	if (a->read_only && strcmp(a->read_only, "true") == 0)
+		*writable = false;
+	else if (a->read_only && strcmp(a->read_only, "false") != 0) {
 		csi_node_fail(r, CSI_INVALID_ARGUMENT,
 		              "readOnly must be \"true\" or \"false\", not '%s'",
 		              csi_node_shown(a->read_only, b, 64));

@@ -136,7 +136,7 @@ def main():
     node.register_plugin(DRIVER, chart["registration_path"])
 
     # ---- a cache with a claim ----
-    for obj in (cache("vector-add", ref, digest, {"name": "kernels"}),
+    for obj in (cache("vector-add", ref, digest, {"name": "kernels", "readOnly": True}),
                 cache("vector-add-rw", ref, digest, {"name": "kernels-rw", "readOnly": False}),
                 cache("shared-add", ref, digest, {"namespace": OTHER}, ns=None, kind="ClusterGKMCache")):
         p = apply(obj)
@@ -159,7 +159,8 @@ def main():
     pv = get("pv", pv_name) or {}
     spec = pv.get("spec", {})
     t.ok(spec.get("csi", {}).get("driver") == DRIVER and spec["csi"].get("volumeHandle") == pv_name
-         and spec["csi"].get("volumeAttributes") == {"cacheName": "vector-add", "cacheNamespace": NS}
+         and spec["csi"].get("volumeAttributes") == {"cacheName": "vector-add", "cacheNamespace": NS,
+                                                          "readOnly": "true"}
          and spec.get("accessModes") == ["ReadOnlyMany"] and spec.get("storageClassName", "") == ""
          and spec.get("claimRef", {}).get("name") == "kernels"
          and spec["claimRef"].get("uid") == pvc.get("metadata", {}).get("uid"),

@@ -19,12 +19,14 @@ gets FailedMount with that reason, as before.
 Containers never start on these machines (runc cannot start the kubelet's
 pod sandboxes), so pods stay ContainerCreating after their volumes are
 mounted: what is tested is the kubelet's use of the plugin, not the pod."""
+import errno
 import json
 import os
 import shutil
 import sys
 import time
 import urllib.request
+import uuid
 
 ROOT = os.environ.get("GKM_ROOT") or os.path.abspath(os.path.join(os.path.dirname(__file__), "..", ".."))
 BUILD = os.environ.get("GKM_BUILD") or os.path.join(ROOT, "build")
@@ -61,6 +63,30 @@ def unavailable():
     if not shutil.which("findmnt"):
         return "findmnt missing (util-linux)"
     return None
+
+
+def triton_lookup(mount, key, filename):
+    """Triton's FileCacheManager on TRITON_CACHE_DIR=<mount>/io.triton.cache:
+    makedirs of the key directory on every lookup; on a miss put(): a
+    tmp.pid_<pid>_<uuid> directory beside the file, the file written there,
+    os.replace()d into place, the temporary directory removedirs'd."""
+    cache_dir = os.path.join(mount, "io.triton.cache", key)
+    try:
+        os.makedirs(cache_dir, exist_ok=True)
+        path = os.path.join(cache_dir, filename)
+        if os.path.exists(path):
+            with open(path, "rb") as fh:
+                return ("hit", fh.read())
+        tmp_dir = os.path.join(cache_dir, "tmp.pid_%d_%s" % (os.getpid(), uuid.uuid4().hex))
+        os.makedirs(tmp_dir, exist_ok=True)
+        with open(os.path.join(tmp_dir, filename), "wb") as fh:
+            fh.write(b"compiled on a miss")
+        os.replace(os.path.join(tmp_dir, filename), path)
+        os.removedirs(tmp_dir)
+        with open(path, "rb") as fh:
+            return ("stored", fh.read())
+    except OSError as err:
+        return ("error", err.errno)
 
 
 def pod_manifest(name, ns, cache_ns, read_only=None, cache="vector-add", on_miss=None):
@@ -165,8 +191,8 @@ def main():
     view = os.path.join(state, "caches", NS, "vector-add", "data")
 
     # ---- pods: the kubelet publishes ----
-    pods = {"reader": pod_manifest("reader", NS, NS),
-            "writer": pod_manifest("writer", NS, NS, read_only="false"),
+    pods = {"reader": pod_manifest("reader", NS, NS, read_only="true"),
+            "writer": pod_manifest("writer", NS, NS),
             "intruder": pod_manifest("intruder", OTHER, NS)}
     p = kubectl("apply", "-f", "-", input=json.dumps({"apiVersion": "v1", "kind": "List",
                                                      "items": list(pods.values())}))
@@ -199,7 +225,22 @@ def main():
 
     rw = wait_for(lambda: findmnt(target("writer")), 30)
     t.ok(rw and rw["fstype"] == "overlay" and rw["options"].split(",")[0] == "rw",
-         'readOnly: "false": a private overlay at the kubelet\'s target path', diag=rw)
+         "no readOnly attribute (the default): a private overlay at the kubelet's target path", diag=rw)
+    hit_rel = sorted(k for k in fixture if k.count("/") == 2)[0]
+    hit_key, hit_file = hit_rel.split("/")[1:]
+    got_hit = triton_lookup(target("writer"), hit_key, hit_file)
+    got_miss = triton_lookup(target("writer"), "k" * 52, "miss.cubin")
+    t.ok(got_hit == ("hit", fixture[hit_rel]) and got_miss == ("stored", b"compiled on a miss")
+         and not [n for n in os.listdir(os.path.join(target("writer"), "io.triton.cache", "k" * 52))
+                  if n.startswith("tmp.pid_")],
+         "Triton's cache code on the default volume: a hit reads the shared file, a miss makes its key "
+         "directory and a temporary one, os.replace()s its file in and removes the temporary directory",
+         diag=(got_hit, got_miss))
+    ro_miss = triton_lookup(target("reader"), "k" * 52, "miss.cubin")
+    t.eq(ro_miss, ("error", errno.EROFS), 'readOnly: "true": Triton\'s first miss fails with EROFS')
+    t.ok(not os.path.exists(os.path.join(view, "io.triton.cache", "k" * 52))
+         and not os.path.exists(os.path.join(target("reader"), "io.triton.cache", "k" * 52)),
+         "what the runtime stored on a miss reaches neither the store nor the other pod")
     if rw:
         with open(os.path.join(target("writer"), "io.triton.cache", "written-by-pod"), "w") as fh:
             fh.write("mine")

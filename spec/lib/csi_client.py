@@ -204,8 +204,8 @@ def publish_request(pb, vid, target, cache, ns="team-a", pod_ns="team-a", pod="p
         ctx["cacheName"] = cache
     if ns is not None:
         ctx["cacheNamespace"] = ns
-    if writable:
-        ctx["readOnly"] = "false"
+    if writable is not None:
+        ctx["readOnly"] = "false" if writable else "true"
     if pod_ns is not None:
         ctx["csi.storage.k8s.io/pod.namespace"] = pod_ns
     if pod is not None:
