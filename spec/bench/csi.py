@@ -22,9 +22,11 @@ import statistics
 import sys
 import tempfile
 import time
+import uuid
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "lib"))
 import csi_client as cc  # noqa: E402
+import triton_standin  # noqa: E402
 
 import grpc  # noqa: E402
 
@@ -36,6 +38,55 @@ WARMUP = 20
 def pct(values, p):
     s = sorted(values)
     return s[min(len(s) - 1, int(round(p / 100.0 * (len(s) - 1))))]
+
+
+def first_writes(node, request, unpublish, seq, plain, n=100):
+    """Triton's first and second miss, and the rewrite of a 4 KiB file of
+    the cache, in N fresh mounts of each kind and N fresh plain copies."""
+    kernel = os.urandom(65536)
+
+    def writes(where, fresh, done):
+        got = {"first miss": [], "second miss": [], "4 KiB rewrite": []}
+        for i in range(n):
+            mount = fresh(i)
+            for what in ("first miss", "second miss"):
+                t0 = time.perf_counter()
+                res = triton_standin.lookup(mount, uuid.uuid4().hex, "k.cubin", kernel)
+                got[what].append((time.perf_counter() - t0) * 1000)
+                if res[0] != "stored":
+                    raise RuntimeError("%s in %s: %r" % (what, where, res))
+            t0 = time.perf_counter()
+            with open(os.path.join(mount, "io.triton.cache", "07", "k007.json"), "r+b") as fh:
+                fh.write(b"x")
+            got["4 KiB rewrite"].append((time.perf_counter() - t0) * 1000)
+            done(i)
+        for what, vals in got.items():
+            print("  first writes  %-14s %-34s p50 %6.3f  p99 %6.3f ms" % (what, where, pct(vals, 50), pct(vals, 99)))
+
+    def volume(writable):
+        reqs = {}
+
+        def fresh(i):
+            seq[0] += 1
+            reqs[i] = request(seq[0], writable, False)
+            node.NodePublishVolume(reqs[i], timeout=60)
+            return reqs[i].target_path
+
+        return fresh, lambda i: unpublish(node, reqs.pop(i))
+
+    print("a pod's first writes, %d fresh mounts each (Triton's FileCacheManager path)" % n)
+    seq[0] += 1
+    src = request(seq[0], False, False)
+    node.NodePublishVolume(src, timeout=60)
+
+    def plain_copy(i):
+        shutil.copytree(src.target_path, os.path.join(plain, str(i)))
+        return os.path.join(plain, str(i))
+
+    writes("plain directory (temp dir's fs)", plain_copy, lambda i: shutil.rmtree(os.path.join(plain, str(i))))
+    unpublish(node, src)
+    for writable, where in ((True, "overlay, 10Gi layer (default)"), ("unlimited", "overlay, no size limit")):
+        writes(where, *volume(writable))
 
 
 def main():
@@ -127,6 +178,8 @@ def main():
                 name, mode, len(runs), "s" if len(runs) > 1 else " ", statistics.median(p50), min(p50),
                 max(p50), statistics.median(p99), min(p99), max(p99)))
 
+        first_writes(node, request, unpublish, seq, os.path.join(tmp, "plain"))
+
         # Throughput with concurrent clients (one run).
         targets = []
         for i in range(CALLS):
@@ -147,7 +200,7 @@ def main():
             t1 = time.perf_counter()
             list(ex.map(unpub, targets))
             t2 = time.perf_counter()
-        print("  %d publishes from 16 clients (run dir on tmpfs): %.2f s (%.0f/s); %d unpublishes: %.2f s (%.0f/s)" % (
+        print("  %d publishes of default volumes from 16 clients (run dir on tmpfs): %.2f s (%.0f/s); %d unpublishes: %.2f s (%.0f/s)" % (
             CALLS, t1 - t0, CALLS / (t1 - t0), CALLS, t2 - t1, CALLS / (t2 - t1)))
         ch.close()
         return 0

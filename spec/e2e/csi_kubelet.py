@@ -26,7 +26,6 @@ import shutil
 import sys
 import time
 import urllib.request
-import uuid
 
 ROOT = os.environ.get("GKM_ROOT") or os.path.abspath(os.path.join(os.path.dirname(__file__), "..", ".."))
 BUILD = os.environ.get("GKM_BUILD") or os.path.join(ROOT, "build")
@@ -38,6 +37,7 @@ import kubenode  # noqa: E402
 from kubelet_csi import chart_node_paths, findmnt, tree  # noqa: E402
 from proc import Child, free_port, wait_for  # noqa: E402
 from tap import Tap  # noqa: E402
+import triton_standin  # noqa: E402
 
 GKM = os.environ.get("GKM_BIN") or os.path.join(BUILD, "gkm")
 RENDER = os.path.join(BUILD, "spec", "gkm-chart-render")
@@ -63,30 +63,6 @@ def unavailable():
     if not shutil.which("findmnt"):
         return "findmnt missing (util-linux)"
     return None
-
-
-def triton_lookup(mount, key, filename):
-    """Triton's FileCacheManager on TRITON_CACHE_DIR=<mount>/io.triton.cache:
-    makedirs of the key directory on every lookup; on a miss put(): a
-    tmp.pid_<pid>_<uuid> directory beside the file, the file written there,
-    os.replace()d into place, the temporary directory removedirs'd."""
-    cache_dir = os.path.join(mount, "io.triton.cache", key)
-    try:
-        os.makedirs(cache_dir, exist_ok=True)
-        path = os.path.join(cache_dir, filename)
-        if os.path.exists(path):
-            with open(path, "rb") as fh:
-                return ("hit", fh.read())
-        tmp_dir = os.path.join(cache_dir, "tmp.pid_%d_%s" % (os.getpid(), uuid.uuid4().hex))
-        os.makedirs(tmp_dir, exist_ok=True)
-        with open(os.path.join(tmp_dir, filename), "wb") as fh:
-            fh.write(b"compiled on a miss")
-        os.replace(os.path.join(tmp_dir, filename), path)
-        os.removedirs(tmp_dir)
-        with open(path, "rb") as fh:
-            return ("stored", fh.read())
-    except OSError as err:
-        return ("error", err.errno)
 
 
 def pod_manifest(name, ns, cache_ns, read_only=None, cache="vector-add", on_miss=None):
@@ -228,15 +204,15 @@ def main():
          "no readOnly attribute (the default): a private overlay at the kubelet's target path", diag=rw)
     hit_rel = sorted(k for k in fixture if k.count("/") == 2)[0]
     hit_key, hit_file = hit_rel.split("/")[1:]
-    got_hit = triton_lookup(target("writer"), hit_key, hit_file)
-    got_miss = triton_lookup(target("writer"), "k" * 52, "miss.cubin")
+    got_hit = triton_standin.lookup(target("writer"), hit_key, hit_file)
+    got_miss = triton_standin.lookup(target("writer"), "k" * 52, "miss.cubin")
     t.ok(got_hit == ("hit", fixture[hit_rel]) and got_miss == ("stored", b"compiled on a miss")
          and not [n for n in os.listdir(os.path.join(target("writer"), "io.triton.cache", "k" * 52))
                   if n.startswith("tmp.pid_")],
          "Triton's cache code on the default volume: a hit reads the shared file, a miss makes its key "
          "directory and a temporary one, os.replace()s its file in and removes the temporary directory",
          diag=(got_hit, got_miss))
-    ro_miss = triton_lookup(target("reader"), "k" * 52, "miss.cubin")
+    ro_miss = triton_standin.lookup(target("reader"), "k" * 52, "miss.cubin")
     t.eq(ro_miss, ("error", errno.EROFS), 'readOnly: "true": Triton\'s first miss fails with EROFS')
     t.ok(not os.path.exists(os.path.join(view, "io.triton.cache", "k" * 52))
          and not os.path.exists(os.path.join(target("reader"), "io.triton.cache", "k" * 52)),
