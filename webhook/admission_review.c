@@ -269,39 +269,69 @@ out:
 	return rc;
 }
 
-int admission_patch_digest(const struct admission_request *req, const char *digest, char **out)
+/* RFC 6901: '~' is written "~0" and '/' "~1" in a path segment. */
+static void pointer_token(const char *key, char *out, size_t len)
 {
-	cJSON *patch = NULL, *op, *value;
-	int rc = -ENOMEM;
-	if (req->digest_annotation && strcmp(req->digest_annotation, digest) == 0) {
-		*out = NULL;
-		return 0;
+	size_t o = 0;
+	for (; *key && o + 3 < len; key++) {
+		if (*key == '/' || *key == '~') {
+			out[o++] = '~';
+			out[o++] = *key == '/' ? '1' : '0';
+		} else
+			out[o++] = *key;
 	}
-	if (!(patch = cJSON_CreateArray()) || !(op = cJSON_CreateObject()) ||
-	    !cJSON_AddItemToArray(patch, op) || !cJSON_AddStringToObject(op, "op", "add"))
-		goto out;
-	if (req->annotations) {
-		/* RFC 6901: '/' in a key is written "~1"; "add" replaces an existing member */
-		if (!cJSON_AddStringToObject(op, "path",
-		                             "/metadata/annotations/gkm.io~1resolvedDigest") ||
-		    !cJSON_AddStringToObject(op, "value", digest))
-			goto out;
-	} else {
-		const char *path = req->has_metadata ? "/metadata/annotations" : "/metadata";
-		if (!cJSON_AddStringToObject(op, "path", path) ||
-		    !(value = cJSON_AddObjectToObject(op, "value")))
-			goto out;
-		if (!req->has_metadata && !(value = cJSON_AddObjectToObject(value, "annotations")))
-			goto out;
-		if (!cJSON_AddStringToObject(value, ADMISSION_ANNOTATION_DIGEST, digest))
-			goto out;
+	out[o] = '\0';
+}
+
+static cJSON *add_op(cJSON *ops, const char *path)
+{
+	cJSON *o = cJSON_CreateObject();
+	if (!o || !cJSON_AddItemToArray(ops, o)) {
+		cJSON_Delete(o);
+		return NULL;
 	}
-	char *text = cJSON_PrintUnformatted(patch);
-	if (!text)
-		goto out;
-	*out = text;
-	rc = 0;
-out:
+	return cJSON_AddStringToObject(o, "op", "add") && cJSON_AddStringToObject(o, "path", path)
+	           ? o
+	           : NULL;
+}
+
+int admission_annotation_ops(cJSON *ops, const cJSON *annotations, bool has_metadata,
+                             const struct admission_annotation *a, size_t n)
+{
+	cJSON *o, *value = NULL;
+	for (size_t i = 0; i < n; i++) {
+		const cJSON *have = cJSON_GetObjectItemCaseSensitive(annotations, a[i].key);
+		if (cJSON_IsString(have) && strcmp(have->valuestring, a[i].value) == 0)
+			continue;
+		if (annotations) { /* "add" replaces an existing member */
+			char path[600] = "/metadata/annotations/";
+			pointer_token(a[i].key, path + strlen(path), sizeof(path) - strlen(path));
+			if (!(o = add_op(ops, path)) ||
+			    !cJSON_AddStringToObject(o, "value", a[i].value))
+				return -ENOMEM;
+			continue;
+		}
+		/* one operation makes the annotations, with every key */
+		if (!value &&
+		    (!(o = add_op(ops, has_metadata ? "/metadata/annotations" : "/metadata")) ||
+		     !(value = cJSON_AddObjectToObject(o, "value")) ||
+		     (!has_metadata && !(value = cJSON_AddObjectToObject(value, "annotations")))))
+			return -ENOMEM;
+		if (!cJSON_AddStringToObject(value, a[i].key, a[i].value))
+			return -ENOMEM;
+	}
+	return 0;
+}
+
+int admission_patch_annotations(const struct admission_request *req,
+                                const struct admission_annotation *a, size_t n, char **out)
+{
+	cJSON *patch = cJSON_CreateArray();
+	int rc = patch ? admission_annotation_ops(patch, req->annotations, req->has_metadata, a, n)
+	               : -ENOMEM;
+	*out = NULL;
+	if (rc == 0 && cJSON_GetArraySize(patch) > 0 && !(*out = cJSON_PrintUnformatted(patch)))
+		rc = -ENOMEM;
 	cJSON_Delete(patch);
 	return rc;
 }

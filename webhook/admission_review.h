@@ -86,12 +86,25 @@ struct admission_response {
 __attribute__((warn_unused_result)) int admission_response_build(const struct admission_response *r,
                                                                  char **out, size_t *len);
 
-/* The JSONPatch that makes the object's gkm.io/resolvedDigest annotation
- * equal digest: creates metadata.annotations when the object has none,
- * else adds or replaces the one key. *out is NULL when the annotation
- * already has that value (nothing to patch), else a string the caller frees.
- * req must have passed admission_request_check(). 0 or -ENOMEM. */
-__attribute__((warn_unused_result)) int admission_patch_digest(const struct admission_request *req,
-                                                               const char *digest, char **out);
+struct admission_annotation {
+	const char *key, *value;
+};
+/* Append to ops (a JSONPatch array) the operations that make an object's
+ * annotations (its metadata.annotations, NULL when it has none;
+ * has_metadata: it has a metadata object) hold a[0..n): one "add" per key
+ * whose value differs, or one that makes the annotations with every key.
+ * 0 or -ENOMEM. */
+__attribute__((warn_unused_result)) int
+admission_annotation_ops(cJSON *ops, const cJSON *annotations, bool has_metadata,
+                         const struct admission_annotation *a, size_t n);
+/* The JSONPatch that makes the object's annotations a[0..n) have their
+ * values (gkm.io/resolvedDigest, gkm.io/runtime-env): creates
+ * metadata.annotations when the object has none, else adds or replaces each
+ * key. *out is NULL when every annotation already has its value (nothing
+ * to patch), else a string the caller frees. req must have passed
+ * admission_request_check(). 0 or -ENOMEM. */
+__attribute__((warn_unused_result)) int
+admission_patch_annotations(const struct admission_request *req,
+                            const struct admission_annotation *a, size_t n, char **out);
 
 #endif

@@ -45,6 +45,9 @@ static void entry_free(struct catalog_cache *e)
 	free(e->image);
 	free(e->repo);
 	oci_ref_clear(&e->ref);
+	for (char **n = e->env_containers; n && *n; n++)
+		free(*n);
+	free(e->env_containers);
 	free(e);
 }
 
@@ -90,6 +93,40 @@ static void recorded_digest(const cJSON *obj, const struct catalog_cache *e, cha
 	snprintf(out, OCI_DIGEST_MAX, "%s", d);
 }
 
+/* spec.runtimeEnv, else the annotation the webhook wrote from the image.
+ * -ENOMEM, else 0 (entries that are not usable are left out). */
+static int read_env(const cJSON *obj, struct catalog_cache *e)
+{
+	const cJSON *re = at(obj, "spec", "runtimeEnv"), *v;
+	const cJSON *vars = at(re, "variables", NULL), *names = at(re, "containers", NULL);
+	const cJSON *ann = at(at(obj, "metadata", "annotations"), CACHE_ENV_ANNOTATION, NULL);
+	if (cJSON_IsArray(vars)) {
+		e->env_known = true;
+		cJSON_ArrayForEach(v, vars)
+		{
+			const char *name = str(at(v, "name", NULL)),
+			           *sub = str(at(v, "subPath", NULL));
+			if (e->nenv < CACHE_ENV_TREES_MAX)
+				e->nenv += (size_t)cache_env_tree_set(
+				    &e->env[e->nenv], name, strlen(name), sub, strlen(sub));
+		}
+	} else if (cJSON_IsString(ann)) {
+		e->env_known = true;
+		e->nenv = cache_env_parse(ann->valuestring, e->env, CACHE_ENV_TREES_MAX);
+	}
+	if (!cJSON_IsArray(names))
+		return 0;
+	size_t n = 0;
+	if (!(e->env_containers = calloc((size_t)cJSON_GetArraySize(names) + 1, sizeof(char *))))
+		return -ENOMEM;
+	cJSON_ArrayForEach(v, names)
+	{
+		if (cJSON_IsString(v) && !(e->env_containers[n++] = strdup(v->valuestring)))
+			return -ENOMEM;
+	}
+	return 0;
+}
+
 int cache_catalog_put(struct cache_catalog *c, bool cluster, const cJSON *obj)
 {
 	const char *name = str(at(obj, "metadata", "name"));
@@ -112,6 +149,8 @@ int cache_catalog_put(struct cache_catalog *c, bool cluster, const cJSON *obj)
 	    e->ref.kind == OCI_REF_REGISTRY && !(e->repo = oci_ref_name(&e->ref)))
 		goto nomem;
 	recorded_digest(obj, e, e->digest);
+	if (read_env(obj, e) != 0)
+		goto nomem;
 	e->ready_nodes = count(at(status, "readyNodes", NULL));
 	e->total_nodes = count(at(status, "totalNodes", NULL));
 	e->ready = condition_true(status, "Ready");

@@ -10,6 +10,7 @@
 #include <stdbool.h>
 #include <stddef.h>
 
+#include "cache_env.h"
 #include "cache_label.h"
 #include "oci_digest.h"
 #include "oci_ref.h"
@@ -29,6 +30,13 @@ struct catalog_cache {
 	long ready_nodes, total_nodes;   /* status; 0 when absent */
 	bool ready;                      /* condition Ready is True */
 	char label[CACHE_LABEL_KEY_MAX]; /* its Node label key */
+	/* the variables a pod needs to read it (core/cache/cache_env.h):
+	 * spec.runtimeEnv.variables when given, else annotation
+	 * gkm.io/runtime-env; env_known false when neither says */
+	bool env_known;
+	size_t nenv;
+	struct cache_env_tree env[CACHE_ENV_TREES_MAX];
+	char **env_containers; /* spec.runtimeEnv.containers, NULL-terminated; NULL: all */
 };
 
 struct cache_catalog {

@@ -61,6 +61,20 @@ static void verify_each(const struct sig_keyset *ks, const char *digest,
 		v->sig[v->n++] = rejected[i];
 }
 
+/* The trees the image's config labels declare (core/cache/cache_env.h). */
+static void read_trees(struct oci_repo *repo, struct image_check_result *out)
+{
+	struct oci_image img;
+	struct oci_err e = {{0}};
+	memset(&img, 0, sizeof(img));
+	if (oci_repo_fetch_image(repo, out->digest, NULL, &img, &e) == 0) {
+		out->verdict.ntrees = cache_env_trees(oci_config_labels(&img.config),
+		                                      out->verdict.trees, CACHE_ENV_TREES_MAX);
+		out->verdict.trees_known = true;
+	}
+	oci_image_clear(&img);
+}
+
 int image_check_run(const struct oci_ref *ref, const char *digest, const struct sig_keyset *ks,
                     const struct oci_registry_opts *opts, struct image_check_result *out)
 {
@@ -87,6 +101,7 @@ int image_check_run(const struct oci_ref *ref, const char *digest, const struct 
 	snprintf(out->digest, sizeof(out->digest), "%s", digest ? digest : d.digest);
 	out->resolved = !digest;
 	oci_desc_clear(&d);
+	read_trees(repo, out);
 	if (ks) {
 		if ((rc = oci_sig_collect(repo, out->digest, &found, &e)) != 0) {
 			failed(out, rc == -ENOENT ? -EIO : rc, "signatures", oci_err_str(&e, rc));

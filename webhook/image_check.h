@@ -10,6 +10,7 @@
 #include <stdbool.h>
 #include <stddef.h>
 
+#include "cache_env.h"
 #include "oci_digest.h"
 #include "oci_ref.h"
 #include "oci_registry.h"
@@ -27,11 +28,15 @@ struct image_sig {
 	char reason[600];                          /* not verified: why */
 };
 
-/* The outcome of checking the signatures of one digest with one key set. */
+/* The outcome of checking the signatures of one digest with one key set,
+ * and what the image's config says a runtime needs to read it. */
 struct image_verdict {
 	size_t n;     /* entries in sig */
 	size_t found; /* signatures found (n may be smaller) */
 	struct image_sig sig[IMAGE_CHECK_MAX_SIGS];
+	bool trees_known; /* the config was read: trees below are what it declares */
+	size_t ntrees;
+	struct cache_env_tree trees[CACHE_ENV_TREES_MAX];
 };
 
 /* 'simple' or 'bundle'. */
@@ -56,8 +61,10 @@ struct image_check_result {
 };
 
 /* Check ref (a registry reference; layouts are refused): resolve its tag
- * unless digest is given (or the reference has one), then, when ks is not
- * NULL, find the signatures of the digest and verify each with ks. Always
+ * unless digest is given (or the reference has one), read the image's
+ * config for the trees it declares (a config that cannot be read leaves
+ * trees_known false; the check goes on), then, when ks is not NULL, find
+ * the signatures of the digest and verify each with ks. Always
  * fills *out; returns 0, or -errno with out->error and out->message set. */
 __attribute__((warn_unused_result)) int
 image_check_run(const struct oci_ref *ref, const char *digest, const struct sig_keyset *ks,

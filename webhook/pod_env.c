@@ -7,70 +7,6 @@
 
 #define ENV_VALUE_MAX 1024
 
-static void tree_set(struct pod_env_tree *t, const char *var, size_t varlen, const char *sub)
-{
-	if (varlen >= sizeof(t->variable))
-		varlen = sizeof(t->variable) - 1;
-	memcpy(t->variable, var, varlen);
-	t->variable[varlen] = '\0';
-	while (*sub == '/')
-		sub++;
-	snprintf(t->subpath, sizeof(t->subpath), "%s", sub);
-	size_t l = strlen(t->subpath);
-	while (l && t->subpath[l - 1] == '/')
-		t->subpath[--l] = '\0';
-}
-
-static bool have_variable(const struct pod_env_tree *t, size_t n, const char *var)
-{
-	for (size_t i = 0; i < n; i++)
-		if (strcmp(t[i].variable, var) == 0)
-			return true;
-	return false;
-}
-
-/* An environment variable name as Kubernetes accepts one (C identifier). */
-static bool env_name(const char *s, size_t len)
-{
-	if (!len || len >= 64 || (s[0] >= '0' && s[0] <= '9'))
-		return false;
-	for (size_t i = 0; i < len; i++) {
-		char c = s[i];
-		if (!(c == '_' || (c >= 'A' && c <= 'Z') || (c >= 'a' && c <= 'z') ||
-		      (c >= '0' && c <= '9')))
-			return false;
-	}
-	return true;
-}
-
-size_t pod_env_trees(const cJSON *labels, const char *format, struct pod_env_tree *out, size_t cap)
-{
-	size_t n = 0;
-	const cJSON *env = cJSON_GetObjectItemCaseSensitive(labels, POD_ENV_LABEL_ROOT_ENV);
-	const cJSON *sub = cJSON_GetObjectItemCaseSensitive(labels, POD_ENV_LABEL_SUBPATH);
-	if (cJSON_IsString(env) && n < cap) {
-		const char *eq = strchr(env->valuestring, '=');
-		size_t len = eq ? (size_t)(eq - env->valuestring) : strlen(env->valuestring);
-		if (env_name(env->valuestring, len))
-			tree_set(&out[n++], env->valuestring, len,
-			         cJSON_IsString(sub) ? sub->valuestring : "");
-	}
-	static const struct {
-		const char *format, *variable, *subpath;
-	} known[] = {
-	    {"triton", "TRITON_CACHE_DIR", "io.triton.cache"},
-	    {"vllm", "VLLM_CACHE_ROOT", "io.vllm.cache"},
-	    {"inductor", "TORCHINDUCTOR_CACHE_DIR", "io.inductor.cache"},
-	};
-	for (size_t i = 0; format && i < sizeof(known) / sizeof(known[0]); i++) {
-		if (strcmp(format, known[i].format) != 0 || n >= cap ||
-		    have_variable(out, n, known[i].variable))
-			continue;
-		tree_set(&out[n++], known[i].variable, strlen(known[i].variable), known[i].subpath);
-	}
-	return n;
-}
-
 static void warn_add(char *warn, size_t warnlen, const char *container, const char *var,
                      const char *have, const char *want)
 {
@@ -98,18 +34,36 @@ static const char *env_value(const cJSON *env, const char *var, bool *from)
 	return NULL;
 }
 
-/* One tree's variable for container cname mounting it at mp: added to env
- * (1), already there (0), or set otherwise (0, warned); -ENOMEM. */
-static int tree_env(cJSON *env, const char *cname, const char *mp, const struct pod_env_tree *tr,
-                    char *warn, size_t warnlen)
+/* Where tree tr is for a container that mounts its volume at mp with
+ * subPath sub ("" for none): written to want; false when the tree is not
+ * inside what the mount shows. */
+static bool tree_path(const char *mp, const char *sub, const struct cache_env_tree *tr, char *want,
+                      size_t len)
 {
-	char want[ENV_VALUE_MAX];
+	const char *rest = tr->subpath;
+	size_t sl = strlen(sub);
+	while (sl && sub[sl - 1] == '/')
+		sl--;
+	if (sl) {
+		if (strncmp(rest, sub, sl) != 0 || (rest[sl] != '\0' && rest[sl] != '/'))
+			return false;
+		rest += sl;
+		while (*rest == '/')
+			rest++;
+	}
 	size_t l = strlen(mp);
 	while (l > 1 && mp[l - 1] == '/')
 		l--;
 	bool root = l == 1 && mp[0] == '/';
-	snprintf(want, sizeof(want), "%.*s%s%s", (int)l, mp, tr->subpath[0] && !root ? "/" : "",
-	         tr->subpath);
+	int w = snprintf(want, len, "%.*s%s%s", (int)l, mp, rest[0] && !root ? "/" : "", rest);
+	return w > 0 && (size_t)w < len;
+}
+
+/* One tree's variable for container cname mounting it at want: added to
+ * env (1), already there (0), or set otherwise (0, warned); -ENOMEM. */
+static int tree_env(cJSON *env, const char *cname, const char *want,
+                    const struct cache_env_tree *tr, char *warn, size_t warnlen)
+{
 	bool from = false;
 	const char *have = env_value(env, tr->variable, &from);
 	if (have && !from && strcmp(have, want) == 0)
@@ -129,6 +83,16 @@ static int tree_env(cJSON *env, const char *cname, const char *mp, const struct 
 	return 1;
 }
 
+static bool listed(const char *const *names, const char *name)
+{
+	if (!names)
+		return true;
+	for (; *names; names++)
+		if (strcmp(*names, name) == 0)
+			return true;
+	return false;
+}
+
 /* The variables for one container: added to env (a copy of its list).
  * Returns how many were added, or -ENOMEM. */
 static int container_env(const cJSON *c, cJSON *env, const struct pod_env_volume *vols, size_t n,
@@ -142,14 +106,23 @@ static int container_env(const cJSON *c, cJSON *env, const struct pod_env_volume
 	{
 		const cJSON *mn = cJSON_GetObjectItemCaseSensitive(m, "name");
 		const cJSON *mp = cJSON_GetObjectItemCaseSensitive(m, "mountPath");
-		if (!cJSON_IsString(mn) || !cJSON_IsString(mp))
+		const cJSON *sp = cJSON_GetObjectItemCaseSensitive(m, "subPath");
+		/* subPathExpr is expanded by the kubelet: where it points is not known here */
+		if (!cJSON_IsString(mn) || !cJSON_IsString(mp) ||
+		    cJSON_GetObjectItemCaseSensitive(m, "subPathExpr"))
 			continue;
 		for (size_t v = 0; v < n; v++) {
-			if (strcmp(vols[v].volume, mn->valuestring) != 0)
+			if (strcmp(vols[v].volume, mn->valuestring) != 0 ||
+			    !listed(vols[v].containers, cname))
 				continue;
 			for (size_t t = 0; t < vols[v].n; t++) {
-				int rc = tree_env(env, cname, mp->valuestring, &vols[v].trees[t],
-				                  warn, warnlen);
+				char want[ENV_VALUE_MAX];
+				if (!tree_path(mp->valuestring,
+				               cJSON_IsString(sp) ? sp->valuestring : "",
+				               &vols[v].trees[t], want, sizeof(want)))
+					continue;
+				int rc =
+				    tree_env(env, cname, want, &vols[v].trees[t], warn, warnlen);
 				if (rc < 0)
 					return rc;
 				added += rc;

@@ -6,6 +6,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "admission_review.h"
 #include "cache_label.h"
 #include "errbuf.h"
 
@@ -194,21 +195,6 @@ out:
 	return rc;
 }
 
-/* RFC 6901: '~' is written "~0" and '/' "~1" in a path segment. */
-static void pointer_escape(const char *s, char *buf, size_t len)
-{
-	size_t o = 0;
-	for (; *s && o + 3 < len; s++) {
-		if (*s == '~' || *s == '/') {
-			buf[o++] = '~';
-			buf[o++] = *s == '~' ? '0' : '1';
-		} else {
-			buf[o++] = *s;
-		}
-	}
-	buf[o] = '\0';
-}
-
 static cJSON *add_op(cJSON *ops, const char *op, const char *path)
 {
 	cJSON *o = cJSON_CreateObject();
@@ -221,30 +207,10 @@ static cJSON *add_op(cJSON *ops, const char *op, const char *path)
 	return o;
 }
 
-static int annotation_op(cJSON *ops, const struct pod_info *p, const char *key, const char *value)
-{
-	char path[600], esc[512];
-	cJSON *o, *v;
-	const cJSON *have = cJSON_GetObjectItemCaseSensitive(p->annotations, key);
-	if (cJSON_IsString(have) && strcmp(have->valuestring, value) == 0)
-		return 0;
-	if (p->annotations) {
-		pointer_escape(key, esc, sizeof(esc));
-		snprintf(path, sizeof(path), "/metadata/annotations/%s", esc);
-		o = add_op(ops, "add", path);
-		return o && cJSON_AddStringToObject(o, "value", value) ? 0 : -ENOMEM;
-	}
-	if (!(o = add_op(ops, "add", p->has_metadata ? "/metadata/annotations" : "/metadata")) ||
-	    !(v = cJSON_AddObjectToObject(o, "value")) ||
-	    (!p->has_metadata && !(v = cJSON_AddObjectToObject(v, "annotations"))) ||
-	    !cJSON_AddStringToObject(v, key, value))
-		return -ENOMEM;
-	return 0;
-}
-
 int pod_patch_build(const struct pod_info *p, const struct pod_place *pl, size_t npl,
                     const struct pod_pin *pins, size_t npins, const char *annotation_key,
-                    const char *annotation_value, char **out, char *err, size_t errlen)
+                    const char *annotation_value, cJSON *env_ops, char **out, char *err,
+                    size_t errlen)
 {
 	cJSON *ops = cJSON_CreateArray(), *aff = NULL, *o;
 	int rc = -ENOMEM;
@@ -274,9 +240,17 @@ int pod_patch_build(const struct pod_info *p, const struct pod_place *pl, size_t
 		    !cJSON_AddStringToObject(o, "value", pins[i].reference))
 			goto out;
 	}
-	if (annotation_key && annotation_value &&
-	    annotation_op(ops, p, annotation_key, annotation_value) != 0)
-		goto out;
+	for (cJSON *e = env_ops ? env_ops->child : NULL; e;) {
+		cJSON *next = e->next;
+		if (!cJSON_AddItemToArray(ops, cJSON_DetachItemViaPointer(env_ops, e)))
+			goto out;
+		e = next;
+	}
+	if (annotation_key && annotation_value) {
+		const struct admission_annotation a = {annotation_key, annotation_value};
+		if (admission_annotation_ops(ops, p->annotations, p->has_metadata, &a, 1) != 0)
+			goto out;
+	}
 	*out = NULL;
 	if (cJSON_GetArraySize(ops) && !(*out = cJSON_PrintUnformatted(ops)))
 		goto out;

@@ -40,12 +40,13 @@ __attribute__((warn_unused_result)) int pod_patch_affinity(const cJSON *affinity
                                                            cJSON **out, char *err, size_t errlen);
 
 /* The whole patch (JSON text, caller frees) for the pod p was read as:
- * affinity when a placement changes it, each pin, and annotation
- * annotation_key = annotation_value (NULL: none). *out is NULL when nothing
+ * affinity when a placement changes it, each pin, the operations of env_ops
+ * (a JSONPatch array, may be NULL: its items are moved, pod_env.h), and
+ * annotation annotation_key = annotation_value (NULL: none). *out is NULL when nothing
  * changes. 0, -EINVAL (err), -ENOMEM. */
 __attribute__((warn_unused_result)) int
 pod_patch_build(const struct pod_info *p, const struct pod_place *pl, size_t npl,
                 const struct pod_pin *pins, size_t npins, const char *annotation_key,
-                const char *annotation_value, char **out, char *err, size_t errlen);
+                const char *annotation_value, cJSON *env_ops, char **out, char *err, size_t errlen);
 
 #endif

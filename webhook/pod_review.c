@@ -21,6 +21,7 @@
 
 #include "cache_label.h"
 #include "log.h"
+#include "pod_env.h"
 #include "pod_patch.h"
 #include "pod_volumes.h"
 #include "pull_secret.h"
@@ -442,6 +443,87 @@ static void record(struct review *rv)
 	}
 }
 
+/* ---- the runtime's variables ---- */
+
+/* The trees pc's image declares, and the containers that get them; false
+ * when nobody knows them yet (a cache admitted before the webhook read
+ * images' labels, or whose image config could not be read). */
+static bool env_of(const struct review *rv, const struct pod_cache *pc, struct pod_env_volume *out)
+{
+	out->volume = pc->v->name;
+	if (pc->check) {
+		out->trees = pc->check->verdict.trees;
+		out->n = pc->check->verdict.ntrees;
+		out->containers = NULL;
+		return pc->check->verdict.trees_known;
+	}
+	const struct catalog_cache *e =
+	    cache_catalog_get(rv->r->o.catalog, pc->cluster ? NULL : pc->ns, pc->name);
+	if (!e || !e->env_known)
+		return false;
+	out->trees = e->env;
+	out->n = e->nenv;
+	out->containers = (const char *const *)e->env_containers;
+	return true;
+}
+
+/* The env operations for every container that mounts a cache, into *ops
+ * (NULL when none); warnings for variables set otherwise (with an Event on
+ * the cache) and for caches whose variables are not known. false when out
+ * of memory. */
+static bool env_patch(struct review *rv, cJSON **ops, char warn[][512], const char **warnings,
+                      size_t *nw)
+{
+	struct pod_review *p = rv->pod;
+	struct pod_env_volume vols[POD_CACHE_VOLUMES_MAX];
+	char cache[CACHE_TEXT_MAX], conflict[1024];
+	size_t n = 0;
+	const cJSON *pod = cJSON_GetObjectItemCaseSensitive(
+	    cJSON_GetObjectItemCaseSensitive(rv->req.doc, "request"), "object");
+	*ops = NULL;
+	for (size_t i = 0; i < p->n && n < POD_CACHE_VOLUMES_MAX; i++) {
+		const struct pod_cache *pc = &p->caches[i];
+		if (env_of(rv, pc, &vols[n])) {
+			n++;
+			continue;
+		}
+		if (!pc->known || *nw >= WARNINGS_MAX)
+			continue; /* a cache that does not exist is warned of already */
+		cache_display(pc, cache, sizeof(cache));
+		snprintf(warn[*nw], sizeof(warn[*nw]),
+		         "gkm cannot tell the runtime where %.160s (volume %.63s) is: its image's "
+		         "labels were not read (apply the cache again), so set TRITON_CACHE_DIR or "
+		         "VLLM_CACHE_ROOT to its tree under the mount yourself",
+		         cache, pc->v->name);
+		warnings[*nw] = warn[*nw];
+		(*nw)++;
+	}
+	if (!n)
+		return true;
+	if (!(*ops = cJSON_CreateArray()) ||
+	    pod_env_patch(pod, vols, n, *ops, conflict, sizeof(conflict)) != 0)
+		return false;
+	if (!conflict[0])
+		return true;
+	for (size_t i = 0, k = 0; i < p->n && k < n; i++) {
+		if (strcmp(vols[k].volume, p->caches[i].v->name) != 0)
+			continue;   /* its variables are not known: not among vols */
+		bool named = false; /* the cache whose variable is set otherwise */
+		for (size_t t = 0; t < vols[k].n; t++)
+			named = named || strstr(conflict, vols[k].trees[t].variable);
+		if (named)
+			note_event(rv, &p->caches[i], true, "CacheNotRead",
+			           mode_names[p->caches[i].mode], conflict);
+		k++;
+	}
+	if (*nw < WARNINGS_MAX) {
+		snprintf(warn[*nw], sizeof(warn[*nw]), "gkm: %.500s", conflict);
+		warnings[*nw] = warn[*nw];
+		(*nw)++;
+	}
+	return true;
+}
+
 void pod_review_decide(struct review *rv)
 {
 	struct pod_review *p = rv->pod;
@@ -485,12 +567,15 @@ void pod_review_decide(struct review *rv)
 			}
 		}
 	}
-	if (!(annotation = annotation_of(p))) {
+	cJSON *env = NULL;
+	if (!env_patch(rv, &env, warn, warnings, &nw) || !(annotation = annotation_of(p))) {
+		cJSON_Delete(env);
 		review_deny(rv, "WebhookError", "out of memory");
 		return;
 	}
 	int rc = pod_patch_build(&p->info, pl, npl, pins, npins, PLACEMENT_ANNOTATION, annotation,
-	                         &patch, perr, sizeof(perr));
+	                         env, &patch, perr, sizeof(perr));
+	cJSON_Delete(env);
 	free(annotation);
 	if (rc != 0) {
 		if (rc == -EINVAL)

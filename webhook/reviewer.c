@@ -65,7 +65,13 @@ static void decide(struct review *rv)
 	}
 	char *patch = NULL;
 	char warning[600] = "";
-	if (admission_patch_digest(&rv->req, digest, &patch) != 0) {
+	/* the trees its image declares, for the pods that mount the cache
+	 * (pod_review.c); left as they are when the config could not be read */
+	char env[CACHE_ENV_TEXT_MAX];
+	cache_env_format(c->verdict.trees, c->verdict.ntrees, env, sizeof(env));
+	const struct admission_annotation a[] = {{ADMISSION_ANNOTATION_DIGEST, digest},
+	                                         {CACHE_ENV_ANNOTATION, env}};
+	if (admission_patch_annotations(&rv->req, a, c->verdict.trees_known ? 2 : 1, &patch) != 0) {
 		review_deny(rv, "WebhookError", "out of memory building the patch");
 		return;
 	}

@@ -121,8 +121,6 @@ int cmd_cache_pack(const char *dir, const struct cache_build_opts *o, uint64_t t
                    struct cache_build_result *res, struct oci_err *e);
 int cmd_cache_upload(const struct cache_build_opts *o, struct cache_build_result *res,
                      struct oci_repo *repo, const char *tag, struct oci_err *e);
-/* The cache format an image config's labels name (CACHE_AUTO: none). */
-enum cache_format cmd_cache_format_of(const struct oci_config *cfg);
 /* Fetch the image ref names (verified with the --keys first when given)
  * and extract it safely into the new directory dest (stats_out may be
  * NULL). 0 or EXIT_FAIL, the failure printed. img is the caller's to clear

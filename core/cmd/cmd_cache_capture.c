@@ -17,6 +17,7 @@
 #include "cache_capture.h"
 #include "cache_tree.h"
 #include "cmd.h"
+#include "cache_env.h"
 #include "cmd_cache.h"
 #include "errbuf.h"
 #include "fstree.h"
@@ -343,7 +344,7 @@ static int pull_base(struct cli *c, struct capture *k, enum cache_format *fmt, c
 	c->r.nkeys = nkeys;
 	if (rc)
 		return rc;
-	enum cache_format bf = cmd_cache_format_of(&k->base.config);
+	enum cache_format bf = cache_format_of_labels(oci_config_labels(&k->base.config));
 	if (bf == CACHE_AUTO) {
 		fprintf(stderr, "%s: %s is not a cache image (no cache labels)\n", c->cmd,
 		        c->base_ref);

@@ -9,6 +9,7 @@
 #include "cache_image.h"
 #include "cli.h"
 #include "cmd.h"
+#include "cache_env.h"
 #include "cmd_cache.h"
 #include "keyless.h"
 #include "oci_sig.h"
@@ -38,17 +39,6 @@ static int inspect_flag(struct cli *c, int opt, const char *arg)
 	else
 		return 0;
 	return 1;
-}
-
-enum cache_format cmd_cache_format_of(const struct oci_config *cfg)
-{
-	if (oci_config_label(cfg, "cache.vllm.image/summary") ||
-	    oci_config_label(cfg, "cache.vllm.image/entry-count"))
-		return CACHE_VLLM;
-	if (oci_config_label(cfg, "cache.triton.image/summary") ||
-	    oci_config_label(cfg, "cache.triton.image/entry-count"))
-		return CACHE_TRITON;
-	return CACHE_AUTO;
 }
 
 static const char *label_of(const struct oci_config *cfg, enum cache_format f, const char *key)
@@ -189,7 +179,7 @@ static int inspect_gather(struct cli *c, struct inspect *in)
 	if ((rc =
 	         oci_repo_fetch_image(in->repo, oci_ref_reference(&in->ref), c->platform, img, &e)))
 		return cmd_cache_fail(c->cmd, in->refstr, &e, rc);
-	in->fmt = cmd_cache_format_of(&img->config);
+	in->fmt = cache_format_of_labels(oci_config_labels(&img->config));
 	in->sum_s = label_of(&img->config, in->fmt, "summary");
 	in->summary = in->sum_s ? cJSON_Parse(in->sum_s) : NULL;
 	if (cache_meta_init(&in->meta, in->fmt))
@@ -270,6 +260,25 @@ static void print_signers(const struct cmd_cache_sigs *sigs)
 	}
 }
 
+/* The variables a pod needs to read the image, as the pod webhook sets
+ * them for a container that mounts it at <mountPath>. */
+static size_t env_of(const struct inspect *in, struct cache_env_tree *t)
+{
+	return cache_env_trees(oci_config_labels(&in->img.config), t, CACHE_ENV_TREES_MAX);
+}
+
+static void print_env(const struct inspect *in)
+{
+	struct cache_env_tree t[CACHE_ENV_TREES_MAX];
+	size_t n = env_of(in, t);
+	if (!n)
+		printf("Runtime env:  none known (no cache labels)\n");
+	for (size_t i = 0; i < n; i++)
+		printf("%s%s=<mountPath>%s%s\n",
+		       i ? "              " : "Runtime env:  ", t[i].variable,
+		       t[i].subpath[0] ? "/" : "", t[i].subpath);
+}
+
 static void print_inspect_json(const struct inspect *in)
 {
 	const struct oci_image *img = &in->img;
@@ -285,6 +294,15 @@ static void print_inspect_json(const struct inspect *in)
 	const cJSON *labels = oci_config_labels(&img->config);
 	cJSON_AddItemToObject(o, "labels",
 	                      labels ? cJSON_Duplicate(labels, 1) : cJSON_CreateObject());
+	struct cache_env_tree env[CACHE_ENV_TREES_MAX];
+	size_t nenv = env_of(in, env);
+	cJSON *ev = cJSON_AddArrayToObject(o, "runtimeEnv");
+	for (size_t i = 0; i < nenv; i++) {
+		cJSON *e = cJSON_CreateObject();
+		cJSON_AddItemToArray(ev, e);
+		cJSON_AddStringToObject(e, "name", env[i].variable);
+		cJSON_AddStringToObject(e, "subPath", env[i].subpath);
+	}
 	cJSON_AddNumberToObject(o, "entryCount", in->entries ? strtod(in->entries, NULL) : 0);
 	cJSON_AddNumberToObject(o, "cacheSizeBytes", in->size ? strtod(in->size, NULL) : 0);
 	cJSON *t = in->summary ? cJSON_GetObjectItemCaseSensitive(in->summary, "targets") : NULL;
@@ -342,6 +360,7 @@ static void print_inspect_table(const struct inspect *in)
 		print_targets(t);
 	else if (in->sum_s)
 		printf("Summary:      %s (not valid JSON)\n", in->sum_s);
+	print_env(in);
 	print_layers(in);
 	printf("Signatures:   %s\n", in->sigbuf);
 	print_signers(&in->sigs);

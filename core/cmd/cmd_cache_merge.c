@@ -14,6 +14,7 @@
 
 #include "cache_tree.h"
 #include "cmd.h"
+#include "cache_env.h"
 #include "cmd_cache.h"
 #include "fstree.h"
 
@@ -57,7 +58,7 @@ static int add_input(struct cli *c, const char *refstr, const char *root, int i,
 	snprintf(dir, sizeof(dir), "%s/in-%d", root, i);
 	if ((rc = cmd_cache_pull_dir(c, repo, &ref, &img, refstr, dir, NULL)))
 		goto out;
-	enum cache_format f = cmd_cache_format_of(&img.config);
+	enum cache_format f = cache_format_of_labels(oci_config_labels(&img.config));
 	if (f == CACHE_AUTO) {
 		fprintf(stderr, "%s: %s is not a cache image (no cache labels)\n", c->cmd, refstr);
 		rc = EXIT_FAIL;

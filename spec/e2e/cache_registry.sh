@@ -116,13 +116,15 @@ assert j['targets']==[{'backend':'cuda','arch':75,'warp_size':32}]
 assert j['scan']['groupFiles']=={'total':1,'absolute':1,'buildRoot':'/opt/app-root/src/.triton/cache'}
 assert j['scan']['kernels'][0]['name']=='add_kernel'
 assert j['signatures']['found']==0 and j['signatures']['state']=='unsigned'
-assert j['layers'][0]['mediaType']=='application/vnd.oci.image.layer.v1.tar+gzip'"
-ok $? "inspect JSON: targets, entries, absolute group paths, kernels, unsigned"
+assert j['layers'][0]['mediaType']=='application/vnd.oci.image.layer.v1.tar+gzip'
+assert j['runtimeEnv']==[{'name':'TRITON_CACHE_DIR','subPath':'io.triton.cache'}], j['runtimeEnv']"
+ok $? "inspect JSON: targets, entries, absolute group paths, kernels, unsigned, the runtime's variable"
 dg=$(py "import json; print(json.load(open('$W/insp.json'))['digest'])")
 $G cache inspect "$R/caches/cuda-sm75-vector-add@$dg" >"$W/insp.txt" 2>&1 &&
 	grep -q "hold absolute paths" "$W/insp.txt" && grep -q "cuda     75" "$W/insp.txt" &&
-	grep -q "Signatures:   unsigned" "$W/insp.txt"
-ok $? "inspect by digest (table): targets, group paths, signatures"
+	grep -q "Signatures:   unsigned" "$W/insp.txt" &&
+	grep -q "^Runtime env:  TRITON_CACHE_DIR=<mountPath>/io.triton.cache$" "$W/insp.txt"
+ok $? "inspect by digest (table): targets, group paths, signatures, the runtime's variable"
 $G cache build "$FX/triton/cuda-sm75-vector-add" --rewrite-group-paths -t "oci:$W/lay:rel" >/dev/null 2>&1 &&
 	$G cache extract "oci:$W/lay:rel" "$W/x-rel" >/dev/null 2>&1 &&
 	py "

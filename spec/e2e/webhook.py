@@ -24,6 +24,10 @@ from webhook_env import (ANN, DEADLINE_MS, FIXTURE, GKM, Blackhole, Registry,  #
 
 t = Tap()
 init("gkm-webhook-e2e.")
+ENV_ANN = "gkm.io/runtime-env"
+TRITON_ENV = "TRITON_CACHE_DIR=io.triton.cache"
+
+
 def patch_of(resp):
     if "patch" not in resp:
         return None
@@ -158,17 +162,21 @@ def main():
     t.ok(resp.get("allowed") is True and resp.get("patchType") == "JSONPatch",
          "signed with a trusted key: allowed with a JSONPatch", diag=resp)
     t.eq(patch_of(resp), [{"op": "add", "path": "/metadata/annotations",
-                           "value": {ANN: digests["signed"]}}],
-         "the patch sets gkm.io/resolvedDigest to the registry's digest")
+                           "value": {ANN: digests["signed"], ENV_ANN: TRITON_ENV}}],
+         "the patch sets gkm.io/resolvedDigest to the registry's digest, and gkm.io/runtime-env "
+         "to the variable the image's labels call for")
     t.ok("warnings" not in resp, "no warning for a verified image", diag=resp)
     resp = decide(wh, f"{R}/caches/signed:v1", annotations={"team": "a"})
     t.eq(patch_of(resp), [{"op": "add", "path": "/metadata/annotations/gkm.io~1resolvedDigest",
-                           "value": digests["signed"]}],
-         "with other annotations the patch adds one key")
+                           "value": digests["signed"]},
+                          {"op": "add", "path": "/metadata/annotations/gkm.io~1runtime-env",
+                           "value": TRITON_ENV}],
+         "with other annotations the patch adds one key each")
     resp = decide(wh, f"{R}/caches/signed@{digests['signed']}")
-    t.eq(patch_of(resp)[0]["value"], {ANN: digests["signed"]}, "a reference by digest is allowed as is")
+    t.eq(patch_of(resp)[0]["value"], {ANN: digests["signed"], ENV_ANN: TRITON_ENV},
+         "a reference by digest is allowed as is")
     resp = decide(wh, f"{R}/caches/bundle:v1")
-    t.ok(resp["allowed"] and patch_of(resp)[0]["value"] == {ANN: digests["bundle"]},
+    t.ok(resp["allowed"] and patch_of(resp)[0]["value"] == {ANN: digests["bundle"], ENV_ANN: TRITON_ENV},
          "signed with a sigstore bundle (OCI referrer): allowed", diag=resp)
     resp = decide(wh, f"{R}/caches/rsa:v1")
     t.ok(resp["allowed"], "signed with an RSA key made by openssl (a --key file): allowed",
@@ -249,8 +257,8 @@ def main():
     t.ok(not resp["allowed"] and resp["status"]["reason"] == "ResolvedDigestMismatch",
          "/mutate: UPDATE changing the recorded digest by hand is refused", diag=denial(resp))
     resp = decide(wh, f"{R}/caches/signed:v1", op="UPDATE", annotations={"team": "b"}, old=old_obj)
-    t.eq(patch_of(resp), [{"op": "add", "path": "/metadata/annotations/gkm.io~1resolvedDigest",
-                           "value": digests["signed"]}],
+    t.eq(patch_of(resp)[0], {"op": "add", "path": "/metadata/annotations/gkm.io~1resolvedDigest",
+                             "value": digests["signed"]},
          "/mutate: UPDATE that dropped the annotation gets the recorded digest back")
     resp = decide(wh, f"{R}/caches/signed:v1", annotations=forged)
     t.ok(resp["allowed"] and patch_of(resp)[0]["value"] == digests["signed"]
@@ -263,7 +271,7 @@ def main():
     ok = wh.wait_log(lambda j: j.get("msg") == "trust configuration reloaded"
                      and j.get("allow_unsigned") == "true", 10, after=m)
     resp = decide(wh, f"{R}/caches/unsigned:v1")
-    t.ok(ok and resp["allowed"] and patch_of(resp)[0]["value"] == {ANN: digests["unsigned"]}
+    t.ok(ok and resp["allowed"] and patch_of(resp)[0]["value"] == {ANN: digests["unsigned"], ENV_ANN: TRITON_ENV}
          and "unsigned images are allowed" in resp.get("warnings", [""])[0],
          "allow-unsigned-images: true in the config: unsigned allowed, with a warning", diag=resp)
     resp = decide(wh, f"{R}/caches/stranger:v1")

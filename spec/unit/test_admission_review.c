@@ -252,7 +252,7 @@ static void test_update_reads_old_object(void **state)
 	free(body);
 }
 
-static char *patch_for(const char *obj, const char *digest)
+static char *patch_for(const char *obj, const char *digest, const char *env)
 {
 	char *body = review("GKMCache", "CREATE", obj, "null");
 	struct admission_request r;
@@ -260,7 +260,9 @@ static char *patch_for(const char *obj, const char *digest)
 	char *patch = NULL;
 	assert_int_equal(admission_review_parse(body, strlen(body), &r, err, sizeof(err)), 0);
 	assert_int_equal(admission_request_check(&r, err, sizeof(err)), 0);
-	assert_int_equal(admission_patch_digest(&r, digest, &patch), 0);
+	const struct admission_annotation a[] = {{ADMISSION_ANNOTATION_DIGEST, digest},
+	                                         {"gkm.io/runtime-env", env}};
+	assert_int_equal(admission_patch_annotations(&r, a, env ? 2 : 1, &patch), 0);
 	admission_request_clear(&r);
 	free(body);
 	return patch;
@@ -270,7 +272,7 @@ static void test_patches(void **state)
 {
 	(void)state;
 	const char *d = "sha256:2222222222222222222222222222222222222222222222222222222222222222";
-	char *p = patch_for(obj_plain, d);
+	char *p = patch_for(obj_plain, d, NULL);
 	char want[512];
 	snprintf(want, sizeof(want),
 	         "[{\"op\":\"add\",\"path\":\"/metadata/annotations\",\"value\":"
@@ -278,14 +280,14 @@ static void test_patches(void **state)
 	         d);
 	assert_string_equal(p, want);
 	free(p);
-	p = patch_for(obj_annotated, d);
+	p = patch_for(obj_annotated, d, NULL);
 	snprintf(want, sizeof(want),
 	         "[{\"op\":\"add\",\"path\":\"/metadata/annotations/gkm.io~1resolvedDigest\","
 	         "\"value\":\"%s\"}]",
 	         d);
 	assert_string_equal(p, want);
 	free(p);
-	p = patch_for("{\"spec\":{\"image\":\"x\"}}", d);
+	p = patch_for("{\"spec\":{\"image\":\"x\"}}", d, NULL);
 	snprintf(want, sizeof(want),
 	         "[{\"op\":\"add\",\"path\":\"/metadata\",\"value\":{\"annotations\":"
 	         "{\"gkm.io/resolvedDigest\":\"%s\"}}}]",
@@ -294,8 +296,24 @@ static void test_patches(void **state)
 	free(p);
 	/* already right: nothing to patch */
 	p = patch_for(obj_annotated,
-	              "sha256:1111111111111111111111111111111111111111111111111111111111111111");
+	              "sha256:1111111111111111111111111111111111111111111111111111111111111111",
+	              NULL);
 	assert_null(p);
+	/* two annotations: one operation makes both, or one per key that differs */
+	p = patch_for(obj_plain, d, "TRITON_CACHE_DIR=io.triton.cache");
+	snprintf(want, sizeof(want),
+	         "[{\"op\":\"add\",\"path\":\"/metadata/annotations\",\"value\":"
+	         "{\"gkm.io/resolvedDigest\":\"%s\",\"gkm.io/runtime-env\":"
+	         "\"TRITON_CACHE_DIR=io.triton.cache\"}}]",
+	         d);
+	assert_string_equal(p, want);
+	free(p);
+	p = patch_for(obj_annotated,
+	              "sha256:1111111111111111111111111111111111111111111111111111111111111111",
+	              "");
+	assert_string_equal(p, "[{\"op\":\"add\",\"path\":\"/metadata/annotations/"
+	                       "gkm.io~1runtime-env\",\"value\":\"\"}]");
+	free(p);
 }
 
 static char *b64_decode(const char *s)

@@ -172,7 +172,7 @@ static void check_one(cJSON *pod, uint64_t round)
 			                                      "222222"};
 	}
 	char *patch = NULL;
-	rc = pod_patch_build(&p, pl, p.n, pins, npins, "gkm.io/placement", "[]", &patch, err,
+	rc = pod_patch_build(&p, pl, p.n, pins, npins, "gkm.io/placement", "[]", NULL, &patch, err,
 	                     sizeof(err));
 	if (rc != 0 && (rc != -EINVAL || !err[0]))
 		fail_msg("round %llu: patch failed without a message (%d)",

@@ -332,7 +332,8 @@ static cJSON *patched(const char *pod_text, const struct pod_place *pl, size_t n
 	char err[256] = "", *patch = NULL;
 	assert_int_equal(pod_info_read(pod, "team-a", &p, err, sizeof(err)), 0);
 	assert_int_equal(pod_patch_build(&p, pl, npl, pins, npins, "gkm.io/placement",
-	                                 "[{\"volume\":\"kernels\"}]", &patch, err, sizeof(err)),
+	                                 "[{\"volume\":\"kernels\"}]", NULL, &patch, err,
+	                                 sizeof(err)),
 	                 0);
 	if (patch && jsonpatch_apply(pod, patch) != 0)
 		fail_msg("the patch does not apply: %s", patch);
@@ -399,31 +400,6 @@ static void test_annotation_without_annotations_or_metadata(void **state)
 	cJSON_Delete(pod);
 }
 
-/* The trees an image holds: MCV's label first, then gkm's format. */
-static void test_env_trees_from_labels(void **state)
-{
-	(void)state;
-	struct pod_env_tree t[POD_ENV_TREES_MAX];
-	cJSON *labels = parse("{\"io.kserve.km/cache-root-env\":"
-	                      "\"VLLM_CACHE_ROOT=/home/kserve/.cache/vllm\","
-	                      "\"io.kserve.km/cache-mount-subpath\":\"/cache/vllm/\"}");
-	assert_int_equal(pod_env_trees(labels, "triton", t, POD_ENV_TREES_MAX), 2);
-	assert_string_equal(t[0].variable, "VLLM_CACHE_ROOT");
-	assert_string_equal(t[0].subpath, "cache/vllm");
-	assert_string_equal(t[1].variable, "TRITON_CACHE_DIR");
-	assert_string_equal(t[1].subpath, "io.triton.cache");
-	/* the label and the format name the same variable: once */
-	assert_int_equal(pod_env_trees(labels, "vllm", t, POD_ENV_TREES_MAX), 1);
-	assert_int_equal(pod_env_trees(labels, "vllm", t, 0), 0);
-	cJSON_Delete(labels);
-	labels = parse("{\"io.kserve.km/cache-root-env\":\"1BAD=/x\"}");
-	assert_int_equal(pod_env_trees(labels, NULL, t, POD_ENV_TREES_MAX), 0);
-	cJSON_Delete(labels);
-	assert_int_equal(pod_env_trees(NULL, "inductor", t, POD_ENV_TREES_MAX), 1);
-	assert_string_equal(t[0].variable, "TORCHINDUCTOR_CACHE_DIR");
-	assert_int_equal(pod_env_trees(NULL, "unknown", t, POD_ENV_TREES_MAX), 0);
-}
-
 static const char env_pod_json[] =
     "{\"spec\":{\"initContainers\":[{\"name\":\"warm\",\"volumeMounts\":["
     "{\"name\":\"kernels\",\"mountPath\":\"/cache/\"}]}],"
@@ -457,9 +433,9 @@ static const char *env_of(const cJSON *pod, const char *list, int i, const char 
 static void test_env_patch_applies(void **state)
 {
 	(void)state;
-	struct pod_env_tree t[2] = {{"TRITON_CACHE_DIR", "io.triton.cache"},
-	                            {"VLLM_CACHE_ROOT", "io.vllm.cache"}};
-	struct pod_env_volume v = {"kernels", t, 2};
+	struct cache_env_tree t[2] = {{"TRITON_CACHE_DIR", "io.triton.cache"},
+	                              {"VLLM_CACHE_ROOT", "io.vllm.cache"}};
+	struct pod_env_volume v = {"kernels", t, 2, NULL};
 	cJSON *pod = parse(env_pod_json), *ops = cJSON_CreateArray();
 	char warn[512];
 	assert_int_equal(pod_env_patch(pod, &v, 1, ops, warn, sizeof(warn)), 0);
@@ -490,6 +466,51 @@ static void test_env_patch_applies(void **state)
 	cJSON_Delete(pod);
 }
 
+/* A mount with a subPath shows the trees inside it; a container list
+ * limits who gets them. */
+static void test_env_subpath_and_containers(void **state)
+{
+	(void)state;
+	struct cache_env_tree t[2] = {{"TRITON_CACHE_DIR", "io.triton.cache"},
+	                              {"VLLM_CACHE_ROOT", "io.vllm.cache"}};
+	const char *only[] = {"b", NULL};
+	cJSON *pod = parse("{\"spec\":{\"containers\":["
+	                   "{\"name\":\"a\",\"volumeMounts\":[{\"name\":\"k\","
+	                   "\"mountPath\":\"/t\",\"subPath\":\"io.triton.cache/\"}]},"
+	                   "{\"name\":\"b\",\"volumeMounts\":[{\"name\":\"k\","
+	                   "\"mountPath\":\"/\"}]},"
+	                   "{\"name\":\"c\",\"volumeMounts\":[{\"name\":\"k\","
+	                   "\"mountPath\":\"/x\",\"subPathExpr\":\"$(POD)\"}]}]}}");
+	cJSON *ops = cJSON_CreateArray();
+	char warn[256];
+	struct pod_env_volume v = {"k", t, 2, NULL};
+	assert_int_equal(pod_env_patch(pod, &v, 1, ops, warn, sizeof(warn)), 0);
+	char *patch = cJSON_PrintUnformatted(ops);
+	cJSON *copy = cJSON_Duplicate(pod, 1);
+	if (jsonpatch_apply(copy, patch) != 0)
+		fail_msg("the patch does not apply: %s", patch);
+	/* a: only the Triton tree is inside its subPath, at the mountPath itself */
+	assert_string_equal(env_of(copy, "containers", 0, "TRITON_CACHE_DIR"), "/t");
+	assert_null(env_of(copy, "containers", 0, "VLLM_CACHE_ROOT"));
+	/* b: mounted at / */
+	assert_string_equal(env_of(copy, "containers", 1, "VLLM_CACHE_ROOT"), "/io.vllm.cache");
+	/* c: where subPathExpr points is not known at admission */
+	assert_null(env_of(copy, "containers", 2, "TRITON_CACHE_DIR"));
+	assert_string_equal(warn, "");
+	free(patch);
+	cJSON_Delete(copy);
+	cJSON_Delete(ops);
+	/* only container b */
+	v.containers = only;
+	ops = cJSON_CreateArray();
+	assert_int_equal(pod_env_patch(pod, &v, 1, ops, warn, sizeof(warn)), 0);
+	assert_int_equal(cJSON_GetArraySize(ops), 1);
+	assert_string_equal(cJSON_GetObjectItem(cJSON_GetArrayItem(ops, 0), "path")->valuestring,
+	                    "/spec/containers/1/env");
+	cJSON_Delete(ops);
+	cJSON_Delete(pod);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -501,8 +522,8 @@ int main(void)
 	    cmocka_unit_test(test_affinity_of_the_wrong_shape),
 	    cmocka_unit_test(test_patch_applies),
 	    cmocka_unit_test(test_annotation_without_annotations_or_metadata),
-	    cmocka_unit_test(test_env_trees_from_labels),
 	    cmocka_unit_test(test_env_patch_applies),
+	    cmocka_unit_test(test_env_subpath_and_containers),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);
 }
