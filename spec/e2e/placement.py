@@ -225,6 +225,79 @@ def required_keys(pod):
     return [[e["key"] for e in term.get("matchExpressions", [])] for term in terms]
 
 
+def env_of(pod, container=0):
+    c = (pod or {}).get("spec", {}).get("containers", [{}] * (container + 1))[container]
+    return {e["name"]: e.get("value") for e in c.get("env", [])}
+
+
+def mounting(name, volumes, containers):
+    """A pod whose containers (name, mountPath, env) mount volume "kernels"."""
+    return {"apiVersion": "v1", "kind": "Pod",
+            "metadata": {"name": name, "namespace": "team-a"},
+            "spec": {"containers": [
+                {"name": c, "image": "registry.example/model-server:1", "env": env or [],
+                 "volumeMounts": [{"name": "kernels", "mountPath": mp}] if mp else []}
+                for c, mp, env in containers], "volumes": volumes}}
+
+
+def runtime_env(pl, events):
+    """The runtime is pointed at the cache: the variable its image's labels
+    call for, at each container's own mountPath, through the API server."""
+    kube, R = pl.kube, pl.reg.addr
+    cache = pl.get(API + "/namespaces/team-a/gkmcaches/llama")
+    ann = (cache or {}).get("metadata", {}).get("annotations", {})
+    t.eq(ann.get("gkm.io/runtime-env"), "TRITON_CACHE_DIR=io.triton.cache",
+         "the webhook recorded the variable the cache image's labels call for "
+         "(annotation gkm.io/runtime-env)")
+    obj = mounting("server", [csi("kernels", "llama", "team-a")],
+                   [("server", "/root/.triton", None), ("sidecar", None, None)])
+    st, _ = pl.create("/api/v1/namespaces/team-a/pods", obj)
+    pod = pl.get("/api/v1/namespaces/team-a/pods/server")
+    t.eq((st, env_of(pod, 0), env_of(pod, 1)),
+         (201, {"TRITON_CACHE_DIR": "/root/.triton/io.triton.cache"}, {}),
+         "a container mounting the cache gets TRITON_CACHE_DIR at its mountPath; one that does "
+         "not mount it gets nothing")
+    obj = mounting("own", [csi("kernels", "llama", "team-a")],
+                   [("server", "/cache", [{"name": "TRITON_CACHE_DIR", "value": "/tmp/mine"}])])
+    r = kube.kubectl("create", "-f", "-", input=json.dumps(obj))
+    pod = pl.get("/api/v1/namespaces/team-a/pods/own")
+    t.ok(r.returncode == 0 and "container server sets TRITON_CACHE_DIR to /tmp/mine, so the "
+         "cache mounted at /cache/io.triton.cache will never be read" in r.stderr
+         and env_of(pod) == {"TRITON_CACHE_DIR": "/tmp/mine"},
+         "a container that sets the variable itself keeps it; kubectl shows the warning",
+         diag=(r.stderr, env_of(pod)))
+    evs = wait(lambda: events("llama", "CacheNotRead"), 10)
+    t.ok(evs and evs[0]["type"] == "Warning" and "/tmp/mine" in evs[0]["message"],
+         "and a Warning Event CacheNotRead on the cache says why", diag=evs)
+    # the cache says which variables and which containers (its own image
+    # repository, so that image volumes of llama's still name llama)
+    env.run(GKM, "cache", "build", env.FIXTURE, "-t", "%s/caches/custom:v1" % R)
+    env.run(GKM, "cache", "sign", "%s/caches/custom:v1" % R, "--key", env.path("trusted.key"))
+    st, _ = pl.create(API + "/namespaces/team-a/gkmcaches", {
+        "apiVersion": "gkm.io/v1alpha1", "kind": "GKMCache",
+        "metadata": {"name": "custom", "namespace": "team-a"},
+        "spec": {"image": "%s/caches/custom:v1" % R,
+                 "runtimeEnv": {"containers": ["server"],
+                                "variables": [{"name": "MY_KERNELS", "subPath": "io.triton.cache"}]}}})
+    ok = wait(lambda: "MY_KERNELS" in json.dumps(patch_of(pl.review("team-a", mounting(
+        "probe", [csi("kernels", "custom", "team-a")], [("server", "/k", None)]))[1])), 20)
+    obj = mounting("custom", [csi("kernels", "custom", "team-a")],
+                   [("server", "/k", None), ("warmup", "/w", None)])
+    st2, _ = pl.create("/api/v1/namespaces/team-a/pods", obj)
+    pod = pl.get("/api/v1/namespaces/team-a/pods/custom")
+    t.eq((st, bool(ok), env_of(pod, 0), env_of(pod, 1)),
+         (201, True, {"MY_KERNELS": "/k/io.triton.cache"}, {}),
+         "spec.runtimeEnv names the variables and the containers that get them")
+    # an image volume: the labels come with its check
+    img = image_pod("%s/caches/llama:v1" % R)
+    img["spec"]["containers"][0]["volumeMounts"] = [{"name": "img", "mountPath": "/triton"}]
+    st, resp = pl.review("team-a", img)
+    ops = {o["path"]: o.get("value") for o in patch_of(resp)}
+    t.eq(ops.get("/spec/containers/0/env"),
+         [{"name": "TRITON_CACHE_DIR", "value": "/triton/io.triton.cache"}],
+         "an image volume of the cache's image sets the variable too")
+
+
 def main():
     env.init("gkm-placement-e2e.")
     why = unavailable("kube-scheduler") or env.available()
@@ -381,6 +454,8 @@ def run(pl):
          "a Warning Event NoReadyNode on a cache no node has Ready")
     d = kube.kubectl("describe", "gkmc", "llama", "-n", "team-a")
     t.ok("PodPlaced" in d.stdout, "kubectl describe gkmc shows them", diag=d.stdout[-1500:])
+
+    runtime_env(pl, events)
 
     # ---- image volumes (posted as the API server would; v1.26 has no image volumes) ----
     st, resp = pl.review("team-a", image_pod("%s/caches/llama:v1" % R))
