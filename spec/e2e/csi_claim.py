@@ -155,7 +155,13 @@ def main():
     t.ok(cond and cond["status"] == "True" and pv_name in cond["message"],
          "the operator makes the claim; the binder binds it: condition Claim True, Bound",
          diag=(condition("gkmcache", "vector-add"), operator.tail()))
-    pvc = get("pvc", "kernels", "-n", NS, "--show-managed-fields") or {}
+
+    def bound_claim():
+        c = get("pvc", "kernels", "-n", NS, "--show-managed-fields") or {}
+        return c if (c.get("status") or {}).get("phase") == "Bound" else None
+
+    # the binder writes the volume's phase, then the claim's: wait for both
+    pvc = wait_for(bound_claim, 30) or get("pvc", "kernels", "-n", NS, "--show-managed-fields") or {}
     pv = get("pv", pv_name) or {}
     spec = pv.get("spec", {})
     t.ok(spec.get("csi", {}).get("driver") == DRIVER and spec["csi"].get("volumeHandle") == pv_name
