@@ -96,6 +96,11 @@ __attribute__((warn_unused_result)) int cache_scan_dir(const char *dir, enum cac
 
 /* The summary label value ({"targets":[...]}); caller frees. */
 char *cache_summary_json(const struct cache_meta *m);
+/* The identity label value: the runtime versions the cache was compiled by,
+ * as its own files say ({"triton":["3.4.0"],"vllmCodeHash":[...],
+ * "vllmCompilerHash":[...]}, keys only where found); NULL when none (or out
+ * of memory). A cache hits only under the same runtime. Caller frees. */
+char *cache_identity_json(const struct cache_meta *m);
 /* The io.<fmt>.manifest/manifest.json document; caller frees. */
 char *cache_manifest_json(const struct cache_meta *m);
 /* Set the cache.<fmt>.image/... labels on labels (a JSON object). */

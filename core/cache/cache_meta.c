@@ -312,6 +312,53 @@ char *cache_summary_json(const struct cache_meta *m)
 	return s;
 }
 
+/* Every distinct string value of key anywhere in j, into the array out
+ * (sorted as found; few values). */
+static void collect(const cJSON *j, const char *key, cJSON *out)
+{
+	const cJSON *it;
+	cJSON_ArrayForEach(it, j)
+	{
+		if (it->string && strcmp(it->string, key) == 0 && cJSON_IsString(it)) {
+			bool seen = false;
+			const cJSON *v;
+			cJSON_ArrayForEach(v, out) seen =
+			    seen || strcmp(v->valuestring, it->valuestring) == 0;
+			if (!seen && cJSON_GetArraySize(out) < 16)
+				cJSON_AddItemToArray(out, cJSON_CreateString(it->valuestring));
+		} else if (cJSON_IsObject(it) || cJSON_IsArray(it)) {
+			collect(it, key, out);
+		}
+	}
+}
+
+char *cache_identity_json(const struct cache_meta *m)
+{
+	static const struct {
+		const char *key, *name;
+	} factors[] = {
+	    {"triton_version", "triton"},
+	    {"code_hash", "vllmCodeHash"},
+	    {"compiler_hash", "vllmCompilerHash"},
+	};
+	cJSON *o = cJSON_CreateObject();
+	char *s = NULL;
+	for (size_t i = 0; o && i < sizeof(factors) / sizeof(factors[0]); i++) {
+		cJSON *a = cJSON_CreateArray();
+		if (!a)
+			goto out;
+		collect(m->kernels, factors[i].key, a);
+		collect(m->vllm, factors[i].key, a);
+		if (cJSON_GetArraySize(a) == 0 || !cJSON_AddItemToObject(o, factors[i].name, a))
+			cJSON_Delete(a);
+	}
+	if (o && o->child)
+		s = cJSON_PrintUnformatted(o);
+out:
+	cJSON_Delete(o);
+	return s;
+}
+
 char *cache_manifest_json(const struct cache_meta *m)
 {
 	cJSON *o = cJSON_CreateObject();
@@ -354,7 +401,7 @@ int cache_set_labels(const struct cache_meta *m, cJSON *labels)
 {
 	const char *f = ci_fmt_prefix(m->format);
 	char num[32];
-	char *summary = cache_summary_json(m);
+	char *summary = cache_summary_json(m), *identity = NULL;
 	int rc = -ENOMEM;
 	if (!summary)
 		return rc;
@@ -366,10 +413,14 @@ int cache_set_labels(const struct cache_meta *m, cJSON *labels)
 		goto out;
 	if ((rc = set_label(labels, f, "summary", summary)))
 		goto out;
+	identity = cache_identity_json(m);
+	if (identity && (rc = set_label(labels, f, "identity", identity)))
+		goto out;
 	if (m->format == CACHE_VLLM)
 		rc =
 		    set_label(labels, f, "format", m->vllm_format[0] ? m->vllm_format : "unpacked");
 out:
+	free(identity);
 	free(summary);
 	return rc;
 }

@@ -126,8 +126,8 @@ struct inspect {
 	struct oci_repo *repo;
 	struct oci_image img;
 	enum cache_format fmt;
-	const char *sum_s, *entries, *size, *created; /* labels, borrowed from img */
-	cJSON *summary;                               /* sum_s parsed (NULL: not JSON) */
+	const char *sum_s, *entries, *size, *created, *identity; /* labels, borrowed from img */
+	cJSON *summary;                                          /* sum_s parsed (NULL: not JSON) */
 	bool scanned;
 	struct cache_meta meta; /* the layers' scan */
 	cJSON *kernels;
@@ -191,6 +191,7 @@ static int inspect_gather(struct cli *c, struct inspect *in)
 		cmd_cache_sig_check(c, in->repo, img->top_digest, &in->sigs);
 	in->entries = label_of(&img->config, in->fmt, "entry-count");
 	in->size = label_of(&img->config, in->fmt, "cache-size-bytes");
+	in->identity = label_of(&img->config, in->fmt, "identity");
 	const cJSON *cr = cJSON_GetObjectItemCaseSensitive(img->config.root, "created");
 	if (cJSON_IsString(cr))
 		in->created = cr->valuestring;
@@ -260,6 +261,26 @@ static void print_signers(const struct cmd_cache_sigs *sigs)
 	}
 }
 
+/* "triton 3.4.0; vllm code hash a3c7..., ..." from the identity label: the
+ * runtime versions the cache hits under. */
+static void print_identity(const char *label)
+{
+	cJSON *id = label ? cJSON_Parse(label) : NULL, *f, *v;
+	if (!cJSON_IsObject(id) || !id->child) {
+		printf("Identity:     %s\n", label ? "unreadable label" : "not recorded");
+		cJSON_Delete(id);
+		return;
+	}
+	printf("Identity:     ");
+	cJSON_ArrayForEach(f, id)
+	{
+		printf("%s%s", f == id->child ? "" : "; ", f->string);
+		cJSON_ArrayForEach(v, f) if (cJSON_IsString(v)) printf(" %s", v->valuestring);
+	}
+	printf("\n");
+	cJSON_Delete(id);
+}
+
 /* The variables a pod needs to read the image, as the pod webhook sets
  * them for a container that mounts it at <mountPath>. */
 static size_t env_of(const struct inspect *in, struct cache_env_tree *t)
@@ -303,6 +324,10 @@ static void print_inspect_json(const struct inspect *in)
 		cJSON_AddStringToObject(e, "name", env[i].variable);
 		cJSON_AddStringToObject(e, "subPath", env[i].subpath);
 	}
+	cJSON *id = in->identity ? cJSON_Parse(in->identity) : NULL;
+	cJSON_AddItemToObject(o, "identity", cJSON_IsObject(id) ? id : cJSON_CreateObject());
+	if (!cJSON_IsObject(id))
+		cJSON_Delete(id);
 	cJSON_AddNumberToObject(o, "entryCount", in->entries ? strtod(in->entries, NULL) : 0);
 	cJSON_AddNumberToObject(o, "cacheSizeBytes", in->size ? strtod(in->size, NULL) : 0);
 	cJSON *t = in->summary ? cJSON_GetObjectItemCaseSensitive(in->summary, "targets") : NULL;
@@ -348,6 +373,7 @@ static void print_inspect_table(const struct inspect *in)
 	       in->fmt == CACHE_AUTO ? "unknown (no cache labels)" : cache_format_name(in->fmt));
 	if (in->created)
 		printf("Created:      %s\n", in->created);
+	print_identity(in->identity);
 	if (in->entries)
 		printf("Entries:      %s\n", in->entries);
 	if (in->size) {

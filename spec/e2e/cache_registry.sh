@@ -72,6 +72,17 @@ same_json "$got" '{"targets":[{"backend":"cuda","warp_size":32,"cuda_version":"1
 ok $? "vLLM binary summary from cache_key_factors.json: $got"
 [ "$(sk_label "$R/caches/vllm-binary-llama:v1" cache.vllm.image/format)" = binary ]
 ok $? "vLLM binary cache labelled format=binary"
+# identity: the runtime versions the cache's own files name
+same_json "$(sk_label "$R/caches/hip-gfx90a-vector-add:v1" cache.triton.image/identity)" '{"triton":["3.2.0"]}'
+ok $? "identity label: the Triton version in the kernels' metadata"
+same_json "$(sk_label "$R/caches/vllm-binary-llama:v1" cache.vllm.image/identity)" \
+	"{\"vllmCodeHash\":[\"$(py "import json;print(json.load(open('$FX/vllm/binary-llama/torch_compile_cache/edf531ca35/rank_0_0/backbone/cache_key_factors.json'))['code_hash'])")\"],\"vllmCompilerHash\":[\"4fc2f2ae9e\"]}"
+ok $? "identity label: vLLM's code and compiler hashes from cache_key_factors.json"
+skopeo inspect $SK "docker://$R/caches/cuda-sm75-vector-add:v1" |
+	py "import json,sys; l=json.load(sys.stdin)['Labels']; sys.exit(0 if 'cache.triton.image/summary' in l and 'cache.triton.image/identity' not in l else 1)"
+ok $? "no identity label where the files name no version"
+$G cache inspect "$R/caches/hip-gfx90a-vector-add:v1" | grep -q "^Identity:     triton 3.2.0$"
+ok $? "inspect shows the identity"
 
 # ---- skopeo + umoci consume what gkm pushed ---------------------------------
 skopeo copy -q $SK "docker://$R/caches/cuda-sm75-vector-add:v1" "oci:$W/sk:v1" >/dev/null 2>&1 &&
