@@ -32,6 +32,7 @@
 --     conditions = { {type, status, reason, message, lastTransitionTime, observedGeneration} },
 --     lastUpdated,
 --     candidates, captureConflicts, captureRefusals (spec.capture: see M.captures),
+--     hits (see M.hits),
 --     labeledNodes = { "node-1", ... } }
 --   labeledNodes is no part of the status: the nodes whose Node object gets the
 --   cache's label (key in status.nodeLabel, value "ready"), which pods select
@@ -55,6 +56,50 @@ M.ignore_incompatible_nodes = true
 
 -- Longest node list spelled out in a message.
 M.max_nodes_in_message = 5
+
+-- Hits: what the pods that mount the cache had to compile themselves. The
+-- agent counts, for each writable volume (and each onMiss "empty" one), the
+-- kernels in the pod's own layer that the cache lacks (pods[].misses, the
+-- first names in pods[].missedKernels). Read-only volumes cannot be written,
+-- so they are not counted. nil when no pod reports.
+M.most_missed = 5
+
+function M.hits(nodes)
+  local with, without, kernels, tally, seen = 0, 0, 0, {}, false
+  for _, n in ipairs(nodes) do
+    local e = type(n) == "table" and type(n.entry) == "table" and n.entry or {}
+    for _, list in ipairs({ e.pods, e.fallbackPods }) do
+      for _, p in ipairs(type(list) == "table" and list or {}) do
+        local m = type(p) == "table" and math.tointeger(p.misses) or nil
+        if m then
+          seen = true
+          kernels = kernels + m
+          if m > 0 then with = with + 1 else without = without + 1 end
+          for _, k in ipairs(type(p.missedKernels) == "table" and p.missedKernels or {}) do
+            tally[tostring(k)] = (tally[tostring(k)] or 0) + 1
+          end
+        end
+      end
+    end
+  end
+  if not seen then
+    return nil
+  end
+  local names = {}
+  for k in pairs(tally) do
+    names[#names + 1] = k
+  end
+  table.sort(names, function(a, b)
+    if tally[a] ~= tally[b] then return tally[a] > tally[b] end
+    return a < b
+  end)
+  local most = {}
+  for i = 1, math.min(#names, M.most_missed) do
+    most[i] = string.format("%s (%d pod%s)", names[i], tally[names[i]], tally[names[i]] == 1 and "" or "s")
+  end
+  return { podsWithoutMiss = without, podsWithMisses = with, kernelsCompiled = kernels,
+           mostMissed = #most > 0 and most or nil }
+end
 
 -- Pods in a node entry: a list (what the agent writes) or a count.
 local function pod_count(e)
@@ -314,6 +359,7 @@ function M.evaluate(input)
     candidates = candidates,
     captureConflicts = conflicts,
     captureRefusals = refusals,
+    hits = M.hits(nodes),
     resolvedDigest = digest,
     totalNodes = total,
     readyNodes = ready,

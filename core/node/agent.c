@@ -56,6 +56,11 @@ static void init_metrics(void)
 	    "This node's objects written again after something else deleted them (the operator "
 	    "deletes the objects of a node whose Node it cannot find)",
 	    NULL);
+	agent_m.misses = metrics_counter(
+	    "gkm_cache_miss_kernels_total",
+	    "Kernels pods compiled themselves because the cache they mount lacked them (new kernel "
+	    "directories in a writable volume's own layer), by cache",
+	    "namespace,cache");
 	/* unlabelled series exist from the start, so a scrape shows them at 0 */
 	metrics_add(agent_m.pull_bytes, NULL, 0);
 	metrics_add(agent_m.hits, NULL, 0);
@@ -81,6 +86,7 @@ static void cache_free(struct cache *c)
 	cJSON_Delete(c->captures);
 	cJSON_Delete(c->live);
 	free(c->demand);
+	cJSON_Delete(c->misses);
 	free(c->placed);
 	free(c);
 }

@@ -99,6 +99,7 @@ struct cache {
 	cJSON *captures; /* what captures of pods' volumes gave here (node_capture.h) */
 	cJSON *live;     /* live volumes a capture on demand still has to take */
 	char *demand;    /* the gkm.io/capture value last handled (NULL: not read yet) */
+	cJSON *misses;   /* {volumeId: kernels the pod compiled, as last counted} */
 };
 
 /* One node object: ClusterGKMCacheNode (ns "") or GKMCacheNode in ns. */
@@ -151,7 +152,7 @@ struct agent {
 
 struct agent_metrics {
 	struct metric *reconciles, *errors, *pulls, *pull_bytes, *hits, *verdicts, *extract_s,
-	    *node_found, *rewritten;
+	    *node_found, *rewritten, *misses;
 };
 extern struct agent_metrics agent_m;
 

@@ -4,6 +4,8 @@
 #include "agent_impl.h"
 
 #include <errno.h>
+#include <fcntl.h>
+#include <limits.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -11,6 +13,7 @@
 #include <sys/statvfs.h>
 #include <unistd.h>
 
+#include "cache_misses.h"
 #include "fallback_notice.h"
 #include "kube_workqueue.h"
 #include "local_model.h"
@@ -113,9 +116,97 @@ static void layer_usage(const struct agent *a, const char *key, cJSON *o)
 	cJSON_AddNumberToObject(o, "writtenBytes", (double)(used >> 20 << 20));
 }
 
-static cJSON *usage_json(const struct agent *a, const struct cache_view_usage *u)
+/* What the pod compiled itself (cache_misses.h): the kernels of its upper
+ * layer, or its onMiss "empty" directory, that the cache's tree (lower, -1
+ * when not open) lacks; nothing when that cannot be told. */
+static void volume_misses(const struct agent *a, const struct cache_view_pod *p, int lower,
+                          cJSON *o)
+{
+	const char *key = p->volume_id, *own = p->fallback ? "fallback" : "upper";
+	char dir[PATH_MAX];
+	if (!key || !*key || key[0] == '.' || strchr(key, '/') || (lower < 0 && !p->fallback))
+		return;
+	/* in the size-limited layer when the volume has one (csi/csi_node_dirs.c) */
+	snprintf(dir, sizeof(dir), "%s/csi/volumes/%s/layer/%s", a->root, key, own);
+	int fd = open(dir, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+	if (fd < 0) {
+		snprintf(dir, sizeof(dir), "%s/csi/volumes/%s/%s", a->root, key, own);
+		fd = open(dir, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+	}
+	struct cache_misses m;
+	if (fd < 0 || cache_misses_count(fd, p->fallback ? -1 : lower, &m) != 0) {
+		if (fd >= 0)
+			close(fd);
+		return;
+	}
+	close(fd);
+	cJSON_AddNumberToObject(o, "misses", m.kernels);
+	cJSON *names = m.nnames ? cJSON_AddArrayToObject(o, "missedKernels") : NULL;
+	for (size_t i = 0; names && i < m.nnames; i++)
+		cJSON_AddItemToArray(names, cJSON_CreateString(m.names[i]));
+}
+
+/* A Warning Event on the pod that compiled kernels the cache lacks. */
+static void tell_misses(struct agent *a, const struct cache *c, const cJSON *p, int kernels)
+{
+	char msg[900], names[600] = "";
+	const cJSON *k;
+	size_t at = 0;
+	cJSON_ArrayForEach(k, cJSON_GetObjectItemCaseSensitive(p, "missedKernels"))
+	{
+		if (cJSON_IsString(k) && at + strlen(k->valuestring) + 3 < sizeof(names))
+			at += (size_t)snprintf(names + at, sizeof(names) - at, "%s%s",
+			                       at ? ", " : "", k->valuestring);
+	}
+	snprintf(msg, sizeof(msg),
+	         "compiled %d kernel%s that %s %s%s%s lacks (%s%s); they stay in this pod's "
+	         "volume, and the cache's spec.capture can collect them into a candidate image",
+	         kernels, kernels == 1 ? "" : "s", *c->ns ? "GKMCache" : "ClusterGKMCache", c->ns,
+	         *c->ns ? "/" : "", c->name, names,
+	         kernels > (int)CACHE_MISSES_NAMES ? ", ..." : "");
+	fallback_notice_pod_event(a->notice, obj_str(p, "podName"), obj_str(p, "podNamespace"),
+	                          obj_str(p, "podUID"), "KernelsCompiled", msg);
+}
+
+/* gkm_cache_miss_kernels_total grows by what each volume compiled since it
+ * was last counted, and its pod is told when that first happens and each
+ * time the count doubles; volumes gone are forgotten. */
+static void count_misses(struct agent *a, struct cache *c, const cJSON *list, const cJSON *fallback)
+{
+	cJSON *seen = cJSON_CreateObject();
+	const cJSON *lists[] = {list, fallback}, *p;
+	for (int i = 0; i < 2 && seen; i++) {
+		cJSON_ArrayForEach(p, lists[i])
+		{
+			const cJSON *m = cJSON_GetObjectItemCaseSensitive(p, "misses");
+			const char *vol = obj_str(p, "volumeId");
+			if (!cJSON_IsNumber(m) || !*vol)
+				continue;
+			const cJSON *was = cJSON_GetObjectItemCaseSensitive(c->misses, vol);
+			double before = cJSON_IsNumber(was) ? was->valuedouble : 0;
+			if (m->valuedouble > before)
+				metrics_add(agent_m.misses, METRICS_L(c->ns, c->name),
+				            m->valuedouble - before);
+			if (m->valuedouble > 0 && m->valuedouble >= 2 * before)
+				tell_misses(a, c, p, (int)m->valuedouble);
+			cJSON_AddNumberToObject(seen, vol,
+			                        m->valuedouble > before ? m->valuedouble : before);
+		}
+	}
+	cJSON_Delete(c->misses);
+	c->misses = seen;
+}
+
+static cJSON *usage_json(struct agent *a, struct cache *c, const struct cache_view_usage *u)
 {
 	cJSON *usage = cJSON_CreateObject();
+	int lower = -1;
+	char *lower_path = NULL;
+	if (u && u->npods && c->view_digest[0] &&
+	    cache_view_open_data(a->root, c->ns, c->name, c->view_digest, &lower, &lower_path, NULL,
+	                         0) != 0)
+		lower = -1;
+	free(lower_path);
 	cJSON *list = cJSON_AddArrayToObject(usage, "list");
 	cJSON *fallback = cJSON_AddArrayToObject(usage, "fallback");
 	for (size_t i = 0; u && i < u->npods; i++) {
@@ -125,8 +216,10 @@ static cJSON *usage_json(const struct agent *a, const struct cache_view_usage *u
 		cJSON_AddStringToObject(o, "podNamespace", p->namespace ? p->namespace : "");
 		cJSON_AddStringToObject(o, "podUID", p->uid ? p->uid : "");
 		cJSON_AddStringToObject(o, "volumeId", p->volume_id ? p->volume_id : "");
-		if (!p->read_only || p->fallback)
+		if (!p->read_only || p->fallback) {
 			layer_usage(a, p->volume_id, o);
+			volume_misses(a, p, lower, o);
+		}
 		if (p->fallback) {
 			cJSON_AddStringToObject(o, "state", p->fallback_state);
 			cJSON_AddStringToObject(o, "reason", p->fallback_reason);
@@ -135,6 +228,9 @@ static cJSON *usage_json(const struct agent *a, const struct cache_view_usage *u
 		cJSON_AddItemToArray(p->fallback ? fallback : list, o);
 	}
 	cJSON_AddNumberToObject(usage, "pods", cJSON_GetArraySize(list));
+	if (lower >= 0)
+		close(lower);
+	count_misses(a, c, list, fallback);
 	return usage;
 }
 
@@ -196,7 +292,7 @@ static cJSON *decide_input(struct agent *a, struct cache *c, const struct cache_
 			cJSON_AddItemToArray(ids, cJSON_CreateString(r.compatible_gpus[i]));
 		cache_view_ready_free(&r);
 	}
-	cJSON_AddItemToObject(in, "usage", usage_json(a, u));
+	cJSON_AddItemToObject(in, "usage", usage_json(a, c, u));
 	if (c->entry)
 		cJSON_AddItemToObject(in, "previous", cJSON_Duplicate(c->entry, 1));
 	return in;

@@ -25,6 +25,7 @@ struct fallback_notice {
 struct event_job {
 	struct objstore *os;
 	cJSON *regarding;
+	const char *reason;
 	char msg[1024];
 };
 
@@ -77,8 +78,7 @@ static void event_work(void *ud)
 {
 	struct event_job *j = ud;
 	/* Best effort, like every Event: a failure is logged by the store. */
-	(void)j->os->ops->event(j->os, j->regarding, "Warning", FALLBACK_NOTICE_REASON, j->msg,
-	                        NULL);
+	(void)j->os->ops->event(j->os, j->regarding, "Warning", j->reason, j->msg, NULL);
 }
 
 static void event_done(struct loop *l, void *ud)
@@ -96,6 +96,7 @@ static int send_event(struct fallback_notice *fn, const struct cache_view_pod *p
 	if (!j)
 		return -ENOMEM;
 	j->os = fn->os;
+	j->reason = FALLBACK_NOTICE_REASON;
 	int rc = fallback_notice_event(p, &j->regarding, j->msg, sizeof(j->msg));
 	if (rc == 0)
 		rc = workers_submit(fn->w, event_work, event_done, j);
@@ -104,6 +105,25 @@ static int send_event(struct fallback_notice *fn, const struct cache_view_pod *p
 		free(j);
 	}
 	return rc;
+}
+
+void fallback_notice_pod_event(struct fallback_notice *fn, const char *name, const char *ns,
+                               const char *uid, const char *reason, const char *msg)
+{
+	struct cache_view_pod p = {
+	    .fallback = true, .name = (char *)name, .namespace = (char *)ns, .uid = (char *)uid};
+	struct event_job *j = calloc(1, sizeof(*j));
+	if (!j)
+		return;
+	j->os = fn->os;
+	j->reason = reason;
+	snprintf(j->msg, sizeof(j->msg), "%s", msg);
+	char ignored[8];
+	if (fallback_notice_event(&p, &j->regarding, ignored, sizeof(ignored)) != 0 ||
+	    workers_submit(fn->w, event_work, event_done, j) != 0) {
+		cJSON_Delete(j->regarding);
+		free(j);
+	}
 }
 
 static struct told *find(struct fallback_notice *fn, const char *cache, const char *volume_id)

@@ -37,6 +37,11 @@ void fallback_notice_usage(struct fallback_notice *fn, const char *cache_key,
  * each, and the caches without a file are forgotten. */
 void fallback_notice_scan(struct fallback_notice *fn, const char *run_dir);
 
+/* A Warning Event with reason and msg on the Pod ns/name (uid), from a
+ * worker thread; best effort (nothing when the pod is not named). */
+void fallback_notice_pod_event(struct fallback_notice *fn, const char *name, const char *ns,
+                               const char *uid, const char *reason, const char *msg);
+
 /* The Event of one fallback entry: the Pod it is about (apiVersion, kind,
  * metadata name, namespace, uid) into *regarding, and the message into msg.
  * Caller frees *regarding. -EINVAL for an entry that is no fallback or

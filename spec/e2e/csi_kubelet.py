@@ -205,6 +205,9 @@ def main():
     hit_rel = sorted(k for k in fixture if k.count("/") == 2)[0]
     hit_key, hit_file = hit_rel.split("/")[1:]
     got_hit = triton_standin.lookup(target("writer"), hit_key, hit_file)
+    # a kernel the cache lacks: its metadata (which names it) and its binary
+    meta = {"name": "add_kernel", "target": {"backend": "cuda", "arch": 75, "warp_size": 32}}
+    triton_standin.lookup(target("writer"), "k" * 52, "add_kernel.json", json.dumps(meta).encode())
     got_miss = triton_standin.lookup(target("writer"), "k" * 52, "miss.cubin")
     t.ok(got_hit == ("hit", fixture[hit_rel]) and got_miss == ("stored", b"compiled on a miss")
          and not [n for n in os.listdir(os.path.join(target("writer"), "io.triton.cache", "k" * 52))
@@ -271,6 +274,27 @@ def main():
          and not [p for p in (entry() or {}).get("pods") or [] if p.get("podName") == "reader" and "writtenBytes" in p],
          "the node object reports the writer's size limit (10Gi by default) and the MiB it wrote; "
          "nothing for the read-only pod", diag=(w, entry()))
+
+    # ---- every miss counted ----
+    def writer_misses():
+        e = entry() or {}
+        p = [p for p in e.get("pods") or [] if p.get("podName") == "writer"]
+        return p[0] if p and p[0].get("missedKernels") else None
+    w = wait_for(writer_misses, 60) or {}
+    t.eq((w.get("misses"), w.get("missedKernels")), (1, ["add_kernel (cuda 75)"]),
+         "the node object counts the kernel the pod compiled itself (misses, missedKernels); the "
+         "hit and the files beside the cache's own kernels are no miss")
+
+    def compiled_event():
+        ev = get("events", "-n", NS, "--field-selector", "involvedObject.name=writer,reason=KernelsCompiled")
+        return [x["message"] for x in (ev or {}).get("items", [])]
+    msgs = wait_for(compiled_event, 30)
+    t.ok(msgs and msgs[0].startswith("compiled 1 kernel that GKMCache %s/vector-add lacks "
+                                     "(add_kernel (cuda 75))" % NS),
+         "a Warning Event KernelsCompiled on the pod names what it compiled", diag=compiled_event())
+    scrape = urllib.request.urlopen("http://127.0.0.1:%d/metrics" % agent_port, timeout=10).read().decode()
+    t.ok('gkm_cache_miss_kernels_total{namespace="%s",cache="vector-add"} 1' % NS in scrape,
+         "gkm_cache_miss_kernels_total counts it", diag=[x for x in scrape.splitlines() if "miss" in x])
 
     # ---- pods deleted: the kubelet unpublishes ----
     kubectl("delete", "pod", "reader", "-n", NS, "--wait=false")

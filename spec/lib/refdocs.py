@@ -112,6 +112,7 @@ LABEL_VALUES = """## Label values
 | `gkm_csi_call_duration_seconds` | `method` | the CSI RPC names, as below |
 | `gkm_csi_calls_total` | `method`, `code` | CSI RPC names (every method of the specification by its own name, controller methods included; `other` for a path outside it); gRPC codes (`OK`, `INVALID_ARGUMENT`, `PERMISSION_DENIED`, `FAILED_PRECONDITION`, `ABORTED`, `INTERNAL`, `UNIMPLEMENTED`, ...) |
 | `gkm_csi_fallback_total` | `reason` | why a volume with `onMiss: "empty"` was published as an empty directory: the cache's state on the node (`Pending`, `Pulling`, `Failed`, `Incompatible`, `Deleting`, `NotReady` for any other), `NotOnNode` (the agent has no record of it here), `RecordUnreadable`, `DataUnusable` (Ready, but its data link does not lead to its store entry) |
+| `gkm_cache_miss_kernels_total` | `namespace`, `cache` | the cache's namespace (`""` for a ClusterGKMCache) and name |
 | `gkm_webhook_review_seconds` | `endpoint` | `mutate`, `validate`, `pods` (`/mutate-pods`) |
 | `gkm_webhook_decisions_total` | `endpoint`, `result`, `reason` | `mutate`/`validate`/`pods`; `allowed`, `denied`, `error`; `Allowed` or the denial reason (troubleshooting.md), `BadRequest`/`OutOfMemory` for errors |
 | `gkm_webhook_pod_placements_total` | `mode`, `mount` | `required`, `preferred`, `none` (the node affinity added for a cache volume of an admitted pod); `csi`, `image` |

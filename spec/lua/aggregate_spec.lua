@@ -293,4 +293,29 @@ describe('aggregate policy', function()
                           capturedAt = 't' } }, r.captureRefusals)
     end)
   end)
+
+  describe('hits', function()
+    local function pods(...)
+      local e = entry('Ready')
+      e.pods = { ... }
+      return e
+    end
+    it('counts pods with and without misses, and the most missed kernels', function()
+      local r = aggregate({
+        { name = 'n1', entry = pods({ volumeId = 'a', misses = 0 },
+                                    { volumeId = 'b', misses = 2, missedKernels = { 'mul (cuda 90)', 'add (cuda 90)' } }) },
+        { name = 'n2', entry = pods({ volumeId = 'c', misses = 1, missedKernels = { 'mul (cuda 90)' } },
+                                    { volumeId = 'd' }) },
+      })
+      assert.are.same({ podsWithoutMiss = 1, podsWithMisses = 2, kernelsCompiled = 3,
+                        mostMissed = { 'mul (cuda 90) (2 pods)', 'add (cuda 90) (1 pod)' } }, r.hits)
+    end)
+    it('counts an onMiss "empty" pod, and says nothing where no pod reports', function()
+      local e = entry('Incompatible')
+      e.fallbackPods = { { volumeId = 'f', misses = 4 } }
+      assert.are.same({ podsWithoutMiss = 0, podsWithMisses = 1, kernelsCompiled = 4 },
+                      aggregate({ { name = 'n1', entry = e } }).hits)
+      assert.is_nil(aggregate({ { name = 'n1', entry = pods({ volumeId = 'ro' }) } }).hits)
+    end)
+  end)
 end)
