@@ -9,7 +9,9 @@
 -- Input (a plain table, built by the webhook):
 --   pod    = { namespace = "team-a", name = "vllm-0" (may be "" when the pod
 --              has only a generateName), generateName = "vllm-",
---              labels = {...}, annotations = {...} }
+--              labels = {...}, annotations = {...},
+--              runtime = { triton = "3.2.0" } }  -- annotation gkm.io/runtime
+--                                         -- ("triton=3.2.0,..."); absent without it
 --   caches = { {
 --     volume     = "kernels",              -- the pod's volume name
 --     mount      = "csi" | "image",        -- a csi.gkm.io volume, or an image
@@ -23,10 +25,15 @@
 --     ready      = true,                   -- its Ready condition is True
 --     attributes = { readOnly = "false" }, -- csi: the volume's attributes
 --     image      = "registry/repo:tag@sha256:...",  -- image: what is mounted
+--     identity   = { triton = { "3.2.0" }, vllmCodeHash = { ... } },
+--                  -- what compiled the cache (its image's identity label);
+--                  -- absent when the image records none
 --   }, ... }
 --
 -- Output: { placements = { [volume] = { mode = "required" | "preferred" |
---           "none", weight = 1..100 (preferred only), reason = "for the user" } } }
+--           "none", weight = 1..100 (preferred only), reason = "for the user",
+--           warning = "..." (optional: shown by kubectl, an Event on the cache),
+--           refuse = "..." (optional: the pod is denied, RuntimeMismatch) } } }
 -- with an entry for every volume of input.caches. The reason is shown in the
 -- pod's gkm.io/placement annotation and in the Event on the cache.
 local M = {}
@@ -85,12 +92,49 @@ local function image(c)
     reason = "not Ready on any node yet; the kubelet pulls the image wherever the pod runs" }
 end
 
+-- A pod that says which runtime it runs (annotation gkm.io/runtime,
+-- "triton=3.2.0") and mounts a cache compiled by another: its kernels will
+-- not hit. "warn" admits the pod with a warning and an Event on the cache,
+-- "refuse" denies it, "ignore" says nothing.
+M.runtime_mismatch = "warn"
+
+-- The first factor the pod names that the cache's identity records with
+-- other values: "triton=3.3.0, but ... compiled by triton 3.2.0"; nil when
+-- none differs (or either side says nothing).
+local function mismatch(pod, c)
+  local runtime = type(pod.runtime) == "table" and pod.runtime or {}
+  local identity = type(c.identity) == "table" and c.identity or {}
+  local keys = {}
+  for k in pairs(runtime) do keys[#keys + 1] = k end
+  table.sort(keys)
+  for _, k in ipairs(keys) do
+    local have = identity[k]
+    if type(have) == "table" and #have > 0 then
+      local found = false
+      for _, v in ipairs(have) do found = found or v == runtime[k] end
+      if not found then
+        return string.format("the pod runs %s=%s, but %s was compiled by %s %s: its kernels will " ..
+          "not hit and are compiled again in the pod", k, tostring(runtime[k]), cache_name(c), k,
+          table.concat(have, ", "))
+      end
+    end
+  end
+end
+
 function M.evaluate(input)
   local placements = {}
   local caches = type(input.caches) == "table" and input.caches or {}
+  local pod = type(input.pod) == "table" and input.pod or {}
   for _, c in ipairs(caches) do
     if type(c) == "table" and type(c.volume) == "string" then
-      placements[c.volume] = c.mount == "image" and image(c) or csi(c)
+      local p = c.mount == "image" and image(c) or csi(c)
+      local why = M.runtime_mismatch ~= "ignore" and mismatch(pod, c) or nil
+      if why and M.runtime_mismatch == "refuse" then
+        p.refuse = why
+      elseif why then
+        p.warning = why
+      end
+      placements[c.volume] = p
     end
   end
   return { placements = placements }

@@ -48,6 +48,7 @@ static void entry_free(struct catalog_cache *e)
 	for (char **n = e->env_containers; n && *n; n++)
 		free(*n);
 	free(e->env_containers);
+	free(e->identity);
 	free(e);
 }
 
@@ -143,7 +144,9 @@ int cache_catalog_put(struct cache_catalog *c, bool cluster, const cJSON *obj)
 	key_of(cluster, ns, name, key, sizeof(key));
 	if (!(e->key = strdup(key)) || !(e->ns = strdup(ns)) || !(e->name = strdup(name)) ||
 	    !(e->uid = strdup(str(at(obj, "metadata", "uid")))) ||
-	    !(e->image = strdup(str(at(obj, "spec", "image")))))
+	    !(e->image = strdup(str(at(obj, "spec", "image")))) ||
+	    !(e->identity = strdup(str(
+	          at(at(obj, "metadata", "annotations"), CACHE_ENV_IDENTITY_ANNOTATION, NULL)))))
 		goto nomem;
 	if (e->image[0] && oci_ref_parse(e->image, &e->ref, &oerr) == 0 &&
 	    e->ref.kind == OCI_REF_REGISTRY && !(e->repo = oci_ref_name(&e->ref)))

@@ -61,15 +61,20 @@ static void verify_each(const struct sig_keyset *ks, const char *digest,
 		v->sig[v->n++] = rejected[i];
 }
 
-/* The trees the image's config labels declare (core/cache/cache_env.h). */
+/* The trees and the identity the image's config labels declare
+ * (core/cache/cache_env.h). */
 static void read_trees(struct oci_repo *repo, struct image_check_result *out)
 {
 	struct oci_image img;
 	struct oci_err e = {{0}};
 	memset(&img, 0, sizeof(img));
 	if (oci_repo_fetch_image(repo, out->digest, NULL, &img, &e) == 0) {
-		out->verdict.ntrees = cache_env_trees(oci_config_labels(&img.config),
-		                                      out->verdict.trees, CACHE_ENV_TREES_MAX);
+		const cJSON *labels = oci_config_labels(&img.config);
+		const char *id = cache_env_identity(labels);
+		out->verdict.ntrees =
+		    cache_env_trees(labels, out->verdict.trees, CACHE_ENV_TREES_MAX);
+		if (id && strlen(id) < sizeof(out->verdict.identity))
+			memcpy(out->verdict.identity, id, strlen(id) + 1);
 		out->verdict.trees_known = true;
 	}
 	oci_image_clear(&img);

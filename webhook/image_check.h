@@ -34,9 +34,10 @@ struct image_verdict {
 	size_t n;     /* entries in sig */
 	size_t found; /* signatures found (n may be smaller) */
 	struct image_sig sig[IMAGE_CHECK_MAX_SIGS];
-	bool trees_known; /* the config was read: trees below are what it declares */
+	bool trees_known; /* the config was read: trees and identity are what it declares */
 	size_t ntrees;
 	struct cache_env_tree trees[CACHE_ENV_TREES_MAX];
+	char identity[CACHE_ENV_IDENTITY_MAX]; /* its identity label ("" for none, or too long) */
 };
 
 /* 'simple' or 'bundle'. */

@@ -45,6 +45,8 @@ struct pod_cache {
 	enum pod_place_mode mode;
 	int weight;
 	char reason[520];
+	char warning[400]; /* the policy's warning for the pod ("" for none) */
+	char refuse[400];  /* the policy refuses the pod, saying why ("" to admit) */
 };
 
 struct pod_review {
@@ -270,6 +272,56 @@ static bool verify_images(struct review *rv)
 	return true;
 }
 
+/* The identity the cache's image records (the runtime versions it was
+ * compiled by), as an object; nothing when unknown or none. false when out
+ * of memory. */
+static bool add_identity(const struct review *rv, const struct pod_cache *pc, cJSON *o)
+{
+	const char *text = pc->check ? pc->check->verdict.identity : "";
+	if (!pc->check) {
+		const struct catalog_cache *e =
+		    cache_catalog_get(rv->r->o.catalog, pc->cluster ? NULL : pc->ns, pc->name);
+		text = e ? e->identity : "";
+	}
+	cJSON *id = *text ? cJSON_Parse(text) : NULL;
+	if (!cJSON_IsObject(id)) {
+		cJSON_Delete(id);
+		return true;
+	}
+	return cJSON_AddItemToObject(o, "identity", id);
+}
+
+/* The pod's annotation gkm.io/runtime ("triton=3.2.0,vllm=0.11.0") as
+ * pod.runtime = {triton = "3.2.0", ...}; nothing when absent. */
+static bool add_runtime(const cJSON *annotations, cJSON *pod)
+{
+	const cJSON *a =
+	    cJSON_GetObjectItemCaseSensitive(annotations, CACHE_ENV_RUNTIME_ANNOTATION);
+	if (!cJSON_IsString(a))
+		return true;
+	cJSON *rt = cJSON_AddObjectToObject(pod, "runtime");
+	if (!rt)
+		return false;
+	for (const char *s = a->valuestring; s && *s;) {
+		const char *end = strchr(s, ','), *eq;
+		size_t len = end ? (size_t)(end - s) : strlen(s);
+		char key[64], val[128];
+		while (len && *s == ' ')
+			s++, len--;
+		if ((eq = memchr(s, '=', len)) && (size_t)(eq - s) < sizeof(key) &&
+		    len - (size_t)(eq - s) - 1 < sizeof(val) && eq > s) {
+			snprintf(key, sizeof(key), "%.*s", (int)(eq - s), s);
+			snprintf(val, sizeof(val), "%.*s", (int)(len - (size_t)(eq - s) - 1),
+			         eq + 1);
+			if (!cJSON_GetObjectItemCaseSensitive(rt, key) &&
+			    !cJSON_AddStringToObject(rt, key, val))
+				return false;
+		}
+		s = end ? end + 1 : NULL;
+	}
+	return true;
+}
+
 static cJSON *placement_input(const struct review *rv)
 {
 	const struct pod_review *p = rv->pod;
@@ -303,10 +355,14 @@ static cJSON *placement_input(const struct review *rv)
 		    (pc->v->attributes &&
 		     !cJSON_AddItemToObject(o, "attributes",
 		                            cJSON_Duplicate(pc->v->attributes, true))) ||
-		    (image && !cJSON_AddStringToObject(
-		                  o, "image", pc->pinned_ref ? pc->pinned_ref : pc->v->reference)))
+		    (image && !cJSON_AddStringToObject(o, "image",
+		                                       pc->pinned_ref ? pc->pinned_ref
+		                                                      : pc->v->reference)) ||
+		    !add_identity(rv, pc, o))
 			goto fail;
 	}
+	if (!add_runtime(p->info.annotations, pod))
+		goto fail;
 	return in;
 fail:
 	cJSON_Delete(in);
@@ -349,6 +405,12 @@ static const char *decide_placements(struct review *rv, char *err, size_t errlen
 		pc->weight = cJSON_IsNumber(w) ? (int)w->valuedouble : 0;
 		snprintf(pc->reason, sizeof(pc->reason), "%s",
 		         cJSON_IsString(why) ? why->valuestring : "");
+		const cJSON *warn = cJSON_GetObjectItemCaseSensitive(d, "warning");
+		const cJSON *refuse = cJSON_GetObjectItemCaseSensitive(d, "refuse");
+		snprintf(pc->warning, sizeof(pc->warning), "%s",
+		         cJSON_IsString(warn) ? warn->valuestring : "");
+		snprintf(pc->refuse, sizeof(pc->refuse), "%s",
+		         cJSON_IsString(refuse) ? refuse->valuestring : "");
 	}
 	cJSON_Delete(out);
 	return NULL;
@@ -441,6 +503,35 @@ static void record(struct review *rv)
 		note_event(rv, pc, nowhere, nowhere ? "NoReadyNode" : "PodPlaced",
 		           mode_names[pc->mode], what);
 	}
+}
+
+/* What the placement policy said beyond placement: a refusal (the pod is
+ * denied: false) or warnings, each also an Event on its cache. */
+static bool policy_verdicts(struct review *rv, char warn[][512], const char **warnings, size_t *nw)
+{
+	struct pod_review *p = rv->pod;
+	char cache[CACHE_TEXT_MAX], what[1000];
+	for (size_t i = 0; i < p->n; i++) {
+		const struct pod_cache *pc = &p->caches[i];
+		cache_display(pc, cache, sizeof(cache));
+		if (pc->refuse[0]) {
+			snprintf(what, sizeof(what), "refused: volume '%.63s': %s", pc->v->name,
+			         pc->refuse);
+			note_event(rv, pc, true, "RuntimeMismatch", "refused", what);
+			review_deny(rv, "RuntimeMismatch", "volume '%s' mounts %s: %s", pc->v->name,
+			            cache, pc->refuse);
+			return false;
+		}
+		if (!pc->warning[0])
+			continue;
+		note_event(rv, pc, true, "RuntimeMismatch", mode_names[pc->mode], pc->warning);
+		if (*nw < WARNINGS_MAX) {
+			snprintf(warn[*nw], sizeof(warn[*nw]), "gkm: %.400s", pc->warning);
+			warnings[*nw] = warn[*nw];
+			(*nw)++;
+		}
+	}
+	return true;
 }
 
 /* ---- the runtime's variables ---- */
@@ -550,6 +641,8 @@ void pod_review_decide(struct review *rv)
 		warnings[nw] = warn[nw];
 		nw++;
 	}
+	if (!policy_verdicts(rv, warn, warnings, &nw))
+		return;
 	for (size_t i = 0; i < p->n; i++) {
 		const struct pod_cache *pc = &p->caches[i];
 		if (pc->mode != POD_PLACE_NONE && pc->label[0])

@@ -69,9 +69,11 @@ static void decide(struct review *rv)
 	 * (pod_review.c); left as they are when the config could not be read */
 	char env[CACHE_ENV_TEXT_MAX];
 	cache_env_format(c->verdict.trees, c->verdict.ntrees, env, sizeof(env));
-	const struct admission_annotation a[] = {{ADMISSION_ANNOTATION_DIGEST, digest},
-	                                         {CACHE_ENV_ANNOTATION, env}};
-	if (admission_patch_annotations(&rv->req, a, c->verdict.trees_known ? 2 : 1, &patch) != 0) {
+	const struct admission_annotation a[] = {
+	    {ADMISSION_ANNOTATION_DIGEST, digest},
+	    {CACHE_ENV_ANNOTATION, env},
+	    {CACHE_ENV_IDENTITY_ANNOTATION, c->verdict.identity}};
+	if (admission_patch_annotations(&rv->req, a, c->verdict.trees_known ? 3 : 1, &patch) != 0) {
 		review_deny(rv, "WebhookError", "out of memory building the patch");
 		return;
 	}

@@ -21,6 +21,15 @@ enum cache_format cache_format_of_labels(const cJSON *labels)
 	return CACHE_AUTO;
 }
 
+const char *cache_env_identity(const cJSON *labels)
+{
+	enum cache_format f = cache_format_of_labels(labels);
+	if (f == CACHE_AUTO)
+		return NULL;
+	return label(labels,
+	             f == CACHE_VLLM ? "cache.vllm.image/identity" : "cache.triton.image/identity");
+}
+
 /* An environment variable name as Kubernetes accepts one (C identifier). */
 static bool env_name(const char *s, size_t len)
 {

@@ -19,6 +19,13 @@
  * from the image's labels ("TRITON_CACHE_DIR=io.triton.cache", several
  * comma-separated; "" for an image that declares none). */
 #define CACHE_ENV_ANNOTATION "gkm.io/runtime-env"
+/* On a cache: the identity label of its image (cache_identity_json(), "" when
+ * the image has none), so that pods can be told a cache will not hit them. */
+#define CACHE_ENV_IDENTITY_ANNOTATION "gkm.io/runtime-identity"
+/* On a pod: the runtime it runs, "triton=3.2.0" (several comma-separated),
+ * compared with the identity of the caches it mounts. */
+#define CACHE_ENV_RUNTIME_ANNOTATION "gkm.io/runtime"
+#define CACHE_ENV_IDENTITY_MAX 512
 #define CACHE_ENV_TREES_MAX 4
 #define CACHE_ENV_TEXT_MAX (CACHE_ENV_TREES_MAX * (64 + 256 + 2))
 
@@ -29,6 +36,10 @@ struct cache_env_tree {
 
 /* The format gkm's labels (cache.<fmt>.image/...) say; CACHE_AUTO when none. */
 enum cache_format cache_format_of_labels(const cJSON *labels);
+
+/* The identity label of gkm's format (cache.<fmt>.image/identity), NULL
+ * when the labels have none. */
+const char *cache_env_identity(const cJSON *labels);
 
 /* The trees an image's config labels (may be NULL) declare: MCV's label
  * first, then the tree of gkm's format. Count written to out (<= cap). */

@@ -7,6 +7,7 @@
 #include <string.h>
 
 #include "backoff.h"
+#include "cache_env.h"
 #include "cache_label.h"
 #include "cache_view.h"
 #include "claims.h"
@@ -621,6 +622,17 @@ static void reconcile(struct operator_ *op, struct ocache *c)
 		claims_sync(op->claims, c->key, c->obj,
 		            cJSON_GetObjectItemCaseSensitive(c->obj, "status"), status);
 	obj_drop_empty_maps(status); /* an applied {} can freeze the status: see objstore.h */
+	/* what compiled the cache, as the webhook read it from the image's
+	 * labels: shown by kubectl describe beside where it is Ready */
+	const cJSON *ann = cJSON_GetObjectItemCaseSensitive(
+	    cJSON_GetObjectItemCaseSensitive(
+	        cJSON_GetObjectItemCaseSensitive(c->obj, "metadata"), "annotations"),
+	    CACHE_ENV_IDENTITY_ANNOTATION);
+	cJSON *id = cJSON_IsString(ann) ? cJSON_Parse(ann->valuestring) : NULL;
+	if (cJSON_IsObject(id) && id->child)
+		obj_set(status, "identity", id);
+	else
+		cJSON_Delete(id);
 	/* the image the digest belongs to: a restarted operator keeps the
 	 * digest only while spec.image stays the same (recorded_digest) */
 	if (*obj_str(status, "resolvedDigest"))

@@ -288,6 +288,34 @@ def runtime_env(pl, events):
     t.eq((st, bool(ok), env_of(pod, 0), env_of(pod, 1)),
          (201, True, {"MY_KERNELS": "/k/io.triton.cache"}, {}),
          "spec.runtimeEnv names the variables and the containers that get them")
+    # will it hit here? the identity the image records, against the pod's runtime
+    hip = os.path.join(os.path.dirname(env.FIXTURE), "hip-gfx90a-vector-add")
+    env.run(GKM, "cache", "build", hip, "-t", "%s/caches/hip:v1" % R)
+    env.run(GKM, "cache", "sign", "%s/caches/hip:v1" % R, "--key", env.path("trusted.key"))
+    st, c = pl.create(API + "/namespaces/team-a/gkmcaches", {
+        "apiVersion": "gkm.io/v1alpha1", "kind": "GKMCache",
+        "metadata": {"name": "hip", "namespace": "team-a"},
+        "spec": {"image": "%s/caches/hip:v1" % R}})
+    t.eq((st, json.loads((c.get("metadata", {}).get("annotations") or {}).get(
+        "gkm.io/runtime-identity") or "null")), (201, {"triton": ["3.2.0"]}),
+        "the webhook records what compiled the cache (annotation gkm.io/runtime-identity)")
+    wait(lambda: "compiled by" in json.dumps(pl.review("team-a", dict(mounting(
+        "probe", [csi("kernels", "hip", "team-a")], [("server", "/k", None)]),
+        metadata={"name": "probe", "annotations": {"gkm.io/runtime": "triton=3.3.0"}}))[1]), 20)
+    for name, version in (("newer", "3.3.0"), ("same", "3.2.0")):
+        obj = mounting(name, [csi("kernels", "hip", "team-a")], [("server", "/k", None)])
+        obj["metadata"]["annotations"] = {"gkm.io/runtime": "triton=" + version}
+        r = kube.kubectl("create", "-f", "-", input=json.dumps(obj))
+        warned = "the pod runs triton=3.3.0, but GKMCache team-a/hip was compiled by triton 3.2.0: " \
+                 "its kernels will not hit" in r.stderr
+        t.ok(r.returncode == 0 and warned == (version == "3.3.0"),
+             "a pod declaring triton=%s: %s" % (version, "admitted with a warning that its kernels "
+                                                 "will not hit" if warned else "no warning"),
+             diag=r.stderr)
+    evs = wait(lambda: events("hip", "RuntimeMismatch"), 10)
+    t.ok(evs and evs[0]["type"] == "Warning" and "triton=3.3.0" in evs[0]["message"],
+         "and a Warning Event RuntimeMismatch on the cache", diag=evs)
+
     # an image volume: the labels come with its check
     img = image_pod("%s/caches/llama:v1" % R)
     img["spec"]["containers"][0]["volumeMounts"] = [{"name": "img", "mountPath": "/triton"}]
@@ -526,8 +554,8 @@ def run(pl):
          "gkm policy test runs placement cases against the shipped policy", diag=r.stdout + r.stderr)
     env.write(env.path("policies", "placement.lua"), open(os.path.join(
         ROOT, "policies", "placement.lua")).read().replace(
-        'placements[c.volume] = c.mount == "image" and image(c) or csi(c)',
-        'placements[c.volume] = { mode = "preferred", weight = 7, reason = "test policy" }'))
+        'placements[c.volume] = p\n',
+        'placements[c.volume] = { mode = "preferred", weight = 7, reason = "test policy" }\n'))
     got = wait(lambda: "test policy" in json.dumps(patch_of(pl.review("team-a", {"spec": {
         "volumes": [csi("k", "llama")]}})[1])), 15)
     t.ok(got, "placement.lua edited in --policy-dir applies without a restart")

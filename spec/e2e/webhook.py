@@ -26,6 +26,7 @@ t = Tap()
 init("gkm-webhook-e2e.")
 ENV_ANN = "gkm.io/runtime-env"
 TRITON_ENV = "TRITON_CACHE_DIR=io.triton.cache"
+ID_ANN = "gkm.io/runtime-identity"  # "": the test images' kernels name no Triton version
 
 
 def patch_of(resp):
@@ -162,7 +163,7 @@ def main():
     t.ok(resp.get("allowed") is True and resp.get("patchType") == "JSONPatch",
          "signed with a trusted key: allowed with a JSONPatch", diag=resp)
     t.eq(patch_of(resp), [{"op": "add", "path": "/metadata/annotations",
-                           "value": {ANN: digests["signed"], ENV_ANN: TRITON_ENV}}],
+                           "value": {ANN: digests["signed"], ENV_ANN: TRITON_ENV, ID_ANN: ""}}],
          "the patch sets gkm.io/resolvedDigest to the registry's digest, and gkm.io/runtime-env "
          "to the variable the image's labels call for")
     t.ok("warnings" not in resp, "no warning for a verified image", diag=resp)
@@ -170,13 +171,15 @@ def main():
     t.eq(patch_of(resp), [{"op": "add", "path": "/metadata/annotations/gkm.io~1resolvedDigest",
                            "value": digests["signed"]},
                           {"op": "add", "path": "/metadata/annotations/gkm.io~1runtime-env",
-                           "value": TRITON_ENV}],
+                           "value": TRITON_ENV},
+                          {"op": "add", "path": "/metadata/annotations/gkm.io~1runtime-identity",
+                           "value": ""}],
          "with other annotations the patch adds one key each")
     resp = decide(wh, f"{R}/caches/signed@{digests['signed']}")
-    t.eq(patch_of(resp)[0]["value"], {ANN: digests["signed"], ENV_ANN: TRITON_ENV},
+    t.eq(patch_of(resp)[0]["value"], {ANN: digests["signed"], ENV_ANN: TRITON_ENV, ID_ANN: ""},
          "a reference by digest is allowed as is")
     resp = decide(wh, f"{R}/caches/bundle:v1")
-    t.ok(resp["allowed"] and patch_of(resp)[0]["value"] == {ANN: digests["bundle"], ENV_ANN: TRITON_ENV},
+    t.ok(resp["allowed"] and patch_of(resp)[0]["value"] == {ANN: digests["bundle"], ENV_ANN: TRITON_ENV, ID_ANN: ""},
          "signed with a sigstore bundle (OCI referrer): allowed", diag=resp)
     resp = decide(wh, f"{R}/caches/rsa:v1")
     t.ok(resp["allowed"], "signed with an RSA key made by openssl (a --key file): allowed",
@@ -271,7 +274,7 @@ def main():
     ok = wh.wait_log(lambda j: j.get("msg") == "trust configuration reloaded"
                      and j.get("allow_unsigned") == "true", 10, after=m)
     resp = decide(wh, f"{R}/caches/unsigned:v1")
-    t.ok(ok and resp["allowed"] and patch_of(resp)[0]["value"] == {ANN: digests["unsigned"], ENV_ANN: TRITON_ENV}
+    t.ok(ok and resp["allowed"] and patch_of(resp)[0]["value"] == {ANN: digests["unsigned"], ENV_ANN: TRITON_ENV, ID_ANN: ""}
          and "unsigned images are allowed" in resp.get("warnings", [""])[0],
          "allow-unsigned-images: true in the config: unsigned allowed, with a warning", diag=resp)
     resp = decide(wh, f"{R}/caches/stranger:v1")

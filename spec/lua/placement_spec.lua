@@ -18,6 +18,35 @@ local function place(caches)
 end
 
 describe('placement policy', function()
+  describe('a pod that names its runtime (gkm.io/runtime)', function()
+    local function run(engine, runtime, identity)
+      return assert(engine:call('placement', {
+        pod = { namespace = 'team-a', name = 'vllm-0', runtime = runtime },
+        caches = { cache{ identity = identity } } })).placements.kernels
+    end
+    it('is warned when the cache was compiled by another version', function()
+      local p = run(e, { triton = '3.3.0' }, { triton = { '3.2.0' } })
+      assert.are.equal('required', p.mode)
+      assert.is_nil(p.refuse)
+      assert.are.equal('the pod runs triton=3.3.0, but GKMCache team-a/llama was compiled by triton ' ..
+        '3.2.0: its kernels will not hit and are compiled again in the pod', p.warning)
+    end)
+    it('is not warned for a version the cache holds, or when either side says nothing', function()
+      assert.is_nil(run(e, { triton = '3.2.0' }, { triton = { '3.1.0', '3.2.0' } }).warning)
+      assert.is_nil(run(e, { triton = '3.3.0' }, nil).warning)
+      assert.is_nil(run(e, nil, { triton = { '3.2.0' } }).warning)
+      assert.is_nil(run(e, { vllm = '0.11.0' }, { triton = { '3.2.0' } }).warning)
+    end)
+    it('is refused with runtime_mismatch = "refuse"', function()
+      local src = assert(io.open(root .. '/policies/placement.lua')):read('a')
+      src = src:gsub('M.runtime_mismatch = "warn"', 'M.runtime_mismatch = "refuse"')
+      local strict = assert(gkmspec.engine{ files = { ['placement.lua'] = src } })
+      local p = run(strict, { triton = '3.3.0' }, { triton = { '3.2.0' } })
+      assert.is_nil(p.warning)
+      assert.truthy(p.refuse:find('compiled by triton 3.2.0', 1, true), p.refuse)
+    end)
+  end)
+
   it('requires the nodes where a CSI cache is Ready, and says where', function()
     local p = place({ cache() }).kernels
     assert.are.equal('required', p.mode)
