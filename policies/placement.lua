@@ -14,8 +14,9 @@
 --                                         -- ("triton=3.2.0,..."); absent without it
 --   caches = { {
 --     volume     = "kernels",              -- the pod's volume name
---     mount      = "csi" | "image",        -- a csi.gkm.io volume, or an image
---                                          -- volume naming the cache's image
+--     mount      = "csi" | "image" | "claim",  -- a csi.gkm.io volume, an image
+--                                          -- volume naming the cache's image, or
+--                                          -- the cache's claim (spec.claim)
 --     kind       = "GKMCache" | "ClusterGKMCache",
 --     namespace  = "team-a",               -- absent for a ClusterGKMCache
 --     name       = "llama",
@@ -92,6 +93,14 @@ local function image(c)
     reason = "not Ready on any node yet; the kubelet pulls the image wherever the pod runs" }
 end
 
+-- A claim's PersistentVolume carries its own node affinity where the cache
+-- asks for it (spec.claim.placement), set when the claim was made: nothing
+-- is added to the pod.
+local function claim()
+  return { mode = "none", reason = "a claim: its volume's node affinity places the pod " ..
+    "(spec.claim.placement)" }
+end
+
 -- A pod that says which runtime it runs (annotation gkm.io/runtime,
 -- "triton=3.2.0") and mounts a cache compiled by another: its kernels will
 -- not hit. "warn" admits the pod with a warning and an Event on the cache,
@@ -127,7 +136,7 @@ function M.evaluate(input)
   local pod = type(input.pod) == "table" and input.pod or {}
   for _, c in ipairs(caches) do
     if type(c) == "table" and type(c.volume) == "string" then
-      local p = c.mount == "image" and image(c) or csi(c)
+      local p = c.mount == "image" and image(c) or c.mount == "claim" and claim() or csi(c)
       local why = M.runtime_mismatch ~= "ignore" and mismatch(pod, c) or nil
       if why and M.runtime_mismatch == "refuse" then
         p.refuse = why

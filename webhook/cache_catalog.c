@@ -49,6 +49,8 @@ static void entry_free(struct catalog_cache *e)
 		free(*n);
 	free(e->env_containers);
 	free(e->identity);
+	free(e->claim_ns);
+	free(e->claim_name);
 	free(e);
 }
 
@@ -128,6 +130,22 @@ static int read_env(const cJSON *obj, struct catalog_cache *e)
 	return 0;
 }
 
+/* spec.claim: in the cache's namespace (a ClusterGKMCache's names its
+ * own), named as the cache unless it says. -ENOMEM, else 0. */
+static int read_claim(const cJSON *obj, struct catalog_cache *e)
+{
+	const cJSON *claim = at(obj, "spec", "claim");
+	if (!cJSON_IsObject(claim))
+		return 0;
+	const char *ns = e->cluster ? str(at(claim, "namespace", NULL)) : e->ns;
+	const char *name = str(at(claim, "name", NULL));
+	if (!*ns)
+		return 0; /* refused by the operator (InvalidClaim): no claim is made */
+	if (!(e->claim_ns = strdup(ns)) || !(e->claim_name = strdup(*name ? name : e->name)))
+		return -ENOMEM;
+	return 0;
+}
+
 int cache_catalog_put(struct cache_catalog *c, bool cluster, const cJSON *obj)
 {
 	const char *name = str(at(obj, "metadata", "name"));
@@ -152,7 +170,7 @@ int cache_catalog_put(struct cache_catalog *c, bool cluster, const cJSON *obj)
 	    e->ref.kind == OCI_REF_REGISTRY && !(e->repo = oci_ref_name(&e->ref)))
 		goto nomem;
 	recorded_digest(obj, e, e->digest);
-	if (read_env(obj, e) != 0)
+	if (read_env(obj, e) != 0 || read_claim(obj, e) != 0)
 		goto nomem;
 	e->ready_nodes = count(at(status, "readyNodes", NULL));
 	e->total_nodes = count(at(status, "totalNodes", NULL));
@@ -228,4 +246,21 @@ const struct catalog_cache *cache_catalog_find_image(const struct cache_catalog 
 	}
 	free(repo);
 	return best;
+}
+
+const struct catalog_cache *cache_catalog_find_claim(const struct cache_catalog *c, const char *ns,
+                                                     const char *claim)
+{
+	for (int k = 0; k < 2; k++) {
+		size_t pos = 0;
+		const char *key;
+		void *val;
+		while (strmap_next(&c->caches[k], &pos, &key, &val)) {
+			const struct catalog_cache *e = val;
+			if (e->claim_name && !strcmp(e->claim_ns, ns) &&
+			    !strcmp(e->claim_name, claim))
+				return e;
+		}
+	}
+	return NULL;
 }

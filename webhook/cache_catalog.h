@@ -36,8 +36,9 @@ struct catalog_cache {
 	bool env_known;
 	size_t nenv;
 	struct cache_env_tree env[CACHE_ENV_TREES_MAX];
-	char **env_containers; /* spec.runtimeEnv.containers, NULL-terminated; NULL: all */
-	char *identity;        /* annotation gkm.io/runtime-identity (JSON; "" when none) */
+	char **env_containers;       /* spec.runtimeEnv.containers, NULL-terminated; NULL: all */
+	char *identity;              /* annotation gkm.io/runtime-identity (JSON; "" when none) */
+	char *claim_ns, *claim_name; /* spec.claim: the PVC pods name (NULL without one) */
 };
 
 struct cache_catalog {
@@ -68,5 +69,10 @@ const struct catalog_cache *cache_catalog_get(const struct cache_catalog *c, con
  * when no cache has that repository. */
 const struct catalog_cache *cache_catalog_find_image(const struct cache_catalog *c, const char *ns,
                                                      const struct oci_ref *ref);
+
+/* The cache whose spec.claim is the PersistentVolumeClaim ns/claim; NULL
+ * when none is. */
+const struct catalog_cache *cache_catalog_find_claim(const struct cache_catalog *c, const char *ns,
+                                                     const char *claim);
 
 #endif

@@ -103,6 +103,13 @@ int pod_review_prepare(struct review *rv, char *err, size_t errlen)
 	return 0;
 }
 
+static const char *mount_name(const struct pod_cache *pc)
+{
+	return pc->v->mount == POD_MOUNT_IMAGE   ? "image"
+	       : pc->v->mount == POD_MOUNT_CLAIM ? "claim"
+	                                         : "csi";
+}
+
 static const char *kind_of(const struct pod_cache *pc)
 {
 	return pc->cluster ? "ClusterGKMCache" : "GKMCache";
@@ -167,10 +174,12 @@ void pod_review_start(struct review *rv)
 	struct reviewer *r = rv->r;
 	struct pod_review *p = rv->pod;
 	const struct pod_info *info = &p->info;
-	bool images = false;
+	bool images = false, csi = false;
 	size_t n = 0;
-	for (size_t i = 0; i < info->n; i++)
+	for (size_t i = 0; i < info->n; i++) {
 		images = images || info->vols[i].mount == POD_MOUNT_IMAGE;
+		csi = csi || info->vols[i].mount == POD_MOUNT_CSI;
+	}
 	if (!r->catalog_synced) {
 		if (images) {
 			review_deny(
@@ -180,8 +189,9 @@ void pod_review_start(struct review *rv)
 			    "image that must be verified; try again shortly");
 			return;
 		}
-		allow_unchanged(rv, "gkm placement skipped: the admission webhook has not loaded "
-		                    "the list of caches yet");
+		allow_unchanged(rv, csi ? "gkm placement skipped: the admission webhook has not "
+		                          "loaded the list of caches yet"
+		                        : NULL);
 		return;
 	}
 	if (images && !(rv->checks = calloc(info->n, sizeof(*rv->checks)))) {
@@ -201,6 +211,16 @@ void pod_review_start(struct review *rv)
 				review_deny(rv, "WebhookError", "out of memory");
 				return;
 			}
+		} else if (pc->v->mount == POD_MOUNT_CLAIM) {
+			const struct catalog_cache *e =
+			    cache_catalog_find_claim(r->o.catalog, info->namespace_, pc->v->claim);
+			if (!e)
+				continue; /* a claim of no cache: left alone */
+			pc->cluster = e->cluster;
+			snprintf(pc->ns, sizeof(pc->ns), "%s", e->ns);
+			snprintf(pc->name, sizeof(pc->name), "%s", e->name);
+			snprintf(pc->label, sizeof(pc->label), "%s", e->label);
+			fill_from_catalog(pc, e);
 		} else {
 			const char *ns = pc->v->cache_namespace;
 			pc->cluster = !ns[0];
@@ -216,7 +236,7 @@ void pod_review_start(struct review *rv)
 		n++;
 	}
 	p->n = n;
-	if (n == 0) { /* image volumes only, none of them a cache image */
+	if (n == 0) { /* image volumes and claims only, none of them a cache's */
 		allow_unchanged(rv, NULL);
 		return;
 	}
@@ -343,7 +363,7 @@ static cJSON *placement_input(const struct review *rv)
 		bool image = pc->v->mount == POD_MOUNT_IMAGE;
 		if (!(o = cJSON_CreateObject()) || !cJSON_AddItemToArray(caches, o) ||
 		    !cJSON_AddStringToObject(o, "volume", pc->v->name) ||
-		    !cJSON_AddStringToObject(o, "mount", image ? "image" : "csi") ||
+		    !cJSON_AddStringToObject(o, "mount", mount_name(pc)) ||
 		    !cJSON_AddStringToObject(o, "kind", kind_of(pc)) ||
 		    (!pc->cluster && !cJSON_AddStringToObject(o, "namespace", pc->ns)) ||
 		    !cJSON_AddStringToObject(o, "name", pc->name) ||
@@ -494,9 +514,7 @@ static void record(struct review *rv)
 	for (size_t i = 0; i < p->n; i++) {
 		const struct pod_cache *pc = &p->caches[i];
 		bool nowhere = pc->ready_nodes == 0;
-		metrics_add(rv->r->m_placements,
-		            METRICS_L(mode_names[pc->mode],
-		                      pc->v->mount == POD_MOUNT_IMAGE ? "image" : "csi"),
+		metrics_add(rv->r->m_placements, METRICS_L(mode_names[pc->mode], mount_name(pc)),
 		            1);
 		affinity_text(pc, aff, sizeof(aff));
 		snprintf(what, sizeof(what), "admitted with %s: %s", aff, pc->reason);

@@ -114,8 +114,8 @@ static int read_volume(const cJSON *vol, int i, const char *pod_ns, struct pod_v
                        size_t errlen)
 {
 	char where[96], csi_where[112], image_where[112];
-	const cJSON *csi = NULL, *image = NULL;
-	const char *driver = NULL, *ref = NULL;
+	const cJSON *csi = NULL, *image = NULL, *pvc = NULL;
+	const char *driver = NULL, *ref = NULL, *claim = NULL;
 	if (!cJSON_IsObject(vol))
 		return fail(err, errlen, "spec.volumes[%d] must be an object", i);
 	const cJSON *n = member(vol, "name");
@@ -127,13 +127,22 @@ static int read_volume(const cJSON *vol, int i, const char *pod_ns, struct pod_v
 	if (opt_object(vol, "csi", where, &csi, err, errlen) ||
 	    opt_object(vol, "image", where, &image, err, errlen) ||
 	    opt_string(csi, "driver", csi_where, &driver, err, errlen) ||
-	    opt_string(image, "reference", image_where, &ref, err, errlen))
+	    opt_string(image, "reference", image_where, &ref, err, errlen) ||
+	    opt_object(vol, "persistentVolumeClaim", where, &pvc, err, errlen) ||
+	    opt_string(pvc, "claimName", where, &claim, err, errlen))
 		return -EINVAL;
 	memset(v, 0, sizeof(*v));
 	v->index = i;
 	v->name = n->valuestring;
 	if (csi && strcmp(driver, POD_CSI_DRIVER) == 0)
 		return read_csi(csi, where, pod_ns, v, err, errlen) ? -EINVAL : 1;
+	if (pvc && !csi && !image) { /* a cache's claim, or not: the catalog tells */
+		if (!claim[0])
+			return 0;
+		v->mount = POD_MOUNT_CLAIM;
+		v->claim = claim;
+		return 1;
+	}
 	/* without a reference the API server refuses the pod; nothing to mount */
 	if (csi || !image || !ref[0])
 		return 0;

@@ -1,6 +1,7 @@
 /* A Pod under admission as the placement webhook reads it: its identity,
  * its node affinity, and the volumes that may mount a cache (csi.gkm.io CSI
- * volumes and image volumes, KEP-4639). Pure functions, no I/O: every
+ * volumes, image volumes (KEP-4639), and claims, which may be a cache's
+ * spec.claim). Pure functions, no I/O: every
  * malformed pod is answered with a message, never followed.
  *
  * Every pointer in struct pod_info borrows from the object it was read from. */
@@ -17,7 +18,7 @@
 #define POD_VOLUMES_MAX 1024
 #define POD_CACHE_VOLUMES_MAX 64
 
-enum pod_mount { POD_MOUNT_CSI = 1, POD_MOUNT_IMAGE };
+enum pod_mount { POD_MOUNT_CSI = 1, POD_MOUNT_IMAGE, POD_MOUNT_CLAIM };
 
 struct pod_volume {
 	enum pod_mount mount;
@@ -29,6 +30,8 @@ struct pod_volume {
 	const cJSON *attributes;     /* volumeAttributes, or NULL */
 	/* image: volumes[].image.reference as written */
 	const char *reference;
+	/* claim: volumes[].persistentVolumeClaim.claimName */
+	const char *claim;
 };
 
 struct pod_info {
@@ -39,7 +42,7 @@ struct pod_info {
 	bool has_metadata;
 	const cJSON *affinity; /* spec.affinity, or NULL */
 	struct pod_volume *vols;
-	size_t n; /* csi.gkm.io volumes and image volumes with a reference */
+	size_t n; /* csi.gkm.io volumes, image volumes with a reference, claims */
 };
 
 /* Read object (request.object of a Pod review) in namespace ns. 0, or

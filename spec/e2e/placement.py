@@ -288,6 +288,25 @@ def runtime_env(pl, events):
     t.eq((st, bool(ok), env_of(pod, 0), env_of(pod, 1)),
          (201, True, {"MY_KERNELS": "/k/io.triton.cache"}, {}),
          "spec.runtimeEnv names the variables and the containers that get them")
+    # a pod that names only the cache's claim gets the variable too (no affinity:
+    # the claim's volume carries it)
+    st, _ = pl.create(API + "/namespaces/team-a/gkmcaches", {
+        "apiVersion": "gkm.io/v1alpha1", "kind": "GKMCache",
+        "metadata": {"name": "claimed", "namespace": "team-a"},
+        "spec": {"image": "%s/caches/custom:v1" % R, "claim": {"name": "kernels-claim"}}})
+    vol = {"name": "kernels", "persistentVolumeClaim": {"claimName": "kernels-claim"}}
+    wait(lambda: "TRITON_CACHE_DIR" in json.dumps(patch_of(pl.review("team-a", mounting(
+        "probe", [vol], [("server", "/c", None)]))[1])), 20)
+    st2, _ = pl.create("/api/v1/namespaces/team-a/pods", mounting("by-claim", [vol], [("server", "/c", None)]))
+    pod = pl.get("/api/v1/namespaces/team-a/pods/by-claim")
+    t.eq((st, st2, env_of(pod), required_keys(pod)),
+         (201, 201, {"TRITON_CACHE_DIR": "/c/io.triton.cache"}, []),
+         "a pod mounting the cache's claim gets the variable, and no affinity from the webhook")
+    other = {"name": "data", "persistentVolumeClaim": {"claimName": "someone-elses"}}
+    st, resp = pl.review("team-a", mounting("plain-pvc", [other], [("server", "/d", None)]))
+    t.ok(st == 200 and resp["allowed"] and "patch" not in resp and "warnings" not in resp,
+         "a claim of no cache is left alone", diag=resp)
+
     # will it hit here? the identity the image records, against the pod's runtime
     hip = os.path.join(os.path.dirname(env.FIXTURE), "hip-gfx90a-vector-add")
     env.run(GKM, "cache", "build", hip, "-t", "%s/caches/hip:v1" % R)

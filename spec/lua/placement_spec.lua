@@ -18,6 +18,12 @@ local function place(caches)
 end
 
 describe('placement policy', function()
+  it("adds nothing for a cache's claim: its volume carries the affinity", function()
+    local p = place({ cache{ mount = 'claim' } }).kernels
+    assert.are.equal('none', p.mode)
+    assert.truthy(p.reason:find('spec.claim.placement', 1, true), p.reason)
+  end)
+
   describe('a pod that names its runtime (gkm.io/runtime)', function()
     local function run(engine, runtime, identity)
       return assert(engine:call('placement', {

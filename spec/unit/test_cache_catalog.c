@@ -150,9 +150,55 @@ static void test_finds_the_cache_of_an_image(void **state)
 	cache_catalog_clear(&c);
 }
 
+/* The runtime's variables (spec.runtimeEnv over the webhook's annotation)
+ * and the claim a cache makes. */
+static void test_env_and_claims(void **state)
+{
+	(void)state;
+	struct cache_catalog c;
+	cache_catalog_init(&c);
+	put(&c, false,
+	    "{\"metadata\":{\"name\":\"a\",\"namespace\":\"team-a\",\"annotations\":{"
+	    "\"gkm.io/runtime-env\":\"TRITON_CACHE_DIR=io.triton.cache\",\"gkm.io/"
+	    "runtime-identity\":"
+	    "\"{\\\"triton\\\":[\\\"3.2.0\\\"]}\"}},\"spec\":{\"image\":\"quay.io/o/"
+	    "a:v1\",\"claim\":{}}}");
+	put(&c, false,
+	    "{\"metadata\":{\"name\":\"b\",\"namespace\":\"team-a\",\"annotations\":{"
+	    "\"gkm.io/runtime-env\":\"TRITON_CACHE_DIR=io.triton.cache\"}},\"spec\":{\"image\":"
+	    "\"quay.io/o/b:v1\",\"runtimeEnv\":{\"containers\":[\"server\"],\"variables\":["
+	    "{\"name\":\"MINE\",\"subPath\":\"t\"},{\"name\":\"bad name\"}]}}}");
+	put(&c, true,
+	    "{\"metadata\":{\"name\":\"shared\"},\"spec\":{\"image\":\"quay.io/o/s:v1\","
+	    "\"claim\":{\"namespace\":\"team-b\",\"name\":\"kernels\"}}}");
+	put(&c, true, "{\"metadata\":{\"name\":\"nons\"},\"spec\":{\"claim\":{}}}");
+	const struct catalog_cache *a = cache_catalog_get(&c, "team-a", "a");
+	const struct catalog_cache *b = cache_catalog_get(&c, "team-a", "b");
+	assert_true(a->env_known);
+	assert_int_equal(a->nenv, 1);
+	assert_string_equal(a->env[0].variable, "TRITON_CACHE_DIR");
+	assert_null(a->env_containers);
+	assert_string_equal(a->identity, "{\"triton\":[\"3.2.0\"]}");
+	assert_true(b->env_known);
+	assert_int_equal(b->nenv, 1); /* spec.runtimeEnv wins; a bad entry is left out */
+	assert_string_equal(b->env[0].variable, "MINE");
+	assert_string_equal(b->env_containers[0], "server");
+	assert_null(b->env_containers[1]);
+	assert_false(cache_catalog_get(&c, NULL, "shared")->env_known); /* not read yet */
+	/* claims: a GKMCache's in its namespace, named as the cache by default */
+	assert_ptr_equal(cache_catalog_find_claim(&c, "team-a", "a"), a);
+	assert_null(cache_catalog_find_claim(&c, "team-a", "b"));
+	assert_ptr_equal(cache_catalog_find_claim(&c, "team-b", "kernels"),
+	                 cache_catalog_get(&c, NULL, "shared"));
+	assert_null(cache_catalog_find_claim(&c, "team-a", "kernels"));
+	assert_null(cache_catalog_find_claim(&c, "", "nons")); /* no namespace: no claim */
+	cache_catalog_clear(&c);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
+	    cmocka_unit_test(test_env_and_claims),
 	    cmocka_unit_test(test_keeps_what_admission_needs),
 	    cmocka_unit_test(test_objects_it_cannot_use),
 	    cmocka_unit_test(test_finds_the_cache_of_an_image),

@@ -70,6 +70,22 @@ static void test_reads_cache_volumes(void **state)
 	pod_info_clear(&p);
 	cJSON_Delete(pod);
 
+	/* claims: any may be a cache's (the catalog tells); one without a name is not */
+	pod =
+	    parse("{\"spec\":{\"volumes\":[{\"name\":\"k\",\"persistentVolumeClaim\":"
+	          "{\"claimName\":\"kernels\"}},{\"name\":\"e\",\"persistentVolumeClaim\":{}}]}}");
+	assert_int_equal(pod_info_read(pod, "team-a", &p, err, sizeof(err)), 0);
+	assert_int_equal(p.n, 1);
+	assert_int_equal(p.vols[0].mount, POD_MOUNT_CLAIM);
+	assert_string_equal(p.vols[0].claim, "kernels");
+	pod_info_clear(&p);
+	cJSON_Delete(pod);
+	pod = parse("{\"spec\":{\"volumes\":[{\"name\":\"k\",\"persistentVolumeClaim\":"
+	            "{\"claimName\":7}}]}}");
+	assert_int_equal(pod_info_read(pod, "team-a", &p, err, sizeof(err)), -EINVAL);
+	assert_non_null(strstr(err, "claimName must be a string"));
+	cJSON_Delete(pod);
+
 	pod = parse("{\"metadata\":{\"generateName\":\"vllm-7d9-\"},\"spec\":{}}");
 	assert_int_equal(pod_info_read(pod, "team-a", &p, err, sizeof(err)), 0);
 	assert_int_equal(p.n, 0); /* no volumes at all */
