@@ -219,6 +219,17 @@ static bool exact(const struct catalog_cache *e, const struct oci_ref *ref)
 	return ref->tag && e->ref.tag && strcmp(ref->tag, e->ref.tag) == 0;
 }
 
+/* Every cache, GKMCaches first: start with *k and *pos 0, until NULL. */
+static const struct catalog_cache *next_cache(const struct cache_catalog *c, int *k, size_t *pos)
+{
+	const char *key;
+	void *val;
+	for (; *k < 2; (*k)++, *pos = 0)
+		if (strmap_next(&c->caches[*k], pos, &key, &val))
+			return val;
+	return NULL;
+}
+
 const struct catalog_cache *cache_catalog_find_image(const struct cache_catalog *c, const char *ns,
                                                      const struct oci_ref *ref)
 {
@@ -227,21 +238,16 @@ const struct catalog_cache *cache_catalog_find_image(const struct cache_catalog 
 	char *repo = ref->kind == OCI_REF_REGISTRY ? oci_ref_name(ref) : NULL;
 	if (!repo)
 		return NULL;
-	for (int k = 0; k < 2; k++) {
-		size_t pos = 0;
-		const char *key;
-		void *val;
-		while (strmap_next(&c->caches[k], &pos, &key, &val)) {
-			const struct catalog_cache *e = val;
-			if (!e->repo || strcmp(e->repo, repo) != 0 ||
-			    (!e->cluster && strcmp(e->ns, ns) != 0))
-				continue;
-			int score = (e->cluster ? 0 : 2) + (exact(e, ref) ? 1 : 0);
-			if (score > best_score ||
-			    (score == best_score && strcmp(e->key, best->key) < 0)) {
-				best = e;
-				best_score = score;
-			}
+	int k = 0;
+	size_t pos = 0;
+	for (const struct catalog_cache *e; (e = next_cache(c, &k, &pos));) {
+		if (!e->repo || strcmp(e->repo, repo) != 0 ||
+		    (!e->cluster && strcmp(e->ns, ns) != 0))
+			continue;
+		int score = (e->cluster ? 0 : 2) + (exact(e, ref) ? 1 : 0);
+		if (score > best_score || (score == best_score && strcmp(e->key, best->key) < 0)) {
+			best = e;
+			best_score = score;
 		}
 	}
 	free(repo);
@@ -251,16 +257,10 @@ const struct catalog_cache *cache_catalog_find_image(const struct cache_catalog 
 const struct catalog_cache *cache_catalog_find_claim(const struct cache_catalog *c, const char *ns,
                                                      const char *claim)
 {
-	for (int k = 0; k < 2; k++) {
-		size_t pos = 0;
-		const char *key;
-		void *val;
-		while (strmap_next(&c->caches[k], &pos, &key, &val)) {
-			const struct catalog_cache *e = val;
-			if (e->claim_name && !strcmp(e->claim_ns, ns) &&
-			    !strcmp(e->claim_name, claim))
-				return e;
-		}
-	}
+	int k = 0;
+	size_t pos = 0;
+	for (const struct catalog_cache *e; (e = next_cache(c, &k, &pos));)
+		if (e->claim_name && !strcmp(e->claim_ns, ns) && !strcmp(e->claim_name, claim))
+			return e;
 	return NULL;
 }
