@@ -3,13 +3,17 @@
 #include "csi_node_impl.h"
 
 #include <errno.h>
+#include <fcntl.h>
 #include <limits.h>
+#include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
 
 #include <cjson/cJSON.h>
 
+#include "cache_misses.h"
 #include "cache_tree.h"
+#include "cache_view.h"
 #include "csi_mount.h"
 #include "fsutil.h"
 #include "log.h"
@@ -70,6 +74,40 @@ static bool hand_over(struct csi_node *n, const struct csi_volume *v, const char
 	return true;
 }
 
+/* What the pod compiled itself, counted before its layer goes (a writable
+ * volume, or a fallback directory): the record its usage keeps among the
+ * finished pods. NULL for a read-only volume, or when it cannot be read. */
+static cJSON *finished_record(const struct csi_node *n, const struct csi_volume *v, const char *key)
+{
+	char own[PATH_MAX], *path = NULL;
+	int lower = -1;
+	struct cache_misses m;
+	if (!v->writable && !v->fallback)
+		return NULL;
+	if (csi_node_own_dir(n, v, v->fallback ? "fallback" : "upper", own, sizeof(own)) != 0 ||
+	    (!v->fallback &&
+	     cache_view_open_data(n->root, v->cache_namespace, v->cache_name,
+	                          v->digest ? v->digest : "", &lower, &path, NULL, 0) != 0))
+		return NULL;
+	free(path);
+	int fd = open(own, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+	int rc = fd < 0 ? -errno : cache_misses_count(fd, lower, &m);
+	if (fd >= 0)
+		close(fd);
+	if (lower >= 0)
+		close(lower);
+	cJSON *o = rc == 0 ? cJSON_CreateObject() : NULL;
+	if (o && (!cJSON_AddStringToObject(o, "podName", v->pod_name ? v->pod_name : "") ||
+	          !cJSON_AddStringToObject(o, "podNamespace",
+	                                   v->pod_namespace ? v->pod_namespace : "") ||
+	          !cJSON_AddStringToObject(o, "podUID", v->pod_uid ? v->pod_uid : "") ||
+	          !cJSON_AddStringToObject(o, "volumeId", key) || !cache_misses_json(&m, o))) {
+		cJSON_Delete(o);
+		o = NULL;
+	}
+	return o;
+}
+
 static int teardown(struct csi_node *n, const struct csi_volume *v, struct csi_reply *r)
 {
 	int rc = csi_mount_unmount(v->target_path);
@@ -86,11 +124,15 @@ static int teardown(struct csi_node *n, const struct csi_volume *v, struct csi_r
 	char vdir[PATH_MAX];
 	char key[CSI_VOLUME_KEY_MAX + 1];
 	csi_volume_key(v, key);
+	cJSON *finished = finished_record(n, v, key);
 	if (csi_node_overlay_dir(n, v, NULL, vdir, sizeof(vdir)) == 0 &&
 	    !hand_over(n, v, key, vdir) && csi_node_clear_dir(vdir) != 0)
 		log_warn("cannot remove the volume's directories (removed at next start)", "dir",
 		         vdir);
-	rc = cache_view_usage_remove(n->run_dir, v->cache_namespace, v->cache_name, key);
+	rc = finished ? cache_view_usage_finish(n->run_dir, v->cache_namespace, v->cache_name, key,
+	                                        finished)
+	              : cache_view_usage_remove(n->run_dir, v->cache_namespace, v->cache_name, key);
+	cJSON_Delete(finished);
 	if (rc) {
 		csi_node_fail(r, CSI_INTERNAL, "cannot release usage of volume %s: %s",
 		              v->volume_id, strerror(-rc));

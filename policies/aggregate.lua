@@ -60,15 +60,17 @@ M.max_nodes_in_message = 5
 -- Hits: what the pods that mount the cache had to compile themselves. The
 -- agent counts, for each writable volume (and each onMiss "empty" one), the
 -- kernels in the pod's own layer that the cache lacks (pods[].misses, the
--- first names in pods[].missedKernels). Read-only volumes cannot be written,
--- so they are not counted. nil when no pod reports.
+-- first names in pods[].missedKernels), and the CSI plugin counts them once
+-- more when the volume is unpublished (finishedPods[], the last 16 per
+-- node). Read-only volumes cannot be written, so they are not counted. nil
+-- when no pod reports.
 M.most_missed = 5
 
 function M.hits(nodes)
   local with, without, kernels, tally, seen = 0, 0, 0, {}, false
   for _, n in ipairs(nodes) do
     local e = type(n) == "table" and type(n.entry) == "table" and n.entry or {}
-    for _, list in ipairs({ e.pods, e.fallbackPods }) do
+    for _, list in ipairs({ e.pods, e.fallbackPods, e.finishedPods }) do
       for _, p in ipairs(type(list) == "table" and list or {}) do
         local m = type(p) == "table" and math.tointeger(p.misses) or nil
         if m then

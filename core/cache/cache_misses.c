@@ -1,6 +1,5 @@
 #include "cache_misses.h"
 
-#include <cjson/cJSON.h>
 #include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
@@ -146,4 +145,17 @@ int cache_misses_count(int upper, int lower, struct cache_misses *out)
 		rc = walk_at(upper, lower, "io.vllm.cache", "torch_compile_cache", "vllm", out,
 		             &read);
 	return rc;
+}
+
+bool cache_misses_json(const struct cache_misses *m, cJSON *o)
+{
+	if (!cJSON_AddNumberToObject(o, "misses", m->kernels))
+		return false;
+	cJSON *names = m->nnames ? cJSON_AddArrayToObject(o, "missedKernels") : NULL;
+	if (m->nnames && !names)
+		return false;
+	for (size_t i = 0; i < m->nnames; i++)
+		if (!cJSON_AddItemToArray(names, cJSON_CreateString(m->names[i])))
+			return false;
+	return true;
 }

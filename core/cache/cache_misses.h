@@ -13,6 +13,8 @@
 #ifndef GKM_CACHE_MISSES_H
 #define GKM_CACHE_MISSES_H
 
+#include <cJSON.h>
+#include <stdbool.h>
 #include <stddef.h>
 
 #define CACHE_MISSES_NAMES 5
@@ -32,5 +34,9 @@ struct cache_misses {
  * -errno when upper cannot be read (a missing io.*.cache is 0 misses). */
 __attribute__((warn_unused_result)) int cache_misses_count(int upper, int lower,
                                                            struct cache_misses *out);
+
+/* Add m to o as misses (a number) and missedKernels (the names, when any),
+ * as node reports and usage records write them. false when out of memory. */
+bool cache_misses_json(const struct cache_misses *m, cJSON *o);
 
 #endif

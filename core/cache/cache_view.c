@@ -609,6 +609,7 @@ void cache_view_usage_free(struct cache_view_usage *u)
 	free(u->pods);
 	free(u->namespace);
 	free(u->name);
+	cJSON_Delete(u->finished);
 	memset(u, 0, sizeof(*u));
 }
 
@@ -731,6 +732,17 @@ static int parse_usage(const char *text, size_t len, struct cache_view_usage *u)
 			goto out;
 		n++;
 	}
+	const cJSON *fin = cJSON_GetObjectItemCaseSensitive(root, "finished");
+	if (cJSON_IsArray(fin) && cJSON_GetArraySize(fin) > 0) {
+		rc = -EINVAL;
+		if (cJSON_GetArraySize(fin) > CACHE_VIEW_FINISHED_MAX)
+			goto out;
+		cJSON_ArrayForEach(o, fin) if (!cJSON_IsObject(o)) goto out;
+		if (!(u->finished = cJSON_Duplicate(fin, true))) {
+			rc = -ENOMEM;
+			goto out;
+		}
+	}
 	u->pods = pods;
 	u->npods = n;
 	pods = NULL;
@@ -771,7 +783,8 @@ static char *usage_to_text(const struct cache_view_usage *u)
 			     cJSON_AddStringToObject(fb, "message", p->fallback_message);
 	}
 	cache_view_rfc3339(time(NULL), ts, sizeof(ts));
-	ok = ok && cJSON_AddStringToObject(o, "updated", ts);
+	ok = ok && cJSON_AddStringToObject(o, "updated", ts) &&
+	     (!u->finished || cJSON_AddItemReferenceToObject(o, "finished", u->finished));
 	char *text = ok ? cJSON_PrintUnformatted(o) : NULL;
 	cJSON_Delete(o);
 	return text;
@@ -826,10 +839,29 @@ int cache_view_usage_read(const char *run_dir, const char *ns, const char *name,
 	return usage_read_dir(dir, ns, name, out);
 }
 
+/* Keep record (stamped now) as the newest finished pod of u. */
+static int keep_finished(struct cache_view_usage *u, const cJSON *record)
+{
+	char ts[40];
+	cJSON *r = cJSON_Duplicate(record, true);
+	cache_view_rfc3339(time(NULL), ts, sizeof(ts));
+	if (!u->finished)
+		u->finished = cJSON_CreateArray();
+	if (!r || !u->finished || !cJSON_AddStringToObject(r, "finished", ts) ||
+	    !cJSON_AddItemToArray(u->finished, r)) {
+		cJSON_Delete(r);
+		return -ENOMEM;
+	}
+	while (cJSON_GetArraySize(u->finished) > CACHE_VIEW_FINISHED_MAX)
+		cJSON_DeleteItemFromArray(u->finished, 0);
+	return 0;
+}
+
 /* Locked read-modify-write: drop the entry of volume_id (if any), then append
- * add (if not NULL). */
+ * add (if not NULL), or keep finished (if not NULL) among the finished pods. */
 static int usage_update(const char *run_dir, const char *ns, const char *name,
-                        const char *volume_id, const struct cache_view_pod *add)
+                        const char *volume_id, const struct cache_view_pod *add,
+                        const cJSON *finished)
 {
 	char dir[PATH_MAX];
 	struct cache_view_usage u;
@@ -870,6 +902,11 @@ static int usage_update(const char *run_dir, const char *ns, const char *name,
 		u.pods[kept++] = u.pods[i];
 	}
 	u.npods = kept;
+	if (finished) {
+		if ((rc = keep_finished(&u, finished)))
+			goto out;
+		changed = true;
+	}
 	if (add) {
 		if (u.npods >= CACHE_VIEW_PODS_MAX) {
 			rc = -ENOSPC;
@@ -911,7 +948,7 @@ int cache_view_usage_add(const char *run_dir, const char *ns, const char *name,
 {
 	if (!pod || !pod->volume_id || !*pod->volume_id)
 		return -EINVAL;
-	return usage_update(run_dir, ns, name, pod->volume_id, pod);
+	return usage_update(run_dir, ns, name, pod->volume_id, pod, NULL);
 }
 
 int cache_view_usage_remove(const char *run_dir, const char *ns, const char *name,
@@ -919,7 +956,15 @@ int cache_view_usage_remove(const char *run_dir, const char *ns, const char *nam
 {
 	if (!volume_id || !*volume_id)
 		return -EINVAL;
-	return usage_update(run_dir, ns, name, volume_id, NULL);
+	return usage_update(run_dir, ns, name, volume_id, NULL, NULL);
+}
+
+int cache_view_usage_finish(const char *run_dir, const char *ns, const char *name,
+                            const char *volume_id, const cJSON *record)
+{
+	if (!volume_id || !*volume_id || !cJSON_IsObject(record))
+		return -EINVAL;
+	return usage_update(run_dir, ns, name, volume_id, NULL, record);
 }
 
 int cache_view_usage_stamp(const char *run_dir, const char *ns, const char *name,

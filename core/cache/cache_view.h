@@ -80,6 +80,7 @@
 #ifndef GKM_CACHE_VIEW_H
 #define GKM_CACHE_VIEW_H
 
+#include <cJSON.h>
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
@@ -99,6 +100,7 @@ enum {
 	CACHE_VIEW_GPUS_MAX = 256,
 	CACHE_VIEW_USAGE_MAX = 8 * 1024 * 1024,
 	CACHE_VIEW_PODS_MAX = 8192,
+	CACHE_VIEW_FINISHED_MAX = 16,
 };
 
 /* Kubernetes name rules (lower-case alphanumerics and '-', plus '.' between
@@ -220,6 +222,11 @@ struct cache_view_usage {
 	char *name;      /* owned */
 	struct cache_view_pod *pods;
 	size_t npods;
+	/* the pods whose volumes were unpublished, newest last (at most
+	 * CACHE_VIEW_FINISHED_MAX): {podName, podNamespace, podUID, volumeId,
+	 * finished, and what cache_view_usage_finish() was given}; NULL when
+	 * none. Owned. */
+	cJSON *finished;
 };
 
 /* Read the usage of one cache. A cache nobody uses (no file) reads as 0 pods.
@@ -238,6 +245,13 @@ __attribute__((warn_unused_result)) int cache_view_usage_add(const char *run_dir
 __attribute__((warn_unused_result)) int cache_view_usage_remove(const char *run_dir, const char *ns,
                                                                 const char *name,
                                                                 const char *volume_id);
+
+/* Remove the entry of volume_id and keep record (an object the caller
+ * keeps) among the finished pods, stamped with the time. */
+__attribute__((warn_unused_result)) int cache_view_usage_finish(const char *run_dir, const char *ns,
+                                                                const char *name,
+                                                                const char *volume_id,
+                                                                const cJSON *record);
 
 /* Which version of (ns, name)'s usage file is there now: writers replace the
  * file whole (a new inode each time), so a different stamp means it was

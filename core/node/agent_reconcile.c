@@ -140,10 +140,7 @@ static void volume_misses(const struct agent *a, const struct cache_view_pod *p,
 		return;
 	}
 	close(fd);
-	cJSON_AddNumberToObject(o, "misses", m.kernels);
-	cJSON *names = m.nnames ? cJSON_AddArrayToObject(o, "missedKernels") : NULL;
-	for (size_t i = 0; names && i < m.nnames; i++)
-		cJSON_AddItemToArray(names, cJSON_CreateString(m.names[i]));
+	(void)cache_misses_json(&m, o); /* out of memory: reported without them */
 }
 
 /* A Warning Event on the pod that compiled kernels the cache lacks. */
@@ -169,13 +166,15 @@ static void tell_misses(struct agent *a, const struct cache *c, const cJSON *p, 
 }
 
 /* gkm_cache_miss_kernels_total grows by what each volume compiled since it
- * was last counted, and its pod is told when that first happens and each
- * time the count doubles; volumes gone are forgotten. */
-static void count_misses(struct agent *a, struct cache *c, const cJSON *list, const cJSON *fallback)
+ * was last counted (live, then as its pod finished), and a live pod is told
+ * when that first happens and each time the count doubles; volumes gone
+ * are forgotten. */
+static void count_misses(struct agent *a, struct cache *c, const cJSON *list, const cJSON *fallback,
+                         const cJSON *finished)
 {
 	cJSON *seen = cJSON_CreateObject();
-	const cJSON *lists[] = {list, fallback}, *p;
-	for (int i = 0; i < 2 && seen; i++) {
+	const cJSON *lists[] = {list, fallback, finished}, *p;
+	for (int i = 0; i < 3 && seen; i++) {
 		cJSON_ArrayForEach(p, lists[i])
 		{
 			const cJSON *m = cJSON_GetObjectItemCaseSensitive(p, "misses");
@@ -187,7 +186,7 @@ static void count_misses(struct agent *a, struct cache *c, const cJSON *list, co
 			if (m->valuedouble > before)
 				metrics_add(agent_m.misses, METRICS_L(c->ns, c->name),
 				            m->valuedouble - before);
-			if (m->valuedouble > 0 && m->valuedouble >= 2 * before)
+			if (i < 2 && m->valuedouble > 0 && m->valuedouble >= 2 * before)
 				tell_misses(a, c, p, (int)m->valuedouble);
 			cJSON_AddNumberToObject(seen, vol,
 			                        m->valuedouble > before ? m->valuedouble : before);
@@ -230,7 +229,11 @@ static cJSON *usage_json(struct agent *a, struct cache *c, const struct cache_vi
 	cJSON_AddNumberToObject(usage, "pods", cJSON_GetArraySize(list));
 	if (lower >= 0)
 		close(lower);
-	count_misses(a, c, list, fallback);
+	/* the pods that finished here, with what they compiled (csi unpublish) */
+	cJSON *finished = u && u->finished ? cJSON_Duplicate(u->finished, true) : NULL;
+	if (finished)
+		cJSON_AddItemToObject(usage, "finished", finished);
+	count_misses(a, c, list, fallback, finished);
 	return usage;
 }
 

@@ -28,6 +28,9 @@
 --                            state, reason, message } } },  -- volumes published
 --                                  -- as an empty directory (onMiss "empty")
 --                                  -- because the cache was not usable here
+--             finished = { { podName, podNamespace, podUID, volumeId, misses,
+--                            missedKernels, finished } } },  -- pods whose writable
+--                                  -- volumes were unpublished here, newest last
 --   previous = { ...the entry reported last time... } or nil,
 -- }
 -- <failure> (state "failed" from the first failure until a try succeeds,
@@ -40,6 +43,8 @@
 --               pods = { { podName, podNamespace, podUID, volumeId } },
 --               fallbackPods = { { podName, podNamespace, podUID, volumeId,
 --                                  state, reason, message } } (absent when none),
+--               finishedPods = { { podName, podNamespace, podUID, volumeId, misses,
+--                                  missedKernels, finished } } (absent when none),
 --               compatibleGPUs = { { ids, gpuType } },
 --               incompatibleGPUs = { { ids, gpuType, reason, message } } }
 --             or nil (remove this cache from the node's status),
@@ -128,6 +133,10 @@ local function finish(input, entry, actions, requeue_after)
     -- pods that asked for the cache and got an empty directory instead
     if type(usage.fallback) == "table" and #usage.fallback > 0 then
       entry.fallbackPods = usage.fallback
+    end
+    -- pods that finished here, with the kernels they compiled themselves
+    if type(usage.finished) == "table" and #usage.finished > 0 then
+      entry.finishedPods = usage.finished
     end
     entry.compatibleGPUs = entry.compatibleGPUs or {}
     entry.incompatibleGPUs = entry.incompatibleGPUs or {}

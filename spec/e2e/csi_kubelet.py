@@ -312,6 +312,13 @@ def main():
          diag="target %s, upper layer %s" % (os.path.exists(target("writer")), os.path.exists(upper)))
     wait_for(lambda: listed() == [], 40)
     t.eq(listed(), [], "the node object lists no pods")
+    fin = wait_for(lambda: [p for p in (entry() or {}).get("finishedPods") or []
+                            if p.get("podName") == "writer"], 40) or [{}]
+    t.eq((fin[0].get("podUID"), fin[0].get("misses"), fin[0].get("missedKernels"),
+          bool(fin[0].get("finished"))),
+         (uid["writer"], 1, ["add_kernel (cuda 75)"], True),
+         "the kernels a pod compiled are counted once more as its volume is unpublished, and the "
+         "node object keeps them among its finishedPods")
     # The kubelet removes a deleted pod's object once its volumes are torn
     # down. (A pod whose mount failed waits for the kubelet's mount timeout,
     # two minutes: the intruder is deleted at once with --force.)

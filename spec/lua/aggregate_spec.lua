@@ -315,6 +315,10 @@ describe('aggregate policy', function()
       e.fallbackPods = { { volumeId = 'f', misses = 4 } }
       assert.are.same({ podsWithoutMiss = 0, podsWithMisses = 1, kernelsCompiled = 4 },
                       aggregate({ { name = 'n1', entry = e } }).hits)
+      -- pods that finished count too
+      e.finishedPods = { { volumeId = 'x', misses = 0 }, { volumeId = 'y', misses = 2 } }
+      assert.are.same({ podsWithoutMiss = 1, podsWithMisses = 2, kernelsCompiled = 6 },
+                      aggregate({ { name = 'n1', entry = e } }).hits)
       assert.is_nil(aggregate({ { name = 'n1', entry = pods({ volumeId = 'ro' }) } }).hits)
     end)
   end)

@@ -419,6 +419,51 @@ static struct cache_view_pod pod(const char *vid, const char *digest)
 	return p;
 }
 
+/* A finished pod leaves the list of pods for the finished ones, with its
+ * record; the newest 16 are kept. */
+static void test_usage_finished(void **state)
+{
+	(void)state;
+	char run[PATH_MAX];
+	snprintf(run, sizeof(run), "%s/run-fin", root);
+	struct cache_view_pod a = pod("vol-a", DIGEST), b = pod("vol-b", DIGEST);
+	assert_int_equal(cache_view_usage_add(run, "team", "c1", &a), 0);
+	assert_int_equal(cache_view_usage_add(run, "team", "c1", &b), 0);
+	cJSON *rec = cJSON_Parse("{\"podName\":\"p-a\",\"volumeId\":\"vol-a\",\"misses\":3}");
+	assert_int_equal(cache_view_usage_finish(run, "team", "c1", "vol-a", rec), 0);
+	struct cache_view_usage u;
+	assert_int_equal(cache_view_usage_read(run, "team", "c1", &u), 0);
+	assert_int_equal(u.npods, 1);
+	assert_string_equal(u.pods[0].volume_id, "vol-b");
+	assert_int_equal(cJSON_GetArraySize(u.finished), 1);
+	const cJSON *f = cJSON_GetArrayItem(u.finished, 0);
+	assert_int_equal(cJSON_GetObjectItem(f, "misses")->valueint, 3);
+	assert_true(cJSON_IsString(cJSON_GetObjectItem(f, "finished")));
+	cache_view_usage_free(&u);
+	size_t n = 9;
+	assert_int_equal(cache_view_in_use(run, "team", "c1", &n), 0);
+	assert_int_equal(n, 1); /* finished pods use nothing */
+	for (int i = 0; i < 20; i++) {
+		cJSON_ReplaceItemInObject(rec, "misses", cJSON_CreateNumber(i));
+		assert_int_equal(cache_view_usage_finish(run, "team", "c1", "gone", rec), 0);
+	}
+	assert_int_equal(cache_view_usage_read(run, "team", "c1", &u), 0);
+	assert_int_equal(cJSON_GetArraySize(u.finished), CACHE_VIEW_FINISHED_MAX);
+	assert_int_equal(
+	    cJSON_GetObjectItem(cJSON_GetArrayItem(u.finished, 15), "misses")->valueint, 19);
+	cache_view_usage_free(&u);
+	assert_int_equal(cache_view_usage_finish(run, "team", "c1", "x", NULL), -EINVAL);
+	cJSON_Delete(rec);
+	/* a file whose finished pods are not objects is malformed */
+	char path[PATH_MAX + 64];
+	snprintf(path, sizeof(path), "%s/usage/team/c1/usage.json", run);
+	FILE *fh = fopen(path, "w");
+	assert_non_null(fh);
+	fputs("{\"pods\":[],\"finished\":[7]}", fh);
+	fclose(fh);
+	assert_int_equal(cache_view_usage_read(run, "team", "c1", &u), -EINVAL);
+}
+
 static void test_usage(void **state)
 {
 	(void)state;
@@ -634,6 +679,7 @@ int main(void)
 	    cmocka_unit_test_setup_teardown(test_publish_roundtrip, setup, teardown),
 	    cmocka_unit_test_setup_teardown(test_record_states, setup, teardown),
 	    cmocka_unit_test_setup_teardown(test_usage, setup, teardown),
+	    cmocka_unit_test_setup_teardown(test_usage_finished, setup, teardown),
 	    cmocka_unit_test_setup_teardown(test_usage_concurrent, setup, teardown),
 	    cmocka_unit_test_setup_teardown(test_capture, setup, teardown),
 	    cmocka_unit_test(test_rfc3339),
