@@ -2,6 +2,7 @@
 
 #include <stdbool.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 static const char *label(const cJSON *labels, const char *key)
@@ -19,6 +20,19 @@ enum cache_format cache_format_of_labels(const cJSON *labels)
 	    label(labels, "cache.triton.image/entry-count"))
 		return CACHE_TRITON;
 	return CACHE_AUTO;
+}
+
+unsigned long long cache_env_size_bytes(const cJSON *labels)
+{
+	enum cache_format f = cache_format_of_labels(labels);
+	const char *v =
+	    f == CACHE_AUTO
+	        ? NULL
+	        : label(labels, f == CACHE_VLLM ? "cache.vllm.image/cache-size-bytes"
+	                                        : "cache.triton.image/cache-size-bytes");
+	char *end = NULL;
+	unsigned long long n = v && *v >= '0' && *v <= '9' ? strtoull(v, &end, 10) : 0;
+	return end && *end == '\0' ? n : 0;
 }
 
 const char *cache_env_identity(const cJSON *labels)

@@ -7,8 +7,10 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/statvfs.h>
 
 #include "backoff.h"
+#include "cache_env.h"
 #include "compat_targets.h"
 #include "log.h"
 #include "oci_pull.h"
@@ -82,6 +84,8 @@ static const char *pull_reason(int rc)
 		return "MirrorUnreachable";
 	case -EBADE:
 		return "CertificateUnknown";
+	case -ENOSPC:
+		return "InsufficientStorage";
 	default:
 		return "PullFailed";
 	}
@@ -278,6 +282,29 @@ static bool same_access(const struct agent *a, const struct cache *c, const stru
 	return pull_secret_ref_same(&rc, &ro);
 }
 
+/* Room in the store for an image, before its first layer byte: what its
+ * cache-size-bytes label says the files take, an eighth more and 16 MiB
+ * for the file system's own blocks. An image without the label is pulled
+ * as before. -ENOSPC with what is needed and what is free. */
+static int store_room(const struct oci_image *img, void *ud, struct oci_err *err)
+{
+	const struct agent *a = ud;
+	unsigned long long size = cache_env_size_bytes(oci_config_labels(&img->config));
+	unsigned long long need = size + size / 8 + (16ull << 20);
+	struct statvfs sv;
+	if (!size || statvfs(store_root(a->store), &sv) != 0)
+		return 0;
+	unsigned long long avail = (unsigned long long)sv.f_bavail * sv.f_frsize;
+	if (avail >= need)
+		return 0;
+	oci_errf(err,
+	         "the image's files take %llu MiB (label cache-size-bytes) and need about %llu MiB "
+	         "in the store, which has %llu MiB free (%s); nothing was downloaded, and it is "
+	         "tried again after a while",
+	         size >> 20, need >> 20, avail >> 20, store_root(a->store));
+	return -ENOSPC;
+}
+
 /* Pull through this cache's reference: its signatures are verified even when
  * the store already holds the digest (then nothing else is downloaded). */
 static void pull_work(void *ud)
@@ -291,7 +318,9 @@ static void pull_work(void *ud)
 	struct oci_pull_opts o = {.registry = &opts,
 	                          .keys = verify ? j->trust->keys : NULL,
 	                          .require_signature = verify,
-	                          .verdict = &verdict};
+	                          .verdict = &verdict,
+	                          .before_layers = store_room,
+	                          .before_layers_ud = j->a};
 	struct pull_secret ps;
 	struct client *client = NULL;
 	memset(&e, 0, sizeof(e));

@@ -178,6 +178,8 @@ int oci_pull_to_store(struct store *st, const struct oci_ref *ref, const struct 
 		present = true;
 		goto done;
 	}
+	if (o->before_layers && (rc = o->before_layers(&img, o->before_layers_ud, err)))
+		goto out;
 	rc = oci_pull_into_store(st, repo, &img, o->limits, info, &present, err);
 done:
 	if (rc)

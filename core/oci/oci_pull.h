@@ -24,6 +24,11 @@ struct oci_pull_opts {
 	struct sig_verdict *verdict; /* may be NULL: the accepting signature, when verified */
 	const char *platform;        /* index selection; NULL: linux and this machine's arch */
 	const struct extract_limits *limits; /* NULL: extract_limits_default() */
+	/* called with the image (verified) before any layer is downloaded, not
+	 * when the store has its digest already; non-zero stops the pull with
+	 * that error (the agent checks the store's free space) */
+	int (*before_layers)(const struct oci_image *img, void *ud, struct oci_err *err);
+	void *before_layers_ud;
 };
 
 /* Check the signatures of image_digest in repo against keys. 0 when one

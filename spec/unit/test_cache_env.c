@@ -50,6 +50,16 @@ static void test_trees_from_labels(void **state)
 	cJSON_Delete(labels);
 	assert_int_equal(cache_env_trees(NULL, t, CACHE_ENV_TREES_MAX), 0);
 	assert_int_equal(cache_format_of_labels(NULL), CACHE_AUTO);
+	/* the size the files take, for the store's free-space check */
+	labels = parse("{\"cache.triton.image/entry-count\":\"1\","
+	               "\"cache.triton.image/cache-size-bytes\":\"41943040\"}");
+	assert_true(cache_env_size_bytes(labels) == 41943040ull);
+	cJSON_Delete(labels);
+	labels = parse("{\"cache.triton.image/entry-count\":\"1\","
+	               "\"cache.triton.image/cache-size-bytes\":\"12x\"}");
+	assert_true(cache_env_size_bytes(labels) == 0);
+	cJSON_Delete(labels);
+	assert_true(cache_env_size_bytes(NULL) == 0);
 }
 
 /* The annotation form, written and read back; bad entries are left out. */
