@@ -3,9 +3,7 @@
 #include "csi_node_impl.h"
 
 #include <errno.h>
-#include <fcntl.h>
 #include <limits.h>
-#include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
 
@@ -13,7 +11,6 @@
 
 #include "cache_misses.h"
 #include "cache_tree.h"
-#include "cache_view.h"
 #include "csi_mount.h"
 #include "fsutil.h"
 #include "log.h"
@@ -79,24 +76,17 @@ static bool hand_over(struct csi_node *n, const struct csi_volume *v, const char
  * finished pods. NULL for a read-only volume, or when it cannot be read. */
 static cJSON *finished_record(const struct csi_node *n, const struct csi_volume *v, const char *key)
 {
-	char own[PATH_MAX], *path = NULL;
-	int lower = -1;
+	char own[PATH_MAX];
 	struct cache_misses m;
-	if (!v->writable && !v->fallback)
+	if ((!v->writable && !v->fallback) ||
+	    csi_node_own_dir(n, v, v->fallback ? "fallback" : "upper", own, sizeof(own)) != 0 ||
+	    cache_misses_of_volume(n->root, v->cache_namespace, v->cache_name,
+	                           v->fallback ? NULL
+	                           : v->digest ? v->digest
+	                                       : "",
+	                           own, &m) != 0)
 		return NULL;
-	if (csi_node_own_dir(n, v, v->fallback ? "fallback" : "upper", own, sizeof(own)) != 0 ||
-	    (!v->fallback &&
-	     cache_view_open_data(n->root, v->cache_namespace, v->cache_name,
-	                          v->digest ? v->digest : "", &lower, &path, NULL, 0) != 0))
-		return NULL;
-	free(path);
-	int fd = open(own, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
-	int rc = fd < 0 ? -errno : cache_misses_count(fd, lower, &m);
-	if (fd >= 0)
-		close(fd);
-	if (lower >= 0)
-		close(lower);
-	cJSON *o = rc == 0 ? cJSON_CreateObject() : NULL;
+	cJSON *o = cJSON_CreateObject();
 	if (o && (!cJSON_AddStringToObject(o, "podName", v->pod_name ? v->pod_name : "") ||
 	          !cJSON_AddStringToObject(o, "podNamespace",
 	                                   v->pod_namespace ? v->pod_namespace : "") ||

@@ -22,14 +22,17 @@ enum cache_format cache_format_of_labels(const cJSON *labels)
 	return CACHE_AUTO;
 }
 
+const char *cache_env_label(const cJSON *labels, enum cache_format f, const char *key)
+{
+	char k[96];
+	snprintf(k, sizeof(k), "cache.%s.image/%s", f == CACHE_VLLM ? "vllm" : "triton", key);
+	return label(labels, k);
+}
+
 unsigned long long cache_env_size_bytes(const cJSON *labels)
 {
 	enum cache_format f = cache_format_of_labels(labels);
-	const char *v =
-	    f == CACHE_AUTO
-	        ? NULL
-	        : label(labels, f == CACHE_VLLM ? "cache.vllm.image/cache-size-bytes"
-	                                        : "cache.triton.image/cache-size-bytes");
+	const char *v = f == CACHE_AUTO ? NULL : cache_env_label(labels, f, "cache-size-bytes");
 	char *end = NULL;
 	unsigned long long n = v && *v >= '0' && *v <= '9' ? strtoull(v, &end, 10) : 0;
 	return end && *end == '\0' ? n : 0;
@@ -38,10 +41,7 @@ unsigned long long cache_env_size_bytes(const cJSON *labels)
 const char *cache_env_identity(const cJSON *labels)
 {
 	enum cache_format f = cache_format_of_labels(labels);
-	if (f == CACHE_AUTO)
-		return NULL;
-	return label(labels,
-	             f == CACHE_VLLM ? "cache.vllm.image/identity" : "cache.triton.image/identity");
+	return f == CACHE_AUTO ? NULL : cache_env_label(labels, f, "identity");
 }
 
 /* An environment variable name as Kubernetes accepts one (C identifier). */

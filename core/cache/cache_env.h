@@ -37,6 +37,10 @@ struct cache_env_tree {
 /* The format gkm's labels (cache.<fmt>.image/...) say; CACHE_AUTO when none. */
 enum cache_format cache_format_of_labels(const cJSON *labels);
 
+/* gkm's label cache.<fmt>.image/<key> (the triton one for CACHE_AUTO), NULL
+ * when absent. */
+const char *cache_env_label(const cJSON *labels, enum cache_format f, const char *key);
+
 /* The bytes the image's files take once extracted, as its
  * cache.<fmt>.image/cache-size-bytes label says; 0 when it does not. */
 unsigned long long cache_env_size_bytes(const cJSON *labels);

@@ -10,6 +10,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "cache_view.h"
 #include "fsutil.h"
 
 #define META_MAX (64u << 10) /* a kernel's metadata JSON is read up to this */
@@ -144,6 +145,23 @@ int cache_misses_count(int upper, int lower, struct cache_misses *out)
 	if (!rc)
 		rc = walk_at(upper, lower, "io.vllm.cache", "torch_compile_cache", "vllm", out,
 		             &read);
+	return rc;
+}
+
+int cache_misses_of_volume(const char *root, const char *ns, const char *name, const char *digest,
+                           const char *own, struct cache_misses *out)
+{
+	int lower = -1, rc = 0;
+	char *path = NULL;
+	if (digest && (rc = cache_view_open_data(root, ns, name, digest, &lower, &path, NULL, 0)))
+		return rc;
+	free(path);
+	int fd = open(own, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+	rc = fd < 0 ? -errno : cache_misses_count(fd, lower, out);
+	if (fd >= 0)
+		close(fd);
+	if (lower >= 0)
+		close(lower);
 	return rc;
 }
 

@@ -35,6 +35,15 @@ struct cache_misses {
 __attribute__((warn_unused_result)) int cache_misses_count(int upper, int lower,
                                                            struct cache_misses *out);
 
+/* The same for one volume: own (the path of its upper layer or onMiss
+ * "empty" directory, opened without following links) against the tree of
+ * the cache's view (root, ns, name) at digest; digest NULL: no tree, every
+ * kernel is a miss. 0, or -errno when either cannot be opened. */
+__attribute__((warn_unused_result)) int cache_misses_of_volume(const char *root, const char *ns,
+                                                               const char *name, const char *digest,
+                                                               const char *own,
+                                                               struct cache_misses *out);
+
 /* Add m to o as misses (a number) and missedKernels (the names, when any),
  * as node reports and usage records write them. false when out of memory. */
 bool cache_misses_json(const struct cache_misses *m, cJSON *o);

@@ -41,13 +41,6 @@ static int inspect_flag(struct cli *c, int opt, const char *arg)
 	return 1;
 }
 
-static const char *label_of(const struct oci_config *cfg, enum cache_format f, const char *key)
-{
-	char k[96];
-	snprintf(k, sizeof(k), "cache.%s.image/%s", f == CACHE_VLLM ? "vllm" : "triton", key);
-	return oci_config_label(cfg, k);
-}
-
 static void print_targets(const cJSON *targets)
 {
 	printf("Targets:\n  %-8s %-14s %-5s %-4s %s\n", "BACKEND", "ARCH", "WARP", "PTX", "CUDA");
@@ -180,7 +173,7 @@ static int inspect_gather(struct cli *c, struct inspect *in)
 	         oci_repo_fetch_image(in->repo, oci_ref_reference(&in->ref), c->platform, img, &e)))
 		return cmd_cache_fail(c->cmd, in->refstr, &e, rc);
 	in->fmt = cache_format_of_labels(oci_config_labels(&img->config));
-	in->sum_s = label_of(&img->config, in->fmt, "summary");
+	in->sum_s = cache_env_label(oci_config_labels(&img->config), in->fmt, "summary");
 	in->summary = in->sum_s ? cJSON_Parse(in->sum_s) : NULL;
 	if (cache_meta_init(&in->meta, in->fmt))
 		return EXIT_FAIL;
@@ -189,9 +182,9 @@ static int inspect_gather(struct cli *c, struct inspect *in)
 		return rc;
 	if (!c->no_sigs)
 		cmd_cache_sig_check(c, in->repo, img->top_digest, &in->sigs);
-	in->entries = label_of(&img->config, in->fmt, "entry-count");
-	in->size = label_of(&img->config, in->fmt, "cache-size-bytes");
-	in->identity = label_of(&img->config, in->fmt, "identity");
+	in->entries = cache_env_label(oci_config_labels(&img->config), in->fmt, "entry-count");
+	in->size = cache_env_label(oci_config_labels(&img->config), in->fmt, "cache-size-bytes");
+	in->identity = cache_env_label(oci_config_labels(&img->config), in->fmt, "identity");
 	const cJSON *cr = cJSON_GetObjectItemCaseSensitive(img->config.root, "created");
 	if (cJSON_IsString(cr))
 		in->created = cr->valuestring;

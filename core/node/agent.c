@@ -77,6 +77,15 @@ struct cache *agent_find_cache(struct agent *a, const char *key)
 	return NULL;
 }
 
+int agent_volume_dir(const struct agent *a, const char *key, const char *sub, char *buf, size_t len)
+{
+	if (!key || !*key || key[0] == '.' || strchr(key, '/'))
+		return -EINVAL;
+	int n = snprintf(buf, len, "%s/csi/volumes/%s%s%s", a->root, key, sub ? "/" : "",
+	                 sub ? sub : "");
+	return n < 0 || (size_t)n >= len ? -ENAMETOOLONG : 0;
+}
+
 static void cache_free(struct cache *c)
 {
 	cJSON_Delete(c->obj);

@@ -53,12 +53,10 @@ static cJSON *live_volumes(struct agent *a, const struct cache *c)
 		return list;
 	for (size_t i = 0; i < u.npods; i++) {
 		const struct cache_view_pod *p = &u.pods[i];
-		/* a volume's key is one path component (csi_volume.h) */
-		if (p->read_only || p->fallback || !*p->volume_id || p->volume_id[0] == '.' ||
-		    strchr(p->volume_id, '/'))
-			continue;
 		char dir[PATH_MAX];
-		snprintf(dir, sizeof(dir), "%s/csi/volumes/%s", a->root, p->volume_id);
+		if (p->read_only || p->fallback ||
+		    agent_volume_dir(a, p->volume_id, NULL, dir, sizeof(dir)) != 0)
+			continue;
 		cJSON *v = cJSON_CreateObject(), *pod = cJSON_AddObjectToObject(v, "pod");
 		cJSON_AddStringToObject(v, "dir", dir);
 		cJSON_AddStringToObject(pod, "name", p->name);

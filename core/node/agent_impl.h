@@ -166,6 +166,11 @@ void agent_forget_cache(struct agent *a, struct cache *c);
  * about it. A job still running ends on its own and is then ignored. */
 void agent_attempt_reset(struct agent *a, struct attempt *att);
 void agent_enqueue(struct agent *a, const char *key, uint64_t delay_ms);
+/* ROOT/csi/volumes/<key>[/sub]: where the CSI plugin keeps a volume's own
+ * directories (csi/csi_node_dirs.c). -EINVAL for a key that is not one path
+ * component (usage records are outside input), -ENAMETOOLONG. */
+int agent_volume_dir(const struct agent *a, const char *key, const char *sub, char *buf,
+                     size_t len);
 /* A LocalModelCache's kernel cache whose node groups leave this node out
  * (or before the Node's labels are known). */
 bool agent_local_model_away(const struct agent *a, const cJSON *obj);

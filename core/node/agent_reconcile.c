@@ -4,7 +4,6 @@
 #include "agent_impl.h"
 
 #include <errno.h>
-#include <fcntl.h>
 #include <limits.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -99,13 +98,12 @@ static void failure_json(cJSON *o, const struct attempt *att)
  * reconcile. Nothing for a volume without a layer. */
 static void layer_usage(const struct agent *a, const char *key, cJSON *o)
 {
-	char vdir[PATH_MAX], layer[PATH_MAX + 8];
+	char vdir[PATH_MAX], layer[PATH_MAX];
 	struct stat sd, sl;
 	struct statvfs sv;
-	if (!key || !*key || key[0] == '.' || strchr(key, '/'))
+	if (agent_volume_dir(a, key, NULL, vdir, sizeof(vdir)) != 0 ||
+	    agent_volume_dir(a, key, "layer", layer, sizeof(layer)) != 0)
 		return;
-	snprintf(vdir, sizeof(vdir), "%s/csi/volumes/%s", a->root, key);
-	snprintf(layer, sizeof(layer), "%s/layer", vdir);
 	/* a mount of its own: another device than the directory it is in */
 	if (stat(vdir, &sd) != 0 || stat(layer, &sl) != 0 || sd.st_dev == sl.st_dev ||
 	    statvfs(layer, &sv) != 0)
@@ -117,30 +115,23 @@ static void layer_usage(const struct agent *a, const char *key, cJSON *o)
 }
 
 /* What the pod compiled itself (cache_misses.h): the kernels of its upper
- * layer, or its onMiss "empty" directory, that the cache's tree (lower, -1
- * when not open) lacks; nothing when that cannot be told. */
-static void volume_misses(const struct agent *a, const struct cache_view_pod *p, int lower,
-                          cJSON *o)
+ * layer, or its onMiss "empty" directory, that the cache's tree lacks;
+ * nothing when that cannot be told. */
+static void volume_misses(const struct agent *a, const struct cache *c,
+                          const struct cache_view_pod *p, cJSON *o)
 {
-	const char *key = p->volume_id, *own = p->fallback ? "fallback" : "upper";
-	char dir[PATH_MAX];
-	if (!key || !*key || key[0] == '.' || strchr(key, '/') || (lower < 0 && !p->fallback))
-		return;
-	/* in the size-limited layer when the volume has one (csi/csi_node_dirs.c) */
-	snprintf(dir, sizeof(dir), "%s/csi/volumes/%s/layer/%s", a->root, key, own);
-	int fd = open(dir, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
-	if (fd < 0) {
-		snprintf(dir, sizeof(dir), "%s/csi/volumes/%s/%s", a->root, key, own);
-		fd = open(dir, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
-	}
+	const char *own = p->fallback ? "fallback" : "upper";
+	char sub[16], dir[PATH_MAX];
 	struct cache_misses m;
-	if (fd < 0 || cache_misses_count(fd, p->fallback ? -1 : lower, &m) != 0) {
-		if (fd >= 0)
-			close(fd);
+	/* in the size-limited layer when the volume has one (csi/csi_node_dirs.c) */
+	snprintf(sub, sizeof(sub), "layer/%s", own);
+	if (agent_volume_dir(a, p->volume_id, sub, dir, sizeof(dir)) != 0)
 		return;
-	}
-	close(fd);
-	(void)cache_misses_json(&m, o); /* out of memory: reported without them */
+	if (access(dir, F_OK) != 0 && agent_volume_dir(a, p->volume_id, own, dir, sizeof(dir)))
+		return;
+	if (cache_misses_of_volume(a->root, c->ns, c->name, p->fallback ? NULL : c->view_digest,
+	                           dir, &m) == 0)
+		(void)cache_misses_json(&m, o); /* out of memory: reported without them */
 }
 
 /* A Warning Event on the pod that compiled kernels the cache lacks. */
@@ -199,13 +190,6 @@ static void count_misses(struct agent *a, struct cache *c, const cJSON *list, co
 static cJSON *usage_json(struct agent *a, struct cache *c, const struct cache_view_usage *u)
 {
 	cJSON *usage = cJSON_CreateObject();
-	int lower = -1;
-	char *lower_path = NULL;
-	if (u && u->npods && c->view_digest[0] &&
-	    cache_view_open_data(a->root, c->ns, c->name, c->view_digest, &lower, &lower_path, NULL,
-	                         0) != 0)
-		lower = -1;
-	free(lower_path);
 	cJSON *list = cJSON_AddArrayToObject(usage, "list");
 	cJSON *fallback = cJSON_AddArrayToObject(usage, "fallback");
 	for (size_t i = 0; u && i < u->npods; i++) {
@@ -217,7 +201,7 @@ static cJSON *usage_json(struct agent *a, struct cache *c, const struct cache_vi
 		cJSON_AddStringToObject(o, "volumeId", p->volume_id ? p->volume_id : "");
 		if (!p->read_only || p->fallback) {
 			layer_usage(a, p->volume_id, o);
-			volume_misses(a, p, lower, o);
+			volume_misses(a, c, p, o);
 		}
 		if (p->fallback) {
 			cJSON_AddStringToObject(o, "state", p->fallback_state);
@@ -227,8 +211,6 @@ static cJSON *usage_json(struct agent *a, struct cache *c, const struct cache_vi
 		cJSON_AddItemToArray(p->fallback ? fallback : list, o);
 	}
 	cJSON_AddNumberToObject(usage, "pods", cJSON_GetArraySize(list));
-	if (lower >= 0)
-		close(lower);
 	/* the pods that finished here, with what they compiled (csi unpublish) */
 	cJSON *finished = u && u->finished ? cJSON_Duplicate(u->finished, true) : NULL;
 	if (finished)

@@ -48,22 +48,30 @@ void fallback_notice_free(struct fallback_notice *fn)
 	free(fn);
 }
 
+/* The Pod ns/name (uid) as an Event's regarding object; NULL when out of
+ * memory. */
+static cJSON *pod_object(const char *name, const char *ns, const char *uid)
+{
+	cJSON *o = cJSON_CreateObject();
+	cJSON *meta = o ? cJSON_AddObjectToObject(o, "metadata") : NULL;
+	if (meta && cJSON_AddStringToObject(o, "apiVersion", "v1") &&
+	    cJSON_AddStringToObject(o, "kind", "Pod") &&
+	    cJSON_AddStringToObject(meta, "name", name) &&
+	    cJSON_AddStringToObject(meta, "namespace", ns) &&
+	    cJSON_AddStringToObject(meta, "uid", uid ? uid : ""))
+		return o;
+	cJSON_Delete(o);
+	return NULL;
+}
+
 int fallback_notice_event(const struct cache_view_pod *p, cJSON **regarding, char *msg,
                           size_t msglen)
 {
 	if (!p->fallback || !p->name || !*p->name || !p->namespace || !*p->namespace)
 		return -EINVAL;
-	cJSON *o = cJSON_CreateObject();
-	cJSON *meta = o ? cJSON_AddObjectToObject(o, "metadata") : NULL;
-	bool ok = meta && cJSON_AddStringToObject(o, "apiVersion", "v1") &&
-	          cJSON_AddStringToObject(o, "kind", "Pod") &&
-	          cJSON_AddStringToObject(meta, "name", p->name) &&
-	          cJSON_AddStringToObject(meta, "namespace", p->namespace) &&
-	          cJSON_AddStringToObject(meta, "uid", p->uid ? p->uid : "");
-	if (!ok) {
-		cJSON_Delete(o);
+	cJSON *o = pod_object(p->name, p->namespace, p->uid);
+	if (!o)
 		return -ENOMEM;
-	}
 	snprintf(msg, msglen,
 	         "%s; volume %s is an empty, writable directory instead (onMiss: empty), so the "
 	         "kernels are compiled as without a cache",
@@ -89,17 +97,20 @@ static void event_done(struct loop *l, void *ud)
 	free(j);
 }
 
-/* Queue the Event of p; 0 when it is on its way. */
-static int send_event(struct fallback_notice *fn, const struct cache_view_pod *p)
+/* Queue a Warning Event about regarding (taken); 0 when it is on its way. */
+static int queue_event(struct fallback_notice *fn, cJSON *regarding, const char *reason,
+                       const char *msg)
 {
 	struct event_job *j = calloc(1, sizeof(*j));
-	if (!j)
+	if (!j) {
+		cJSON_Delete(regarding);
 		return -ENOMEM;
+	}
 	j->os = fn->os;
-	j->reason = FALLBACK_NOTICE_REASON;
-	int rc = fallback_notice_event(p, &j->regarding, j->msg, sizeof(j->msg));
-	if (rc == 0)
-		rc = workers_submit(fn->w, event_work, event_done, j);
+	j->regarding = regarding;
+	j->reason = reason;
+	snprintf(j->msg, sizeof(j->msg), "%s", msg);
+	int rc = workers_submit(fn->w, event_work, event_done, j);
 	if (rc) {
 		cJSON_Delete(j->regarding);
 		free(j);
@@ -107,23 +118,21 @@ static int send_event(struct fallback_notice *fn, const struct cache_view_pod *p
 	return rc;
 }
 
+/* Queue the Event of p; 0 when it is on its way. */
+static int send_event(struct fallback_notice *fn, const struct cache_view_pod *p)
+{
+	cJSON *regarding = NULL;
+	char msg[1024];
+	int rc = fallback_notice_event(p, &regarding, msg, sizeof(msg));
+	return rc ? rc : queue_event(fn, regarding, FALLBACK_NOTICE_REASON, msg);
+}
+
 void fallback_notice_pod_event(struct fallback_notice *fn, const char *name, const char *ns,
                                const char *uid, const char *reason, const char *msg)
 {
-	struct cache_view_pod p = {
-	    .fallback = true, .name = (char *)name, .namespace = (char *)ns, .uid = (char *)uid};
-	struct event_job *j = calloc(1, sizeof(*j));
-	if (!j)
-		return;
-	j->os = fn->os;
-	j->reason = reason;
-	snprintf(j->msg, sizeof(j->msg), "%s", msg);
-	char ignored[8];
-	if (fallback_notice_event(&p, &j->regarding, ignored, sizeof(ignored)) != 0 ||
-	    workers_submit(fn->w, event_work, event_done, j) != 0) {
-		cJSON_Delete(j->regarding);
-		free(j);
-	}
+	cJSON *regarding = *name && *ns ? pod_object(name, ns, uid) : NULL;
+	if (regarding)
+		(void)queue_event(fn, regarding, reason, msg);
 }
 
 static struct told *find(struct fallback_notice *fn, const char *cache, const char *volume_id)

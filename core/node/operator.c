@@ -625,8 +625,8 @@ static void reconcile(struct operator_ *op, struct ocache *c)
 	/* what compiled the cache, as the webhook read it from the image's
 	 * labels: shown by kubectl describe beside where it is Ready */
 	const cJSON *ann = cJSON_GetObjectItemCaseSensitive(
-	    cJSON_GetObjectItemCaseSensitive(
-	        cJSON_GetObjectItemCaseSensitive(c->obj, "metadata"), "annotations"),
+	    cJSON_GetObjectItemCaseSensitive(cJSON_GetObjectItemCaseSensitive(c->obj, "metadata"),
+	                                     "annotations"),
 	    CACHE_ENV_IDENTITY_ANNOTATION);
 	cJSON *id = cJSON_IsString(ann) ? cJSON_Parse(ann->valuestring) : NULL;
 	if (cJSON_IsObject(id) && id->child)
