@@ -283,14 +283,14 @@ static void pointer_token(const char *key, char *out, size_t len)
 	out[o] = '\0';
 }
 
-static cJSON *add_op(cJSON *ops, const char *path)
+cJSON *admission_patch_op(cJSON *ops, const char *op, const char *path)
 {
 	cJSON *o = cJSON_CreateObject();
 	if (!o || !cJSON_AddItemToArray(ops, o)) {
 		cJSON_Delete(o);
 		return NULL;
 	}
-	return cJSON_AddStringToObject(o, "op", "add") && cJSON_AddStringToObject(o, "path", path)
+	return cJSON_AddStringToObject(o, "op", op) && cJSON_AddStringToObject(o, "path", path)
 	           ? o
 	           : NULL;
 }
@@ -306,14 +306,15 @@ int admission_annotation_ops(cJSON *ops, const cJSON *annotations, bool has_meta
 		if (annotations) { /* "add" replaces an existing member */
 			char path[600] = "/metadata/annotations/";
 			pointer_token(a[i].key, path + strlen(path), sizeof(path) - strlen(path));
-			if (!(o = add_op(ops, path)) ||
+			if (!(o = admission_patch_op(ops, "add", path)) ||
 			    !cJSON_AddStringToObject(o, "value", a[i].value))
 				return -ENOMEM;
 			continue;
 		}
 		/* one operation makes the annotations, with every key */
 		if (!value &&
-		    (!(o = add_op(ops, has_metadata ? "/metadata/annotations" : "/metadata")) ||
+		    (!(o = admission_patch_op(
+		           ops, "add", has_metadata ? "/metadata/annotations" : "/metadata")) ||
 		     !(value = cJSON_AddObjectToObject(o, "value")) ||
 		     (!has_metadata && !(value = cJSON_AddObjectToObject(value, "annotations")))))
 			return -ENOMEM;

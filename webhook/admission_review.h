@@ -86,6 +86,10 @@ struct admission_response {
 __attribute__((warn_unused_result)) int admission_response_build(const struct admission_response *r,
                                                                  char **out, size_t *len);
 
+/* Append {op, path} to ops (a JSONPatch array): the new operation, for
+ * its value, or NULL when out of memory. */
+cJSON *admission_patch_op(cJSON *ops, const char *op, const char *path);
+
 struct admission_annotation {
 	const char *key, *value;
 };

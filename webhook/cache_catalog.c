@@ -48,7 +48,7 @@ static void entry_free(struct catalog_cache *e)
 	for (char **n = e->env_containers; n && *n; n++)
 		free(*n);
 	free(e->env_containers);
-	free(e->identity);
+	cJSON_Delete(e->identity);
 	free(e->claim_ns);
 	free(e->claim_name);
 	free(e);
@@ -162,9 +162,7 @@ int cache_catalog_put(struct cache_catalog *c, bool cluster, const cJSON *obj)
 	key_of(cluster, ns, name, key, sizeof(key));
 	if (!(e->key = strdup(key)) || !(e->ns = strdup(ns)) || !(e->name = strdup(name)) ||
 	    !(e->uid = strdup(str(at(obj, "metadata", "uid")))) ||
-	    !(e->image = strdup(str(at(obj, "spec", "image")))) ||
-	    !(e->identity = strdup(str(
-	          at(at(obj, "metadata", "annotations"), CACHE_ENV_IDENTITY_ANNOTATION, NULL)))))
+	    !(e->image = strdup(str(at(obj, "spec", "image")))))
 		goto nomem;
 	if (e->image[0] && oci_ref_parse(e->image, &e->ref, &oerr) == 0 &&
 	    e->ref.kind == OCI_REF_REGISTRY && !(e->repo = oci_ref_name(&e->ref)))
@@ -172,6 +170,14 @@ int cache_catalog_put(struct cache_catalog *c, bool cluster, const cJSON *obj)
 	recorded_digest(obj, e, e->digest);
 	if (read_env(obj, e) != 0 || read_claim(obj, e) != 0)
 		goto nomem;
+	/* parsed once here, not at every pod review */
+	const char *id =
+	    str(at(at(obj, "metadata", "annotations"), CACHE_ENV_IDENTITY_ANNOTATION, NULL));
+	e->identity = *id ? cJSON_Parse(id) : NULL;
+	if (e->identity && !cJSON_IsObject(e->identity)) {
+		cJSON_Delete(e->identity);
+		e->identity = NULL;
+	}
 	e->ready_nodes = count(at(status, "readyNodes", NULL));
 	e->total_nodes = count(at(status, "totalNodes", NULL));
 	e->ready = condition_true(status, "Ready");

@@ -37,7 +37,7 @@ struct catalog_cache {
 	size_t nenv;
 	struct cache_env_tree env[CACHE_ENV_TREES_MAX];
 	char **env_containers;       /* spec.runtimeEnv.containers, NULL-terminated; NULL: all */
-	char *identity;              /* annotation gkm.io/runtime-identity (JSON; "" when none) */
+	cJSON *identity;             /* annotation gkm.io/runtime-identity, parsed (NULL: none) */
 	char *claim_ns, *claim_name; /* spec.claim: the PVC pods name (NULL without one) */
 };
 

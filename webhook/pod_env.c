@@ -1,5 +1,7 @@
 #include "pod_env.h"
 
+#include "admission_review.h"
+
 #include <errno.h>
 #include <stdbool.h>
 #include <stdio.h>
@@ -60,9 +62,10 @@ static bool tree_path(const char *mp, const char *sub, const struct cache_env_tr
 }
 
 /* One tree's variable for container cname mounting it at want: added to
- * env (1), already there (0), or set otherwise (0, warned); -ENOMEM. */
+ * env (1), already there (0), or set otherwise (0, warned, *conflict set);
+ * -ENOMEM. */
 static int tree_env(cJSON *env, const char *cname, const char *want,
-                    const struct cache_env_tree *tr, char *warn, size_t warnlen)
+                    const struct cache_env_tree *tr, bool *conflict, char *warn, size_t warnlen)
 {
 	bool from = false;
 	const char *have = env_value(env, tr->variable, &from);
@@ -70,6 +73,7 @@ static int tree_env(cJSON *env, const char *cname, const char *want,
 		return 0;
 	if (have) {
 		warn_add(warn, warnlen, cname, tr->variable, from ? "(from a source)" : have, want);
+		*conflict = true;
 		return 0;
 	}
 	cJSON *e = cJSON_CreateObject();
@@ -95,7 +99,7 @@ static bool listed(const char *const *names, const char *name)
 
 /* The variables for one container: added to env (a copy of its list).
  * Returns how many were added, or -ENOMEM. */
-static int container_env(const cJSON *c, cJSON *env, const struct pod_env_volume *vols, size_t n,
+static int container_env(const cJSON *c, cJSON *env, struct pod_env_volume *vols, size_t n,
                          char *warn, size_t warnlen)
 {
 	const cJSON *name = cJSON_GetObjectItemCaseSensitive(c, "name");
@@ -121,8 +125,8 @@ static int container_env(const cJSON *c, cJSON *env, const struct pod_env_volume
 				               cJSON_IsString(sp) ? sp->valuestring : "",
 				               &vols[v].trees[t], want, sizeof(want)))
 					continue;
-				int rc =
-				    tree_env(env, cname, want, &vols[v].trees[t], warn, warnlen);
+				int rc = tree_env(env, cname, want, &vols[v].trees[t],
+				                  &vols[v].conflict, warn, warnlen);
 				if (rc < 0)
 					return rc;
 				added += rc;
@@ -132,8 +136,8 @@ static int container_env(const cJSON *c, cJSON *env, const struct pod_env_volume
 	return added;
 }
 
-static int list_patch(const cJSON *spec, const char *list, const struct pod_env_volume *vols,
-                      size_t n, cJSON *ops, char *warn, size_t warnlen)
+static int list_patch(const cJSON *spec, const char *list, struct pod_env_volume *vols, size_t n,
+                      cJSON *ops, char *warn, size_t warnlen)
 {
 	const cJSON *cs = cJSON_GetObjectItemCaseSensitive(spec, list), *c;
 	int i = 0;
@@ -145,11 +149,9 @@ static int list_patch(const cJSON *spec, const char *list, const struct pod_env_
 		int added = env ? container_env(c, env, vols, n, warn, warnlen) : -ENOMEM;
 		if (added > 0) {
 			char path[96];
-			cJSON *o = cJSON_CreateObject();
 			snprintf(path, sizeof(path), "/spec/%s/%d/env", list, i);
-			if (!o || !cJSON_AddItemToArray(ops, o) ||
-			    !cJSON_AddStringToObject(o, "op", "add") ||
-			    !cJSON_AddStringToObject(o, "path", path)) {
+			cJSON *o = admission_patch_op(ops, "add", path);
+			if (!o) {
 				cJSON_Delete(env);
 				return -ENOMEM;
 			}
@@ -164,8 +166,8 @@ static int list_patch(const cJSON *spec, const char *list, const struct pod_env_
 	return 0;
 }
 
-int pod_env_patch(const cJSON *pod, const struct pod_env_volume *vols, size_t n, cJSON *ops,
-                  char *warn, size_t warnlen)
+int pod_env_patch(const cJSON *pod, struct pod_env_volume *vols, size_t n, cJSON *ops, char *warn,
+                  size_t warnlen)
 {
 	const cJSON *spec = cJSON_GetObjectItemCaseSensitive(pod, "spec");
 	if (warnlen)

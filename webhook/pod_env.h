@@ -8,6 +8,7 @@
 #define GKM_POD_ENV_H
 
 #include <cjson/cJSON.h>
+#include <stdbool.h>
 #include <stddef.h>
 
 #include "cache_env.h"
@@ -20,6 +21,7 @@ struct pod_env_volume {
 	/* the containers that get the variables (NULL: every container that
 	 * mounts the volume); a list of names, NULL-terminated */
 	const char *const *containers;
+	bool conflict; /* out: a container sets one of its variables otherwise */
 };
 
 /* Append to ops (a JSON array) the operations that give every container
@@ -28,8 +30,8 @@ struct pod_env_volume {
  * (a subPath of io.triton.cache: TRITON_CACHE_DIR=<mountPath>); a tree
  * outside it is not visible there and gets nothing. Conflicts (a variable the container already
  * sets to another value) are written, "; "-separated, to warn (may be empty). 0, or -ENOMEM. */
-__attribute__((warn_unused_result)) int pod_env_patch(const cJSON *pod,
-                                                      const struct pod_env_volume *vols, size_t n,
-                                                      cJSON *ops, char *warn, size_t warnlen);
+__attribute__((warn_unused_result)) int pod_env_patch(const cJSON *pod, struct pod_env_volume *vols,
+                                                      size_t n, cJSON *ops, char *warn,
+                                                      size_t warnlen);
 
 #endif

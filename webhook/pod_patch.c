@@ -195,18 +195,6 @@ out:
 	return rc;
 }
 
-static cJSON *add_op(cJSON *ops, const char *op, const char *path)
-{
-	cJSON *o = cJSON_CreateObject();
-	if (!o || !cJSON_AddItemToArray(ops, o)) {
-		cJSON_Delete(o);
-		return NULL;
-	}
-	if (!cJSON_AddStringToObject(o, "op", op) || !cJSON_AddStringToObject(o, "path", path))
-		return NULL;
-	return o;
-}
-
 int pod_patch_build(const struct pod_info *p, const struct pod_place *pl, size_t npl,
                     const struct pod_pin *pins, size_t npins, const char *annotation_key,
                     const char *annotation_value, cJSON *env_ops, char **out, char *err,
@@ -221,7 +209,7 @@ int pod_patch_build(const struct pod_info *p, const struct pod_place *pl, size_t
 			goto out;
 		rc = -ENOMEM;
 		if (aff) {
-			if (!(o = add_op(ops, "add", "/spec/affinity")))
+			if (!(o = admission_patch_op(ops, "add", "/spec/affinity")))
 				goto out;
 			cJSON_AddItemToObject(o, "value", aff);
 			aff = NULL;
@@ -236,7 +224,7 @@ int pod_patch_build(const struct pod_info *p, const struct pod_place *pl, size_t
 		if (same)
 			continue;
 		snprintf(path, sizeof(path), "/spec/volumes/%d/image/reference", pins[i].index);
-		if (!(o = add_op(ops, "replace", path)) ||
+		if (!(o = admission_patch_op(ops, "replace", path)) ||
 		    !cJSON_AddStringToObject(o, "value", pins[i].reference))
 			goto out;
 	}

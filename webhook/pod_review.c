@@ -297,13 +297,16 @@ static bool verify_images(struct review *rv)
  * of memory. */
 static bool add_identity(const struct review *rv, const struct pod_cache *pc, cJSON *o)
 {
-	const char *text = pc->check ? pc->check->verdict.identity : "";
-	if (!pc->check) {
+	cJSON *id = NULL;
+	if (pc->check) { /* an image volume: from its check */
+		id = pc->check->verdict.identity[0] ? cJSON_Parse(pc->check->verdict.identity)
+		                                    : NULL;
+	} else {
 		const struct catalog_cache *e =
 		    cache_catalog_get(rv->r->o.catalog, pc->cluster ? NULL : pc->ns, pc->name);
-		text = e ? e->identity : "";
+		if (e && e->identity && !(id = cJSON_Duplicate(e->identity, true)))
+			return false;
 	}
-	cJSON *id = *text ? cJSON_Parse(text) : NULL;
 	if (!cJSON_IsObject(id)) {
 		cJSON_Delete(id);
 		return true;
@@ -559,6 +562,7 @@ static bool policy_verdicts(struct review *rv, char warn[][512], const char **wa
  * images' labels, or whose image config could not be read). */
 static bool env_of(const struct review *rv, const struct pod_cache *pc, struct pod_env_volume *out)
 {
+	memset(out, 0, sizeof(*out));
 	out->volume = pc->v->name;
 	if (pc->check) {
 		out->trees = pc->check->verdict.trees;
@@ -616,14 +620,10 @@ static bool env_patch(struct review *rv, cJSON **ops, char warn[][512], const ch
 		return true;
 	for (size_t i = 0, k = 0; i < p->n && k < n; i++) {
 		if (strcmp(vols[k].volume, p->caches[i].v->name) != 0)
-			continue;   /* its variables are not known: not among vols */
-		bool named = false; /* the cache whose variable is set otherwise */
-		for (size_t t = 0; t < vols[k].n; t++)
-			named = named || strstr(conflict, vols[k].trees[t].variable);
-		if (named)
+			continue;       /* its variables are not known: not among vols */
+		if (vols[k++].conflict) /* a container sets its variable otherwise */
 			note_event(rv, &p->caches[i], true, "CacheNotRead",
 			           mode_names[p->caches[i].mode], conflict);
-		k++;
 	}
 	if (*nw < WARNINGS_MAX) {
 		snprintf(warn[*nw], sizeof(warn[*nw]), "gkm: %.500s", conflict);

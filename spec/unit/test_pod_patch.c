@@ -451,7 +451,7 @@ static void test_env_patch_applies(void **state)
 	(void)state;
 	struct cache_env_tree t[2] = {{"TRITON_CACHE_DIR", "io.triton.cache"},
 	                              {"VLLM_CACHE_ROOT", "io.vllm.cache"}};
-	struct pod_env_volume v = {"kernels", t, 2, NULL};
+	struct pod_env_volume v = {"kernels", t, 2, NULL, false};
 	cJSON *pod = parse(env_pod_json), *ops = cJSON_CreateArray();
 	char warn[512];
 	assert_int_equal(pod_env_patch(pod, &v, 1, ops, warn, sizeof(warn)), 0);
@@ -472,6 +472,7 @@ static void test_env_patch_applies(void **state)
 	assert_non_null(strstr(warn, "container own sets TRITON_CACHE_DIR to /tmp/t, so the "
 	                             "cache mounted at /k/io.triton.cache will never be read"));
 	assert_non_null(strstr(warn, "container own sets VLLM_CACHE_ROOT to (from a source)"));
+	assert_true(v.conflict); /* the volume whose variables a container sets otherwise */
 	/* the pod as patched, reviewed again: nothing left to change */
 	cJSON_Delete(ops);
 	ops = cJSON_CreateArray();
@@ -499,7 +500,7 @@ static void test_env_subpath_and_containers(void **state)
 	                   "\"mountPath\":\"/x\",\"subPathExpr\":\"$(POD)\"}]}]}}");
 	cJSON *ops = cJSON_CreateArray();
 	char warn[256];
-	struct pod_env_volume v = {"k", t, 2, NULL};
+	struct pod_env_volume v = {"k", t, 2, NULL, false};
 	assert_int_equal(pod_env_patch(pod, &v, 1, ops, warn, sizeof(warn)), 0);
 	char *patch = cJSON_PrintUnformatted(ops);
 	cJSON *copy = cJSON_Duplicate(pod, 1);
