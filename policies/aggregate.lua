@@ -38,8 +38,11 @@
 --   cache's label (key in status.nodeLabel, value "ready"), which pods select
 --   with node affinity. The operator sets the labels of every Node to match;
 --   left out, the cache labels no Node.
--- Node entry states written by the agent: Pending, Pulling, Ready, Incompatible,
--- Failed, Deleting. Incompatible is not a failure: a node without a GPU the
+-- Node entry states written by the agent: Pending, Waiting (for a pull slot of
+-- spec.rollout), Pulling, Ready, Incompatible, Failed, Deleting (reason
+-- NotSelected: a node the cache is no longer for, kept while pods use it; not
+-- counted). An entry with servingDigest still serves the digest it was Ready
+-- with to its pods. Incompatible is not a failure: a node without a GPU the
 -- cache was built for is counted apart (incompatibleNodes), never in
 -- failedNodes, nodeErrorCnt or the Error condition. An empty reason map may
 -- be returned: the operator leaves empty maps out of the status it applies.
@@ -48,7 +51,7 @@
 local M = {}
 
 -- States that count as "still working on it".
-M.progressing_states = { Pending = true, Pulling = true, Deleting = true }
+M.progressing_states = { Pending = true, Waiting = true, Pulling = true, Deleting = true }
 
 -- Whether a cache counts as Ready while some nodes have no compatible GPU.
 -- true: Ready means "ready on every node that can use it" (and on at least one).
@@ -232,9 +235,12 @@ function M.evaluate(input)
   local total, ready, failed, incompatible, progressing, pods, in_use = 0, 0, 0, 0, 0, 0, 0
   local by_reason, incompatible_by_reason, failed_names, waiting, labeled = {}, {}, {}, {}, {}
   for _, n in ipairs(nodes) do
-    if type(n) == "table" and type(n.name) == "string" then
+    local reported = type(n) == "table" and type(n.entry) == "table" and n.entry or nil
+    local e = reported
+    -- a node the cache is no longer for, until its last pod is gone: not counted
+    local left = e and e.state == "Deleting" and e.reason == "NotSelected"
+    if type(n) == "table" and type(n.name) == "string" and not left then
       total = total + 1
-      local e = type(n.entry) == "table" and n.entry or nil
       -- a report for another digest is stale: the node has not caught up yet
       if e and digest ~= "" and e.digest and e.digest ~= "" and e.digest ~= digest then
         e = nil
@@ -242,6 +248,11 @@ function M.evaluate(input)
       local state = e and e.state or "Pending"
       local node_pods = pod_count(e)
       pods = pods + node_pods
+      -- a node that serves the digest it had until this one is Ready there
+      -- (an upgrade, a wave to come) keeps its label: pods placed there mount it
+      if state ~= "Ready" and reported and reported.servingDigest then
+        labeled[#labeled + 1] = n.name
+      end
       if state == "Ready" then
         ready = ready + 1
         if node_pods > 0 then

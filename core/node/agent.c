@@ -11,7 +11,9 @@
 #include "fallback_notice.h"
 #include "gpu_sources.h"
 #include "kube_workqueue.h"
+#include "kube_affinity.h"
 #include "local_model.h"
+#include "oci_mirrors.h"
 #include "log.h"
 #include "node_capture.h"
 #include "oci_ref.h"
@@ -168,6 +170,25 @@ static int pin_image(const char *image, const char *digest, struct oci_ref *out,
 	return rc;
 }
 
+/* Whether pulls of ref go through a mirror: a rollout's first wave is then
+ * one node, which fills the mirror for the others. A configuration that
+ * does not read says no here; the pull reports it. */
+static bool mirrored(const struct agent *a, const struct oci_ref *ref)
+{
+	struct oci_mirrors *m = NULL;
+	struct oci_route route;
+	struct oci_err e = {{0}};
+	bool yes = false;
+	if ((a->reg.hosts_dir || a->reg.registries_conf) &&
+	    oci_mirrors_load(a->reg.hosts_dir, a->reg.registries_conf, ref->registry, &m, &e) ==
+	        0 &&
+	    m && oci_mirrors_route(m, ref->registry, ref->repository, true, &route, &e) == 0)
+		for (size_t i = 0; i < route.n; i++)
+			yes = yes || route.ep[i].mirror;
+	oci_mirrors_free(m);
+	return yes;
+}
+
 /* The cache's reference changed to ref (parsed into pinned, or failed with
  * rc and err): what was learnt about the old one does not hold. */
 static void set_image(struct agent *a, struct cache *c, const char *ref, struct oci_ref *pinned,
@@ -184,6 +205,7 @@ static void set_image(struct agent *a, struct cache *c, const char *ref, struct 
 	if (*ref && !rc)
 		host = c->pin.kind == OCI_REF_LAYOUT ? "oci-layout" : oci_ref_api_host(&c->pin);
 	snprintf(c->host, sizeof(c->host), "%s", host);
+	c->mirrored = *ref && !rc && c->pin.kind != OCI_REF_LAYOUT && mirrored(a, &c->pin);
 	agent_attempt_reset(a, &c->pull);
 }
 
@@ -209,13 +231,36 @@ static void recheck_permanent(struct cache *c)
 	c->pull.recheck = c->pull.failures && c->pull.permanent;
 }
 
-/* A LocalModelCache's kernel cache whose node groups leave this node out
- * (or before the Node's labels are known). */
-bool agent_local_model_away(const struct agent *a, const cJSON *obj)
+/* Whether c is for this node: a LocalModelCache's kernel cache whose node
+ * groups leave this node out (or before the Node's labels are known) is
+ * away, and so is a cache whose spec.nodeSelector or node affinity does not
+ * select this node's Node. Away is handled as deleted: the view stays while
+ * a pod uses it, and nothing is reported. A selection waits for the Node's
+ * labels (undecided); where there is no Node to read (gkm up), or it cannot
+ * be read, the node has no labels. */
+void agent_place_cache(const struct agent *a, struct cache *c)
 {
 	char path[PATH_MAX];
-	return *local_model_name(obj) &&
-	       !local_model_here(obj, a->node, a->node_labels, path, sizeof(path));
+	const cJSON *spec = cJSON_GetObjectItemCaseSensitive(c->obj, "spec");
+	bool selects = c->obj && kube_affinity_set(spec);
+	bool labels_known = !a->o.owner_node_refs || a->node_rc != 1;
+	c->undecided = selects && !labels_known;
+	c->away = c->obj && !c->undecided &&
+	          ((*local_model_name(c->obj) &&
+	            !local_model_here(c->obj, a->node, a->node_labels, path, sizeof(path))) ||
+	           (selects && !kube_affinity_selects(spec, a->node, a->node_labels)));
+}
+
+void agent_place_all(struct agent *a)
+{
+	for (struct cache *c = a->caches; c; c = c->next) {
+		agent_place_cache(a, c);
+		if (!c->obj || c->away || c->undecided) {
+			pull_sched_cancel(a->sched, &c->fetch.job);
+			pull_sched_cancel(a->sched, &c->pull.job);
+		}
+		agent_enqueue(a, c->key, 0);
+	}
 }
 
 /* Whether what verified c's digest is still trusted (always, when nothing
@@ -267,8 +312,8 @@ static void on_cache_event(void *ud, enum objstore_event_type t, const cJSON *ob
 		recheck_permanent(c);
 	cJSON_Delete(c->obj);
 	c->obj = t == OBJSTORE_DELETED ? NULL : cJSON_Duplicate(obj, 1);
-	c->away = c->obj && agent_local_model_away(a, c->obj);
-	if (!c->obj || c->away) {
+	agent_place_cache(a, c);
+	if (!c->obj || c->away || c->undecided) {
 		pull_sched_cancel(a->sched, &c->fetch.job);
 		pull_sched_cancel(a->sched, &c->pull.job);
 	} else {
@@ -353,11 +398,12 @@ static void probe_tick(struct loop *l, void *ud)
 
 /* Pod usage changes (CSI) and store state are picked up by a periodic pass. */
 /* Does a cache depend on this node's labels (a LocalModelCache's node
- * groups select nodes by them)? */
+ * groups and a cache's node selection select nodes by them)? */
 static bool wants_node_labels(const struct agent *a)
 {
 	for (const struct cache *c = a->caches; c; c = c->next)
-		if (c->obj && *local_model_name(c->obj))
+		if (c->obj && (*local_model_name(c->obj) ||
+		               kube_affinity_set(cJSON_GetObjectItemCaseSensitive(c->obj, "spec"))))
 			return true;
 	return false;
 }

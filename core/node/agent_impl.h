@@ -74,6 +74,7 @@ struct cache {
 	int pin_rc;         /* spec.image does not parse: why, in pin_err */
 	char pin_err[256];
 	char host[256];  /* the registry host of ref, for fair slots */
+	bool mirrored;   /* ref is pulled through a mirror (hosts.toml, registries.conf) */
 	char digest[80]; /* resolved digest, "" if none yet */
 
 	enum image_state image;
@@ -95,6 +96,9 @@ struct cache {
 	/* a LocalModelCache's kernel cache (local_model.h): not for this node
 	 * (handled as deleted here), and where its tree was placed */
 	bool away;
+	/* spec.nodeSelector or node affinity names Nodes, and this node's Node
+	 * has not been read yet: not decided (nor reported) until it is */
+	bool undecided;
 	char *placed, placed_name[254], placed_digest[80];
 	cJSON *captures; /* what captures of pods' volumes gave here (node_capture.h) */
 	cJSON *live;     /* live volumes a capture on demand still has to take */
@@ -171,9 +175,11 @@ void agent_enqueue(struct agent *a, const char *key, uint64_t delay_ms);
  * component (usage records are outside input), -ENAMETOOLONG. */
 int agent_volume_dir(const struct agent *a, const char *key, const char *sub, char *buf,
                      size_t len);
-/* A LocalModelCache's kernel cache whose node groups leave this node out
- * (or before the Node's labels are known). */
-bool agent_local_model_away(const struct agent *a, const cJSON *obj);
+/* Set c->away and c->undecided: whether this node is one c is for
+ * (spec.nodeSelector, node affinity, a LocalModelCache's node groups). */
+void agent_place_cache(const struct agent *a, struct cache *c);
+/* The same for every cache (the Node's labels changed), each enqueued. */
+void agent_place_all(struct agent *a);
 
 /* agent_jobs.c */
 /* Start what the scheduler lets start. */

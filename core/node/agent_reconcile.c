@@ -84,8 +84,14 @@ static void failure_json(cJSON *o, const struct attempt *att)
 	cJSON_AddStringToObject(o, "message", att->message);
 	cJSON_AddNumberToObject(o, "attempts", att->failures);
 	cJSON_AddBoolToObject(o, "permanent", att->permanent);
-	if (!att->permanent)
+	if (att->recheck)
+		cJSON_AddBoolToObject(o, "recheck", true);
+	if (!att->permanent) {
+		uint64_t now = loop_now_ms();
 		cJSON_AddStringToObject(o, "nextAttemptTime", att->retry_time);
+		cJSON_AddNumberToObject(
+		    o, "retryIn", att->retry_at > now ? (double)(att->retry_at - now) / 1000 : 0);
+	}
 }
 
 /* usage = {pods = n, list = [{podName, podNamespace, podUID, volumeId}],
@@ -219,6 +225,47 @@ static cJSON *usage_json(struct agent *a, struct cache *c, const struct cache_vi
 	return usage;
 }
 
+/* Whether this node may pull c's digest now (lua/gkm/rollout.lua grants
+ * pulls in the cache's status.rollout): a cache with spec.rollout.maxPulling
+ * below 100%, and every cache pulled through a mirror (its first wave is
+ * one node), waits for its grant. */
+static cJSON *rollout_json(const struct agent *a, const struct cache *c)
+{
+	const cJSON *max = cJSON_GetObjectItemCaseSensitive(
+	    cJSON_GetObjectItemCaseSensitive(cJSON_GetObjectItemCaseSensitive(c->obj, "spec"),
+	                                     "rollout"),
+	    "maxPulling");
+	bool limited =
+	    cJSON_IsNumber(max) || (cJSON_IsString(max) && strcmp(max->valuestring, "100%"));
+	const cJSON *st = cJSON_GetObjectItemCaseSensitive(
+	    cJSON_GetObjectItemCaseSensitive(c->obj, "status"), "rollout");
+	bool current = *c->digest && !strcmp(obj_str(st, "digest"), c->digest);
+	cJSON *r = cJSON_CreateObject();
+	cJSON_AddBoolToObject(r, "required", limited || c->mirrored);
+	cJSON_AddBoolToObject(r, "mirrored", c->mirrored);
+	const char *lists[] = {"pulling", "waiting"};
+	for (size_t i = 0; i < 2; i++) {
+		const cJSON *l = current ? cJSON_GetObjectItemCaseSensitive(st, lists[i]) : NULL,
+		            *n;
+		int at = 0, place = 0;
+		cJSON_ArrayForEach(n, l)
+		{
+			at++;
+			if (!place && cJSON_IsString(n) && !strcmp(n->valuestring, a->node))
+				place = at;
+		}
+		char key[16];
+		snprintf(key, sizeof(key), "%sPlace", lists[i]);
+		cJSON_AddNumberToObject(r, lists[i], at);
+		if (place)
+			cJSON_AddNumberToObject(r, key, place);
+	}
+	const cJSON *limit = cJSON_GetObjectItemCaseSensitive(st, "maxPulling");
+	if (current && cJSON_IsNumber(limit))
+		cJSON_AddNumberToObject(r, "limit", limit->valuedouble);
+	return r;
+}
+
 static cJSON *decide_input(struct agent *a, struct cache *c, const struct cache_view_usage *u)
 {
 	char now[32];
@@ -226,6 +273,8 @@ static cJSON *decide_input(struct agent *a, struct cache *c, const struct cache_
 	cJSON *in = cJSON_CreateObject();
 	cJSON_AddStringToObject(in, "node", a->node);
 	cJSON_AddStringToObject(in, "now", now);
+	if (c->obj && c->away)
+		cJSON_AddBoolToObject(in, "away", true);
 	if (c->obj && !c->away) {
 		cJSON *cache = cJSON_AddObjectToObject(in, "cache");
 		cJSON_AddStringToObject(cache, "kind", obj_str(c->obj, "kind"));
@@ -248,6 +297,8 @@ static cJSON *decide_input(struct agent *a, struct cache *c, const struct cache_
 	                                                                                 : NULL;
 	if (image_failure)
 		failure_json(image, image_failure);
+	if (c->targets_need_pull) /* no labels: reading the image is a pull */
+		cJSON_AddBoolToObject(image, "pullToRead", true);
 	if (image_current && c->image == IMG_READY && a->policies->current) {
 		cJSON *v = compat_verdicts(a, c);
 		if (v)
@@ -265,8 +316,10 @@ static cJSON *decide_input(struct agent *a, struct cache *c, const struct cache_
 	if (c->pull.failures && !c->targets_need_pull)
 		failure_json(pull, &c->pull);
 	cJSON *view = cJSON_AddObjectToObject(in, "view");
-	if (c->view_digest[0])
+	if (c->view_digest[0]) {
 		cJSON_AddStringToObject(view, "digest", c->view_digest);
+		cJSON_AddBoolToObject(view, "ready", c->record == REC_READY);
+	}
 	struct cache_view_ready r;
 	if (c->view_digest[0] && !(image_current && c->image == IMG_READY) &&
 	    cache_view_ready_read(a->root, c->ns, c->name, &r, NULL, 0) == 0) {
@@ -278,6 +331,8 @@ static cJSON *decide_input(struct agent *a, struct cache *c, const struct cache_
 		cache_view_ready_free(&r);
 	}
 	cJSON_AddItemToObject(in, "usage", usage_json(a, c, u));
+	if (c->obj)
+		cJSON_AddItemToObject(in, "rollout", rollout_json(a, c));
 	if (c->entry)
 		cJSON_AddItemToObject(in, "previous", cJSON_Duplicate(c->entry, 1));
 	return in;
@@ -360,6 +415,10 @@ static void write_record(struct agent *a, struct cache *c, const cJSON *entry, b
 		return;
 	}
 	if (linked)
+		return;
+	/* the view still serves the digest it was Ready with, to new pods too,
+	 * until the new digest is Ready here (lua/gkm/agent.lua) */
+	if (*obj_str(entry, "servingDigest"))
 		return;
 	const char *state = obj_str(entry, "state");
 	if (!strcmp(state, "Ready")) {
@@ -453,7 +512,7 @@ static void place_local_model(struct agent *a, struct cache *c, cJSON *entry)
 static void reconcile(struct agent *a, const char *key)
 {
 	struct cache *c = agent_find_cache(a, key);
-	if (!c || !a->policies->current || !a->probed)
+	if (!c || !a->policies->current || !a->probed || c->undecided)
 		return;
 	struct cache_view_usage u;
 	bool have_usage = cache_view_usage_read(a->run_dir, c->ns, c->name, &u) == 0;

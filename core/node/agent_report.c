@@ -330,10 +330,7 @@ static void node_labels_seen(struct agent *a, cJSON *labels)
 	}
 	cJSON_Delete(a->node_labels);
 	a->node_labels = labels;
-	for (struct cache *c = a->caches; c; c = c->next) {
-		c->away = c->obj && agent_local_model_away(a, c->obj);
-		agent_enqueue(a, c->key, 0);
-	}
+	agent_place_all(a);
 }
 
 static void node_lookup_done(struct loop *l, void *ud)
@@ -380,6 +377,8 @@ static void node_set(struct agent *a, int rc, const char *uid, const char *err)
 {
 	bool changed = rc != a->node_rc;
 	a->node_rc = rc;
+	if (changed) /* the labels are known now, or known to be none */
+		agent_place_all(a);
 	metrics_set(agent_m.node_found, NULL, rc == 0);
 	if (changed)
 		obj_now(a->node_since, sizeof(a->node_since));

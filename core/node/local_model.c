@@ -12,6 +12,7 @@
 #include <unistd.h>
 
 #include "fstree.h"
+#include "kube_affinity.h"
 #include "objstore.h"
 
 #define DIR_NAME "kernel-caches"
@@ -19,67 +20,6 @@
 const char *local_model_name(const cJSON *cache)
 {
 	return obj_str(cache, "spec.localModel.cacheName");
-}
-
-/* ---- node affinity ---- */
-
-static bool in_values(const cJSON *values, const char *v)
-{
-	const cJSON *x;
-	cJSON_ArrayForEach(x, values)
-	{
-		if (cJSON_IsString(x) && !strcmp(x->valuestring, v))
-			return true;
-	}
-	return false;
-}
-
-static bool compare(const char *v, const cJSON *values, bool greater)
-{
-	const cJSON *first = cJSON_GetArrayItem(values, 0);
-	char *end1, *end2;
-	if (!v || !cJSON_IsString(first))
-		return false;
-	long long a = strtoll(v, &end1, 10), b = strtoll(first->valuestring, &end2, 10);
-	if (*end1 || *end2 || !*v || !*first->valuestring)
-		return false;
-	return greater ? a > b : a < b;
-}
-
-/* One requirement; value is the label's (or field's) value, NULL if absent. */
-static bool requirement(const cJSON *req, const char *value)
-{
-	const char *op = obj_str(req, "operator");
-	const cJSON *values = cJSON_GetObjectItemCaseSensitive(req, "values");
-	if (!strcmp(op, "In"))
-		return value && in_values(values, value);
-	if (!strcmp(op, "NotIn"))
-		return !value || !in_values(values, value);
-	if (!strcmp(op, "Exists"))
-		return value != NULL;
-	if (!strcmp(op, "DoesNotExist"))
-		return value == NULL;
-	if (!strcmp(op, "Gt") || !strcmp(op, "Lt"))
-		return compare(value, values, op[0] == 'G');
-	return false; /* unknown: selects nothing, as Kubernetes */
-}
-
-static bool term_matches(const cJSON *term, const char *node, const cJSON *labels)
-{
-	const cJSON *r;
-	cJSON_ArrayForEach(r, cJSON_GetObjectItemCaseSensitive(term, "matchExpressions"))
-	{
-		const cJSON *l = cJSON_GetObjectItemCaseSensitive(labels, obj_str(r, "key"));
-		if (!requirement(r, cJSON_IsString(l) ? l->valuestring : NULL))
-			return false;
-	}
-	cJSON_ArrayForEach(r, cJSON_GetObjectItemCaseSensitive(term, "matchFields"))
-	{
-		bool name = !strcmp(obj_str(r, "key"), "metadata.name");
-		if (!requirement(r, name ? node : NULL))
-			return false;
-	}
-	return true;
 }
 
 bool local_model_here(const cJSON *cache, const char *node, const cJSON *labels, char *path,
@@ -98,7 +38,7 @@ bool local_model_here(const cJSON *cache, const char *node, const cJSON *labels,
 		bool here = !terms; /* no node affinity: every node */
 		cJSON_ArrayForEach(t, terms)
 		{
-			here = here || term_matches(t, node, labels);
+			here = here || kube_affinity_term(t, node, labels);
 		}
 		if (here && *obj_str(g, "path") == '/') {
 			snprintf(path, size, "%s", obj_str(g, "path"));

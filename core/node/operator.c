@@ -12,6 +12,7 @@
 #include "cache_view.h"
 #include "claims.h"
 #include "kserve.h"
+#include "kube_affinity.h"
 #include "log.h"
 #include "metrics.h"
 #include "node_labels.h"
@@ -571,8 +572,15 @@ static cJSON *aggregate_input(struct operator_ *op, struct ocache *c, const char
 	/* every node that runs an agent has a ClusterGKMCacheNode; the kernel
 	 * cache of a LocalModelCache is only for the nodes of its node groups,
 	 * which are those that report it */
+	const cJSON *spec = cJSON_GetObjectItemCaseSensitive(c->obj, "spec");
+	const cJSON *rollout = cJSON_GetObjectItemCaseSensitive(spec, "rollout");
+	if (rollout)
+		cJSON_AddItemToObject(cache, "rollout", cJSON_Duplicate(rollout, 1));
+	/* a cache whose spec.nodeSelector or node affinity names its nodes is
+	 * for those that report it, too */
 	struct input_nodes ctx = {op, c, cJSON_AddArrayToObject(in, "nodes"),
-	                          *obj_str(c->obj, "spec.localModel.cacheName") != '\0'};
+	                          *obj_str(c->obj, "spec.localModel.cacheName") != '\0' ||
+	                              kube_affinity_set(spec)};
 	node_reports_foreach(op->reports, "", add_input_node, &ctx);
 	return in;
 }
@@ -595,6 +603,31 @@ static void set_node_labels(struct operator_ *op, const struct ocache *c, const 
 	free(names);
 }
 
+/* status.rollout: which nodes may pull the digest now (lua/gkm/rollout.lua). */
+static enum engine_status plan_rollout(struct operator_ *op, const cJSON *in, cJSON *status,
+                                       struct engine_error *err)
+{
+	cJSON *out = NULL;
+	enum engine_status st =
+	    engine_call_fn(op->policies->current, "gkm.rollout", "plan", in, NULL, &out, err);
+	if (st != ENGINE_OK)
+		return st;
+	cJSON *r = cJSON_DetachItemFromObjectCaseSensitive(out, "rollout");
+	cJSON_Delete(out);
+	if (!cJSON_IsObject(r)) {
+		cJSON_Delete(r);
+		return ENGINE_OK;
+	}
+	static const char *const lists[] = {"pulling", "waiting"};
+	for (size_t i = 0; i < 2; i++) /* Lua's {} is an empty list here */
+		if (!cJSON_IsArray(cJSON_GetObjectItemCaseSensitive(r, lists[i]))) {
+			cJSON_DeleteItemFromObjectCaseSensitive(r, lists[i]);
+			cJSON_AddItemToObject(r, lists[i], cJSON_CreateArray());
+		}
+	obj_set(status, "rollout", r);
+	return ENGINE_OK;
+}
+
 static void reconcile(struct operator_ *op, struct ocache *c)
 {
 	if (!c->obj || !op->policies->current)
@@ -603,11 +636,14 @@ static void reconcile(struct operator_ *op, struct ocache *c)
 	cJSON *in = aggregate_input(op, c, digest), *status = NULL;
 	struct engine_error err;
 	enum engine_status st = engine_call(op->policies->current, "aggregate", in, &status, &err);
+	if (st == ENGINE_OK)
+		st = plan_rollout(op, in, status, &err);
 	cJSON_Delete(in);
 	if (st != ENGINE_OK) {
 		metrics_add(m_reconciles, METRICS_L("policy_error"), 1);
 		operator_count_error("policy");
 		log_error("aggregate policy failed", "cache", c->key, "error", err.message);
+		cJSON_Delete(status);
 		return;
 	}
 	metrics_add(m_reconciles, METRICS_L("ok"), 1);

@@ -11,7 +11,8 @@
 --   node  = "node-1", now = "2026-11-21T10:00:00Z",
 --   cache = { kind, namespace, name, generation, image = "ref",
 --             digest = "sha256:..." or "" (not resolved yet), deleting = bool }
---           or nil when the cache object is gone,
+--           or nil when the cache object is gone, or not for this node
+--           (away = true: spec.nodeSelector, spec.affinity or node groups),
 --   gpus  = { { index, uuid, name, arch, driverVersion, ... } },   -- the probe
 --   image = { state = "unknown"|"fetching"|"ready"|"failed", <failure> },
 --   compat = { gpus = { { index, compatible, reason, message } } }
@@ -31,8 +32,18 @@
 --             finished = { { podName, podNamespace, podUID, volumeId, misses,
 --                            missedKernels, finished } } },  -- pods whose writable
 --                                  -- volumes were unpublished here, newest last
+--   rollout = { required = bool,   -- this node pulls only once granted: the cache
+--                                   -- has spec.rollout.maxPulling, or its image
+--                                   -- comes through a mirror
+--               mirrored = bool,    -- through a mirror (the first wave is one node)
+--               pulling = n, waiting = n,  -- the operator's status.rollout for
+--               pullingPlace = i,   -- this digest; pullingPlace: granted
+--               waitingPlace = i,   -- this node's place in the queue
+--               limit = n },        -- at most this many nodes pull at once
 --   previous = { ...the entry reported last time... } or nil,
 -- }
+-- <failure> also says retryIn (seconds until nextAttemptTime) and recheck
+-- (a change earned a permanent failure one more try).
 -- <failure> (state "failed" from the first failure until a try succeeds,
 -- while a retry waits or runs too) = { reason, message, attempts = n,
 --   permanent = bool,                 -- trying again cannot change it
@@ -46,7 +57,10 @@
 --               finishedPods = { { podName, podNamespace, podUID, volumeId, misses,
 --                                  missedKernels, finished } } (absent when none),
 --               compatibleGPUs = { { ids, gpuType } },
---               incompatibleGPUs = { { ids, gpuType, reason, message } } }
+--               incompatibleGPUs = { { ids, gpuType, reason, message } },
+--               servingDigest (the digest the view still serves pods, Ready,
+--                 while this one is not Ready here: an upgrade takes nothing away),
+--               waitingSince, throughMirror (state Waiting: for a pull slot) }
 --             or nil (remove this cache from the node's status),
 --   actions = { { type = "fetch_image" } | { type = "pull" } | { type = "link" }
 --             | { type = "unlink" } },
@@ -100,7 +114,7 @@ local function same_entry(a, b)
   if type(a) ~= "table" or type(b) ~= "table" then
     return false
   end
-  for _, k in ipairs({ "digest", "state", "reason", "message" }) do
+  for _, k in ipairs({ "digest", "state", "reason", "message", "servingDigest" }) do
     if a[k] ~= b[k] then
       return false
     end
@@ -140,6 +154,13 @@ local function finish(input, entry, actions, requeue_after)
     end
     entry.compatibleGPUs = entry.compatibleGPUs or {}
     entry.incompatibleGPUs = entry.incompatibleGPUs or {}
+    -- an upgrade: the view keeps serving the digest it was Ready with until
+    -- this one is (an incompatible digest or a deleted cache serves nothing new)
+    local view = type(input.view) == "table" and input.view or {}
+    if view.ready and view.digest and entry.digest and view.digest ~= entry.digest
+        and entry.state ~= "Incompatible" and entry.state ~= "Deleting" then
+      entry.servingDigest = view.digest
+    end
     -- lastUpdated moves only when something else did, so an unchanged
     -- report is an unchanged object and costs no write
     local prev = input.previous
@@ -162,6 +183,68 @@ local function failed(entry, f)
   return entry
 end
 
+-- A failure with a try to come. In a rollout the node holds a pull slot
+-- while it tries again (the operator hands a Failed node's slot on), so the
+-- try is reported as one; otherwise a failure is reported until a try succeeds.
+local function retrying(input, entry, f)
+  local r = type(input.rollout) == "table" and input.rollout or {}
+  if not r.required or (f.permanent and not f.recheck) then
+    return failed(entry, f)
+  end
+  entry.state, entry.reason = "Pulling", "Retrying"
+  entry.message = string.format("trying again (%d failed so far): %s", math.tointeger(f.attempts) or 0,
+    tostring(f.message or f.reason))
+  return entry
+end
+
+-- The rollout's word: nil when this node may pull now, else input.rollout.
+local function must_wait(input)
+  local r = type(input.rollout) == "table" and input.rollout or {}
+  if not r.required or r.pullingPlace then
+    return nil
+  end
+  return r
+end
+
+-- State Waiting: for a pull slot, with this node's place when it has one.
+local function waiting(input, entry, r, why)
+  local prev = input.previous
+  entry.state, entry.reason = "Waiting", "RolloutWaiting"
+  entry.waitingSince = type(prev) == "table" and prev.state == "Waiting" and prev.digest == entry.digest
+    and prev.waitingSince or input.now
+  entry.throughMirror = r.mirrored or nil
+  local pulling = math.tointeger(r.pulling) or 0
+  local limit = math.tointeger(r.limit)
+  local slots = limit and string.format("%d of at most %d node(s) pulling", pulling, limit)
+    or string.format("%d node(s) pulling", pulling)
+  if r.mirrored and not limit then
+    slots = slots .. "; the first node through the mirror fills it for the others"
+  end
+  if r.waitingPlace then
+    entry.message = string.format("waiting for a pull slot: %d of %d waiting, %s",
+      math.tointeger(r.waitingPlace) or 0, math.tointeger(r.waiting) or 0, slots)
+  else
+    entry.message = "waiting for the operator to grant a pull slot (spec.rollout.maxPulling"
+      .. (r.mirrored and ", a mirror" or "") .. ")"
+  end
+  if why then
+    entry.message = entry.message .. "; " .. why
+  end
+  return entry
+end
+
+-- A failed pull gave its slot back: ask again once a retry is due.
+local function failed_in_rollout(input, entry, pull, r)
+  if pull.permanent and not pull.recheck then
+    return finish(input, failed(entry, pull), {})
+  end
+  local wait = tonumber(pull.retryIn) or 0
+  if not pull.permanent and wait > 0 then
+    return finish(input, failed(entry, pull), {}, wait)
+  end
+  return finish(input, waiting(input, entry, r, "to try again after: " .. tostring(pull.message)), {})
+end
+
 function M.decide(input)
   local cache = input.cache
   local view = type(input.view) == "table" and input.view or {}
@@ -174,6 +257,11 @@ function M.decide(input)
       if in_use then
         -- "Deleting" is the CRD's state for this; look again soon, as the
         -- usage records are local files that change without an event
+        if input.away then
+          return finish(input, { digest = view.digest, state = "Deleting", reason = "NotSelected",
+            message = string.format("this node is no longer one the cache is for (spec.nodeSelector, "
+              .. "spec.affinity, node groups); kept until %d pod(s) stop using it", usage.pods) }, {}, 5)
+        end
         return finish(input, { digest = view.digest, state = "Deleting", reason = "InUse",
           message = string.format("deleted; kept until %d pod(s) stop using it", usage.pods) }, {}, 5)
       end
@@ -193,6 +281,15 @@ function M.decide(input)
   local store = type(input.store) == "table" and input.store or {}
   if image.state ~= "ready" or type(input.compat) ~= "table" then
     local actions = image.state == "fetching" and {} or { { type = "fetch_image" } }
+    -- an image without compat labels is read by pulling it: a pull, in its wave
+    local r = image.pullToRead and image.state ~= "fetching" and must_wait(input)
+    if r and not (store.present and view.digest == digest) then
+      local entry = { digest = digest }
+      if image.state == "failed" then
+        return failed_in_rollout(input, entry, image, r)
+      end
+      return finish(input, waiting(input, entry, r), {})
+    end
     -- after a restart the image facts are read again; a view still published
     -- for this digest means the node was ready (pods can mount it), and it
     -- stays reported so rather than flapping to Pending or Failed
@@ -209,7 +306,11 @@ function M.decide(input)
         message = message, compatibleGPUs = { { ids = ids } } }, actions)
     end
     if image.state == "failed" then
-      return finish(input, failed({ digest = digest }, image), actions)
+      local entry = { digest = digest }
+      if image.pullToRead then
+        return finish(input, retrying(input, entry, image), actions)
+      end
+      return finish(input, failed(entry, image), actions)
     end
     return finish(input, { digest = digest, state = "Pending", reason = "CheckingImage",
       message = "reading the image configuration to check it against this node's GPUs" }, actions)
@@ -253,12 +354,19 @@ function M.decide(input)
   end
 
   local pull = type(input.pull) == "table" and input.pull or { state = "idle" }
+  local r = must_wait(input)
   if pull.state == "failed" then
-    return finish(input, failed(entry, pull), { { type = "pull" } })
+    if r then
+      return failed_in_rollout(input, entry, pull, r)
+    end
+    return finish(input, retrying(input, entry, pull), { { type = "pull" } })
   end
   if pull.state == "running" then
     entry.state, entry.reason, entry.message = "Pulling", "Pulling", "pulling and extracting the image"
     return finish(input, entry, {})
+  end
+  if r then
+    return finish(input, waiting(input, entry, r), {})
   end
   entry.state, entry.reason, entry.message = "Pulling", "Pulling", "pulling and extracting the image"
   return finish(input, entry, { { type = "pull" } })

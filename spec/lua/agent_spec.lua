@@ -183,4 +183,87 @@ describe('agent decisions', function()
       previous = first.entry, usage = { pods = 0, list = {}, fallback = fb } })
     assert.are.equal('2026-11-21T11:00:00Z', later.entry.lastUpdated)
   end)
+
+  describe('in a rollout (spec.rollout.maxPulling, a mirror)', function()
+    local D0 = 'sha256:' .. string.rep('0', 64)
+    local waiting = { required = true, pulling = 2, waiting = 3, waitingPlace = 2, limit = 2 }
+
+    it('waits for a slot instead of pulling, and says its place', function()
+      local r = decide({ rollout = waiting })
+      assert.are.same({}, types(r))
+      assert.are.equal('Waiting', r.entry.state)
+      assert.are.equal('RolloutWaiting', r.entry.reason)
+      assert.are.equal('2026-11-21T10:00:00Z', r.entry.waitingSince)
+      assert.truthy(r.entry.message:find('2 of 3 waiting', 1, true))
+      assert.truthy(r.entry.message:find('2 of at most 2', 1, true))
+      -- the place in line is kept from the first report on
+      local later = decide({ rollout = waiting, now = '2026-11-21T10:05:00Z', previous = r.entry })
+      assert.are.equal('2026-11-21T10:00:00Z', later.entry.waitingSince)
+    end)
+
+    it('pulls once granted, and without a rollout as before', function()
+      assert.are.same({ 'pull' }, types(decide({ rollout = { required = true, pullingPlace = 1, limit = 2 } })))
+      assert.are.same({ 'pull' }, types(decide({ rollout = { required = false } })))
+    end)
+
+    it('says when it waits for the mirror to be filled first', function()
+      local r = decide({ rollout = { required = true, mirrored = true } })
+      assert.are.equal('Waiting', r.entry.state)
+      assert.is_true(r.entry.throughMirror)
+      assert.truthy(r.entry.message:find('mirror', 1, true))
+    end)
+
+    it('reads an image without compat labels by pulling it only in its wave', function()
+      local r = decide({ image = { state = 'unknown', pullToRead = true }, compat = nil, rollout = waiting })
+      assert.are.equal('Waiting', r.entry.state)
+      assert.are.same({}, types(r))
+      local go = decide({ image = { state = 'unknown', pullToRead = true }, compat = nil,
+        rollout = { required = true, pullingPlace = 1 } })
+      assert.are.same({ 'fetch_image' }, types(go))
+    end)
+
+    it('hands its slot back on a failure and asks again when a retry is due', function()
+      local f = { state = 'failed', reason = 'RegistryUnavailable', message = 'timed out', attempts = 1 }
+      f.retryIn = 20
+      local r = decide({ pull = f, rollout = waiting })
+      assert.are.equal('Failed', r.entry.state)
+      assert.are.equal(20, r.requeue_after)
+      f.retryIn = 0
+      local again = decide({ pull = f, rollout = waiting })
+      assert.are.equal('Waiting', again.entry.state)
+      assert.truthy(again.entry.message:find('timed out', 1, true))
+      -- granted: the retry is a pull in its slot, not a failure
+      local granted = decide({ pull = f, rollout = { required = true, pullingPlace = 1 } })
+      assert.are.equal('Pulling', granted.entry.state)
+      assert.are.equal('Retrying', granted.entry.reason)
+      assert.are.same({ 'pull' }, types(granted))
+      -- a permanent failure is Failed and asks for nothing
+      local p = decide({ pull = { state = 'failed', reason = 'Unauthorized', permanent = true }, rollout = waiting })
+      assert.are.equal('Failed', p.entry.state)
+      assert.are.same({}, types(p))
+    end)
+
+    it('keeps serving the digest it was Ready with until the new one is', function()
+      local r = decide({ rollout = waiting, view = { digest = D0, ready = true } })
+      assert.are.equal('Waiting', r.entry.state)
+      assert.are.equal(D0, r.entry.servingDigest)
+      local pulling = decide({ rollout = { required = true, pullingPlace = 1 }, view = { digest = D0, ready = true } })
+      assert.are.equal(D0, pulling.entry.servingDigest)
+      local done = decide({ store = { present = true }, view = { digest = D, ready = true } })
+      assert.are.equal('Ready', done.entry.state)
+      assert.is_nil(done.entry.servingDigest)
+      -- a view that was never Ready serves nothing
+      assert.is_nil(decide({ view = { digest = D0 } }).entry.servingDigest)
+    end)
+
+    it('keeps a cache this node is no longer for until its pods are gone', function()
+      local r = decide({ cache = false, away = true, view = { digest = D },
+        usage = { pods = 1, list = { { podName = 'p', volumeId = 'v' } } } })
+      assert.are.equal('Deleting', r.entry.state)
+      assert.are.equal('NotSelected', r.entry.reason)
+      local gone = decide({ cache = false, away = true, view = { digest = D } })
+      assert.is_nil(gone.entry)
+      assert.are.same({ 'unlink' }, types(gone))
+    end)
+  end)
 end)
