@@ -38,6 +38,10 @@ static void init_metrics(void)
 	                    "kind");
 	agent_m.pulls =
 	    metrics_counter("gkm_pulls_total", "Image pulls into the store, by result", "result");
+	agent_m.pulling = metrics_gauge(
+	    "gkm_pulls_running",
+	    "Image pulls running now on this node (in a rollout, only granted ones run)", NULL);
+	metrics_set(agent_m.pulling, NULL, 0);
 	agent_m.pull_bytes = metrics_counter(
 	    "gkm_pull_bytes_total", "Bytes of extracted cache trees written to the store", NULL);
 	agent_m.hits = metrics_counter(

@@ -156,7 +156,7 @@ struct agent {
 
 struct agent_metrics {
 	struct metric *reconciles, *errors, *pulls, *pull_bytes, *hits, *verdicts, *extract_s,
-	    *node_found, *rewritten, *misses;
+	    *node_found, *rewritten, *misses, *pulling;
 };
 extern struct agent_metrics agent_m;
 

@@ -522,6 +522,7 @@ static void pull_done(struct loop *l, void *ud)
 	struct agent *a = j->a;
 	struct attempt *att;
 	(void)l;
+	metrics_add(agent_m.pulling, NULL, -1);
 	if (!a->stopping) /* a pull cut short by the shutdown did not fail */
 		metrics_add(agent_m.pulls,
 		            METRICS_L(j->rc        ? "failed"
@@ -581,6 +582,10 @@ static void start_job(struct agent *a, struct cache *c, enum pull_sched_lane lan
 	if (j && workers_submit(a->pool, lane == PULL_SCHED_FETCH ? fetch_image_work : pull_work,
 	                        lane == PULL_SCHED_FETCH ? fetch_image_done : pull_done, j) == 0) {
 		a->jobs++;
+		if (lane != PULL_SCHED_FETCH) {
+			metrics_add(agent_m.pulling, NULL, 1);
+			log_info("pull started", "cache", c->key, "digest", c->digest);
+		}
 		return;
 	}
 	if (j) {

@@ -155,9 +155,10 @@ local function finish(input, entry, actions, requeue_after)
     entry.compatibleGPUs = entry.compatibleGPUs or {}
     entry.incompatibleGPUs = entry.incompatibleGPUs or {}
     -- an upgrade: the view keeps serving the digest it was Ready with until
-    -- this one is (an incompatible digest or a deleted cache serves nothing new)
+    -- this one is, from the moment the cache names another image (before its
+    -- digest is resolved too); an incompatible digest or a deleted cache ends it
     local view = type(input.view) == "table" and input.view or {}
-    if view.ready and view.digest and entry.digest and view.digest ~= entry.digest
+    if view.ready and view.digest and view.digest ~= entry.digest
         and entry.state ~= "Incompatible" and entry.state ~= "Deleting" then
       entry.servingDigest = view.digest
     end
