@@ -184,18 +184,24 @@ local function failed(entry, f)
   return entry
 end
 
--- A failure with a try to come. In a rollout the node holds a pull slot
--- while it tries again (the operator hands a Failed node's slot on), so the
--- try is reported as one; otherwise a failure is reported until a try succeeds.
-local function retrying(input, entry, f)
+-- A failure with a try to come, reported with actions. In a rollout the node
+-- tries again in its pull slot when the try is due (Pulling, Retrying); while
+-- a backoff runs first it reports the failure, and the operator hands the
+-- slot to the next in line (the node asks again when the try is due).
+-- Otherwise a failure is reported until a try succeeds.
+local function retrying(input, entry, f, actions)
   local r = type(input.rollout) == "table" and input.rollout or {}
   if not r.required or (f.permanent and not f.recheck) then
-    return failed(entry, f)
+    return finish(input, failed(entry, f), actions)
+  end
+  local wait = tonumber(f.retryIn) or 0
+  if not f.permanent and wait > 0 then
+    return finish(input, failed(entry, f), {}, wait)
   end
   entry.state, entry.reason = "Pulling", "Retrying"
   entry.message = string.format("trying again (%d failed so far): %s", math.tointeger(f.attempts) or 0,
     tostring(f.message or f.reason))
-  return entry
+  return finish(input, entry, actions)
 end
 
 -- The rollout's word: nil when this node may pull now, else input.rollout.
@@ -309,7 +315,7 @@ function M.decide(input)
     if image.state == "failed" then
       local entry = { digest = digest }
       if image.pullToRead then
-        return finish(input, retrying(input, entry, image), actions)
+        return retrying(input, entry, image, actions)
       end
       return finish(input, failed(entry, image), actions)
     end
@@ -360,7 +366,7 @@ function M.decide(input)
     if r then
       return failed_in_rollout(input, entry, pull, r)
     end
-    return finish(input, retrying(input, entry, pull), { { type = "pull" } })
+    return retrying(input, entry, pull, { { type = "pull" } })
   end
   if pull.state == "running" then
     entry.state, entry.reason, entry.message = "Pulling", "Pulling", "pulling and extracting the image"

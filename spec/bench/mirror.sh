@@ -8,15 +8,22 @@
 #                pull-through cache (docker-registry with proxy.remoteurl)
 #                that starts empty
 #   mirror-warm  the same cache, already holding the image
+#   waves-cold   the cold mirror again, with N `gkm agent`s and the operator
+#                on one real control plane (GKM_KUBE_ASSETS; left out with the
+#                reason where it is unset): a cache pulled through a mirror
+#                rolls out with a first wave of one node, which fills the
+#                mirror before the others come
 # Figures: wall time from start until every node reports the cache Ready,
 # and the bytes the origin served (summed from its access log). Printed,
 # never asserted.
 #
 #   GKM_BENCH_NODES=N  GKM_BENCH_MIRROR_MB=MB  GKM_BENCH_DIR (default $GKM_BUILD/bench)
+#   GKM_BENCH_MIRROR_ROUNDS="direct mirror-cold mirror-warm waves-cold" (the default: all)
 #   KEEP=1 keeps the last round's node directories and the run directory
 set -u
 cd "$GKM_ROOT"
 . spec/lib/registry.sh
+. spec/lib/kubeenv.sh
 G=$GKM_BIN
 N=${GKM_BENCH_NODES:-20}
 MB=${GKM_BENCH_MIRROR_MB:-1024}
@@ -30,7 +37,8 @@ stop_nodes() {
 	for p in $PIDS; do wait "$p" 2>/dev/null; done
 	PIDS=""
 }
-trap 'stop_nodes; registry_stop_all; [ -n "${KEEP:-}" ] || rm -rf "$RUN"' EXIT
+ROUNDS=${GKM_BENCH_MIRROR_ROUNDS:-direct mirror-cold mirror-warm waves-cold}
+trap 'stop_nodes; kubeenv_stop; registry_stop_all; [ -n "${KEEP:-}" ] || rm -rf "$RUN"' EXIT
 command -v docker-registry >/dev/null || { echo "mirror.sh: docker-registry missing, benchmark skipped"; exit 0; }
 need=$(((N + 3) * MB * 12 / 10))
 avail=$(($(df -Pm "$B" | awk 'NR==2 {print $4}')))
@@ -65,25 +73,48 @@ origin_bytes() { # bytes in the origin's access log so far
 		"$_REG_TMP/origin/log"
 }
 
-round() { # name [extra gkm up flags]: N nodes from empty stores; prints the figures
-	local name=$1 k t0 t1 b0 b1 ready
-	shift
-	rm -rf "$RUN/nodes"
-	mkdir -p "$RUN/nodes"
-	printf 'apiVersion: gkm.io/v1alpha1\nkind: ClusterGKMCache\nmetadata: {name: big}\nspec: {image: "%s/bench/big:v1"}\n' "$O" \
-		>"$RUN/cache.yaml"
+# the cache, as each round applies it
+printf 'apiVersion: gkm.io/v1alpha1\nkind: ClusterGKMCache\nmetadata: {name: big}\nspec: {image: "%s/bench/big:v1"}\n' "$O" \
+	>"$RUN/cache.yaml"
+
+start_up_nodes() { # [extra gkm up flags]: N standalone nodes, each with its own state
+	local k
 	for k in $(seq 1 "$N"); do
 		$G apply --state "$RUN/nodes/$k" -f "$RUN/cache.yaml" >/dev/null 2>&1
 	done
 	sync
-	b0=$(origin_bytes)
-	t0=$(date +%s.%N)
 	for k in $(seq 1 "$N"); do
 		$G up --state "$RUN/nodes/$k" --node "node-$k" --gpu-source file \
 			--gpu-file spec/fixtures/gpu/inventory/t4.json --poll-ms 200 --verify-enabled false --health-listen "" \
 			"$@" >"$RUN/nodes/$k.log" 2>&1 &
 		PIDS="$PIDS $!"
 	done
+}
+
+start_cluster_nodes() { # [extra gkm agent flags]: N agents and the operator on one control plane
+	local k
+	for k in $(seq 1 "$N"); do
+		mkdir -p "$RUN/nodes/$k/run"
+		$G agent --node "node-$k" --kubeconfig "$KUBECONFIG" --gpu-file spec/fixtures/gpu/inventory/t4.json \
+			--root "$RUN/nodes/$k" --run-dir "$RUN/nodes/$k/run" --verify-enabled false --health-listen "" \
+			"$@" >"$RUN/nodes/$k.log" 2>&1 &
+		PIDS="$PIDS $!"
+	done
+	$G operator --kubeconfig "$KUBECONFIG" --leader-elect false --verify-enabled false --resolve-digests true \
+		--health-listen "" >"$RUN/nodes/operator.log" 2>&1 &
+	PIDS="$PIDS $!"
+	kubectl apply -f "$RUN/cache.yaml" >/dev/null
+}
+
+round() { # name start-function [extra flags]: N nodes from empty stores; prints the figures
+	local name=$1 start=$2 k t0 t1 b0 b1 ready
+	shift 2
+	case " $ROUNDS " in *" $name "*) ;; *) return ;; esac
+	rm -rf "$RUN/nodes"
+	mkdir -p "$RUN/nodes"
+	b0=$(origin_bytes)
+	t0=$(date +%s.%N)
+	"$start" "$@"
 	while :; do
 		ready=0
 		for k in $(seq 1 "$N"); do
@@ -103,9 +134,26 @@ round() { # name [extra gkm up flags]: N nodes from empty stores; prints the fig
 	awk -v n="$name" -v N="$N" -v mb="$layer_mb" -v t0="$t0" -v t1="$t1" -v b0="$b0" -v b1="$b1" 'BEGIN {
 		printf "%-12s %3d nodes x %5d MB layer: all Ready in %7.1f s; origin served %8.1f MB (%.2f x the image)\n",
 			n, N, mb, t1 - t0, (b1 - b0) / 1048576, (b1 - b0) / 1048576 / mb }'
+	[ -z "${KEEP:-}" ] || cp "$_REG_TMP/origin/log" "$RUN/origin-$name.log"
 	[ -n "${KEEP:-}" ] || rm -rf "$RUN/nodes"
 }
 
-round direct
-round mirror-cold --registry-hosts-dir "$RUN/certs.d"
-round mirror-warm --registry-hosts-dir "$RUN/certs.d"
+round direct start_up_nodes
+round mirror-cold start_up_nodes --registry-hosts-dir "$RUN/certs.d"
+round mirror-warm start_up_nodes --registry-hosts-dir "$RUN/certs.d"
+case " $ROUNDS " in *" waves-cold "*)
+	if why=$(kubeenv_unavailable); then
+		echo "waves-cold: skipped: $why"
+	else
+		# a cold mirror again: a new pull-through cache with empty storage
+		registry_stop mirror
+		REGISTRY_PROXY_REMOTEURL=http://$O registry_start cold || exit 1
+		M=$REG_cold_ADDR
+		printf 'server = "http://%s"\n[host."http://%s"]\ncapabilities = ["pull", "resolve"]\n' "$O" "$M" \
+			>"$RUN/certs.d/$O/hosts.toml"
+		kubeenv_start || { echo "waves-cold: the control plane did not start"; exit 1; }
+		for k in $(seq 1 "$N"); do kubeenv_ctl node "node-$k" >/dev/null; done
+		round waves-cold start_cluster_nodes --registry-hosts-dir "$RUN/certs.d"
+	fi
+	;;
+esac

@@ -232,7 +232,14 @@ describe('agent decisions', function()
       local again = decide({ pull = f, rollout = waiting })
       assert.are.equal('Waiting', again.entry.state)
       assert.truthy(again.entry.message:find('timed out', 1, true))
-      -- granted: the retry is a pull in its slot, not a failure
+      -- granted while a backoff runs: the slot goes back, no pull starts
+      f.retryIn = 5
+      local backoff = decide({ pull = f, rollout = { required = true, pullingPlace = 1 } })
+      assert.are.equal('Failed', backoff.entry.state)
+      assert.are.same({}, types(backoff))
+      assert.are.equal(5, backoff.requeue_after)
+      -- granted when the try is due: the retry is a pull in its slot, not a failure
+      f.retryIn = 0
       local granted = decide({ pull = f, rollout = { required = true, pullingPlace = 1 } })
       assert.are.equal('Pulling', granted.entry.state)
       assert.are.equal('Retrying', granted.entry.reason)
