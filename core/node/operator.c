@@ -528,6 +528,7 @@ struct input_nodes {
 	const struct ocache *c;
 	cJSON *nodes;
 	bool reporting_only; /* only nodes whose report has the cache */
+	bool waiting;        /* a node waits for a pull slot (lua/gkm/rollout.lua) */
 };
 
 static void add_input_node(const char *ns, const char *node, void *ud)
@@ -539,12 +540,16 @@ static void add_input_node(const char *ns, const char *node, void *ud)
 		return;
 	cJSON *n = cJSON_CreateObject();
 	cJSON_AddStringToObject(n, "name", node);
+	x->waiting = x->waiting || !strcmp(obj_str(e, "state"), "Waiting");
 	if (e)
 		cJSON_AddItemToObject(n, "entry", e);
 	cJSON_AddItemToArray(x->nodes, n);
 }
 
-static cJSON *aggregate_input(struct operator_ *op, struct ocache *c, const char *digest)
+/* The aggregation's input; *rollout: whether the cache's pull slots need a
+ * plan (spec.rollout or status.rollout is set, or a node waits for a slot). */
+static cJSON *aggregate_input(struct operator_ *op, struct ocache *c, const char *digest,
+                              bool *rollout_plan)
 {
 	char now[32];
 	obj_now(now, sizeof(now));
@@ -580,8 +585,10 @@ static cJSON *aggregate_input(struct operator_ *op, struct ocache *c, const char
 	 * for those that report it, too */
 	struct input_nodes ctx = {op, c, cJSON_AddArrayToObject(in, "nodes"),
 	                          *obj_str(c->obj, "spec.localModel.cacheName") != '\0' ||
-	                              kube_affinity_set(spec)};
+	                              kube_affinity_set(spec),
+	                          false};
 	node_reports_foreach(op->reports, "", add_input_node, &ctx);
+	*rollout_plan = rollout || cJSON_GetObjectItemCaseSensitive(st, "rollout") || ctx.waiting;
 	return in;
 }
 
@@ -633,10 +640,11 @@ static void reconcile(struct operator_ *op, struct ocache *c)
 	if (!c->obj || !op->policies->current)
 		return;
 	const char *digest = operator_digest_for(op, c);
-	cJSON *in = aggregate_input(op, c, digest), *status = NULL;
+	bool rollout_plan;
+	cJSON *in = aggregate_input(op, c, digest, &rollout_plan), *status = NULL;
 	struct engine_error err;
 	enum engine_status st = engine_call(op->policies->current, "aggregate", in, &status, &err);
-	if (st == ENGINE_OK)
+	if (st == ENGINE_OK && rollout_plan)
 		st = plan_rollout(op, in, status, &err);
 	cJSON_Delete(in);
 	if (st != ENGINE_OK) {

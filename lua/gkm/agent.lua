@@ -224,8 +224,8 @@ local function waiting(input, entry, r, why)
   local limit = math.tointeger(r.limit)
   local slots = limit and string.format("%d of at most %d node(s) pulling", pulling, limit)
     or string.format("%d node(s) pulling", pulling)
-  if r.mirrored and not limit then
-    slots = slots .. "; the first node through the mirror fills it for the others"
+  if r.mirrored then
+    slots = slots .. "; through a mirror no more nodes pull than are Ready, so that it fills first"
   end
   if r.waitingPlace then
     entry.message = string.format("waiting for a pull slot: %d of %d waiting, %s",

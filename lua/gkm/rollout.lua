@@ -13,7 +13,8 @@
 -- input = { cache = { rollout = { maxPulling = 5 | "25%" } or nil,
 --                     status = { rollout = <the last answer> } },
 --           digest = "sha256:...", nodes = { { name, entry } } }
--- answer = { rollout = { digest, maxPulling = n (absent: no limit),
+-- answer = { rollout = { digest, maxPulling = n (absent: no limit; through a
+--                        mirror at most the nodes Ready, one at first),
 --                        pulling = { names, in the order granted },
 --                        waiting = { names, first in line first } } or nil }
 -- A node keeps its grant while it reports Waiting, Pending or Pulling on this
@@ -63,10 +64,12 @@ function M.plan(input)
     end
   end
   local limit = M.limit(spec.maxPulling, n)
-  -- through a cold mirror every node's miss reaches the origin: one node
-  -- fills it first
-  if mirrored and ready == 0 then
-    limit = 1
+  -- through a cold mirror every node's miss reaches the origin, and a
+  -- pull-through cache may still be storing what it streamed to the first
+  -- node when that one is Ready: one node first, then no more nodes pull
+  -- than are Ready (the Ready nodes double with each wave)
+  if mirrored and (not limit or limit > math.max(1, ready)) then
+    limit = math.max(1, ready)
   end
 
   local pulling, granted = {}, {}
