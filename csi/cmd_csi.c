@@ -7,13 +7,13 @@
 
 #include "cli.h"
 #include "cmd.h"
-#include "csi_layer.h"
 #include "csi_node.h"
 #include "csi_server.h"
 #include "fsutil.h"
 #include "health.h"
 #include "log.h"
 #include "loop.h"
+#include "textfmt.h"
 
 #define CMD "gkm csi"
 
@@ -193,7 +193,7 @@ static int set_flag(struct csi_opts *o, int opt, const char *arg)
 			return cli_usage_error(CMD, "--threads wants 1 to 64, not '%s'", arg);
 		break;
 	case OPT_SIZE_LIMIT:
-		if (csi_layer_parse_size(arg, &o->size_limit) != 0)
+		if (quantity_parse_bytes(arg, &o->size_limit) != 0)
 			return cli_usage_error(CMD,
 			                       "--writable-size-limit wants a quantity of bytes "
 			                       "(10Gi, 500Mi; 0: none), not '%s'",

@@ -29,8 +29,4 @@
 __attribute__((warn_unused_result)) int csi_layer_mount(const char *img, uint64_t bytes,
                                                         const char *dir, char *err, size_t errlen);
 
-/* Parse a Kubernetes quantity of bytes ("10Gi", "512Mi", "1G", "1000"): 0
- * or -EINVAL. "0" means no limit. */
-__attribute__((warn_unused_result)) int csi_layer_parse_size(const char *s, uint64_t *out);
-
 #endif

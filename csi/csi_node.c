@@ -489,7 +489,8 @@ int csi_node_new(const struct csi_node_config *cfg, struct csi_node **out)
 	    "gkm_csi_fallback_total",
 	    "Volumes published as an empty directory (onMiss \"empty\") because the cache was "
 	    "not usable on this node, by why: its state here (Pending, Pulling, Failed, "
-	    "Incompatible, Deleting, NotReady), NotOnNode, RecordUnreadable or DataUnusable",
+	    "Incompatible, Deleting, Evicted, NotReady), NotOnNode, RecordUnreadable or "
+	    "DataUnusable",
 	    "reason");
 
 	struct csi_node *n = calloc(1, sizeof(*n));

@@ -8,7 +8,7 @@
 #include <string.h>
 
 #include "cache_view.h"
-#include "csi_layer.h"
+#include "textfmt.h"
 
 static const char ctx_prefix[] = "csi.storage.k8s.io/";
 
@@ -229,7 +229,7 @@ static int check_mode(const struct csi_node *n, const struct attrs *a, bool pod_
 	if (pod_read_only)
 		*writable = false;
 	*limit = n->size_limit;
-	if (a->size_limit && csi_layer_parse_size(a->size_limit, limit) != 0) {
+	if (a->size_limit && quantity_parse_bytes(a->size_limit, limit) != 0) {
 		csi_node_fail(
 		    r, CSI_INVALID_ARGUMENT,
 		    "sizeLimit must be a quantity of bytes (\"10Gi\", \"500Mi\", \"0\" for no "

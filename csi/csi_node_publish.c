@@ -40,6 +40,12 @@ static void refuse(struct csi_reply *r, const char *what, const struct cache_vie
 	else if (strcmp(st, "Failed") == 0)
 		csi_node_fail(r, CSI_FAILED_PRECONDITION, "%s failed on this node (%s%s%s)", what,
 		              reason[0] ? reason : "no reason given", sep, msg);
+	else if (strcmp(st, "Evicted") == 0)
+		csi_node_fail(
+		    r, CSI_FAILED_PRECONDITION,
+		    "%s was evicted from this node's store to free space (%s%s%s); the node "
+		    "pulls it again now, and the kubelet's next try mounts it once it is Ready",
+		    what, reason[0] ? reason : st, sep, msg);
 	else if (strcmp(st, "Deleting") == 0)
 		csi_node_fail(r, CSI_FAILED_PRECONDITION,
 		              "%s is being deleted and takes no new pods here (%s%s%s)", what,
@@ -71,8 +77,8 @@ static void set_miss(struct miss *m, const char *state, const char *reason, cons
 /* The record's own words, with the metric label its state maps to. */
 static void record_miss(struct miss *m, const struct cache_view_ready *rec)
 {
-	static const char *const states[] = {"Pending", "Pulling", "Failed", "Incompatible",
-	                                     "Deleting"};
+	static const char *const states[] = {"Pending",      "Pulling",  "Failed",
+	                                     "Incompatible", "Deleting", "Evicted"};
 	const char *st = rec->compatible ? rec->state : "Incompatible";
 	const char *label = "NotReady";
 	for (size_t i = 0; i < sizeof(states) / sizeof(states[0]); i++)
@@ -110,6 +116,10 @@ static int resolve_cache(struct csi_node *n, const struct csi_volume *v, int *fd
 		return rc;
 	}
 	if (!ready.compatible || strcmp(ready.state, "Ready") != 0) {
+		/* a pod asks for it here: the agent pulls it again (cache_view.h) */
+		if (!strcmp(ready.state, "Evicted") &&
+		    cache_view_want(n->run_dir, v->cache_namespace, v->cache_name) != 0)
+			log_warn("cannot ask the agent for an evicted cache", "cache", what);
 		refuse(r, what, &ready);
 		record_miss(m, &ready);
 		rc = -EAGAIN;

@@ -37,14 +37,18 @@
 --   labeledNodes is no part of the status: the nodes whose Node object gets the
 --   cache's label (key in status.nodeLabel, value "ready"), which pods select
 --   with node affinity. The operator sets the labels of every Node to match;
---   left out, the cache labels no Node.
+--   left out, the cache labels no Node. A node that evicted the cache keeps
+--   its label (M.label_evicted_nodes): a pod placed there has it pulled again.
 -- Node entry states written by the agent: Pending, Waiting (for a pull slot of
 -- spec.rollout), Pulling, Ready, Incompatible, Failed, Deleting (reason
 -- NotSelected: a node the cache is no longer for, kept while pods use it; not
--- counted). An entry with servingDigest still serves the digest it was Ready
--- with to its pods. Incompatible is not a failure: a node without a GPU the
+-- counted), Evicted. An entry with servingDigest still serves the digest it
+-- was Ready with to its pods. Incompatible is not a failure: a node without a GPU the
 -- cache was built for is counted apart (incompatibleNodes), never in
--- failedNodes, nodeErrorCnt or the Error condition. An empty reason map may
+-- failedNodes, nodeErrorCnt or the Error condition. Evicted is no failure
+-- either, nor work in progress: the node took the cache out of its store to
+-- free space (no pod there used it) and pulls it again when a pod there asks
+-- for it; Ready counts the other nodes (M.ignore_evicted_nodes). An empty reason map may
 -- be returned: the operator leaves empty maps out of the status it applies.
 -- A node entry lists the pods that mount the cache
 -- (pods = { { podName, podNamespace, podUID, volumeId } }).
@@ -56,6 +60,18 @@ M.progressing_states = { Pending = true, Waiting = true, Pulling = true, Deletin
 -- Whether a cache counts as Ready while some nodes have no compatible GPU.
 -- true: Ready means "ready on every node that can use it" (and on at least one).
 M.ignore_incompatible_nodes = true
+
+-- Whether the nodes that evicted the cache keep its Node label, so that pods
+-- are still placed there (their mount waits while the node pulls the cache
+-- again). false: pods go only where it is Ready, and while it is Ready
+-- nowhere a pod that requires it waits Pending until a cache change makes a
+-- node pull it again.
+M.label_evicted_nodes = true
+
+-- Whether a cache counts as Ready while some nodes evicted it (and it is
+-- ready on at least one): true, as the kubelet's image garbage collection
+-- makes no workload unready.
+M.ignore_evicted_nodes = true
 
 -- Longest node list spelled out in a message.
 M.max_nodes_in_message = 5
@@ -233,6 +249,7 @@ function M.evaluate(input)
   local digest = type(input.digest) == "string" and input.digest or ""
 
   local total, ready, failed, incompatible, progressing, pods, in_use = 0, 0, 0, 0, 0, 0, 0
+  local evicted = 0
   local by_reason, incompatible_by_reason, failed_names, waiting, labeled = {}, {}, {}, {}, {}
   for _, n in ipairs(nodes) do
     local reported = type(n) == "table" and type(n.entry) == "table" and n.entry or nil
@@ -265,6 +282,11 @@ function M.evaluate(input)
       elseif state == "Incompatible" then
         incompatible = incompatible + 1
         add_node(incompatible_by_reason, e.reason or "NoCompatibleGPU", n.name)
+      elseif state == "Evicted" then
+        evicted = evicted + 1
+        if M.label_evicted_nodes and type(e.compatibleGPUs) == "table" and #e.compatibleGPUs > 0 then
+          labeled[#labeled + 1] = n.name
+        end
       elseif state == "Failed" then
         failed = failed + 1
         local reason = e.reason or "Failed"
@@ -323,6 +345,7 @@ function M.evaluate(input)
 
   -- Ready
   local usable = M.ignore_incompatible_nodes and (total - incompatible) or total
+  local serving = M.ignore_evicted_nodes and ready >= 1 and (usable - evicted) or usable
   local ready_status, ready_reason, ready_msg
   if digest == "" then
     ready_status, ready_reason, ready_msg = "False", "DigestNotResolved", "the image digest is not resolved yet"
@@ -331,12 +354,20 @@ function M.evaluate(input)
   elseif usable == 0 then
     ready_status, ready_reason, ready_msg = "False", "NoCompatibleNodes",
       string.format("none of the %d nodes has a GPU this cache was built for", total)
-  elseif ready >= 1 and ready == usable then
+  elseif ready >= 1 and ready == serving then
     ready_status, ready_reason = "True", "Ready"
     ready_msg = string.format("ready on %d of %d nodes", ready, total)
     if incompatible > 0 then
       ready_msg = ready_msg .. string.format("; %d without a compatible GPU", incompatible)
     end
+    if evicted > 0 then
+      ready_msg = ready_msg .. string.format("; evicted from %d to free space "
+        .. "(pulled again when a pod there asks for it)", evicted)
+    end
+  elseif ready == 0 and failed == 0 and evicted > 0 and evicted == usable then
+    ready_status, ready_reason = "False", "Evicted"
+    ready_msg = string.format("evicted from the store of every node that can use it (%d) to free space; "
+      .. "pulled again where a pod asks for it", evicted)
   elseif failed > 0 then
     ready_status, ready_reason = "False", "NodesFailed"
     ready_msg = string.format("ready on %d of %d nodes; failed on %d", ready, usable, failed)

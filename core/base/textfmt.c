@@ -1,6 +1,7 @@
 #include "textfmt.h"
 
 #include <errno.h>
+#include <stdlib.h>
 #include <string.h>
 #include <time.h>
 
@@ -65,4 +66,30 @@ void hex_encode(const unsigned char *b, size_t n, char *out)
 		out[2 * i + 1] = h[b[i] & 15];
 	}
 	out[2 * n] = '\0';
+}
+
+int quantity_parse_bytes(const char *s, uint64_t *out)
+{
+	static const struct {
+		const char *suffix;
+		uint64_t mul;
+	} units[] = {{"Ki", 1ull << 10},   {"Mi", 1ull << 20},      {"Gi", 1ull << 30},
+	             {"Ti", 1ull << 40},   {"k", 1000ull},          {"M", 1000000ull},
+	             {"G", 1000000000ull}, {"T", 1000000000000ull}, {"", 1}};
+	char *end = NULL;
+	if (!s || *s < '0' || *s > '9')
+		return -EINVAL;
+	errno = 0;
+	unsigned long long v = strtoull(s, &end, 10);
+	if (errno)
+		return -EINVAL;
+	for (size_t i = 0; i < sizeof(units) / sizeof(units[0]); i++) {
+		if (strcmp(end, units[i].suffix) != 0)
+			continue;
+		if (v > UINT64_MAX / units[i].mul)
+			return -EINVAL;
+		*out = v * units[i].mul;
+		return 0;
+	}
+	return -EINVAL;
 }

@@ -64,6 +64,11 @@
  *   NotOnNode without one) and the sentence a refused mount would have
  *   shown. Such a volume uses nothing of the cache ("digest" is "").
  *
+ *   <run-dir>/usage/<scope>/<name>/wanted      an empty file whose
+ *     modification time is when a publish last asked for the cache while
+ *     the agent's record said Evicted (it was taken out of the store to
+ *     free space): the agent pulls it again (cache_view_want()).
+ *
  *   The agent's in-use guard (cache_view_in_use(), cache_view_digest_in_use())
  *   keeps a cache and its store entry while any pod uses them (fallback
  *   volumes do not); the agent reports the pod list in node status
@@ -91,6 +96,7 @@
 #define CACHE_VIEW_READY "ready.json"
 #define CACHE_VIEW_DATA "data"
 #define CACHE_VIEW_USAGE "usage.json"
+#define CACHE_VIEW_WANTED "wanted"
 
 enum {
 	CACHE_VIEW_NAMESPACE_MAX = 63, /* DNS-1123 label */
@@ -276,6 +282,16 @@ __attribute__((warn_unused_result)) int cache_view_digest_in_use(const char *run
 __attribute__((warn_unused_result)) int
 cache_view_usage_list(const char *run_dir, struct cache_view_usage **out, size_t *n);
 void cache_view_usage_list_free(struct cache_view_usage *list, size_t n);
+
+/* ---- asks for an evicted cache ---- */
+
+/* A pod asked for (ns, name) now: create or touch its "wanted" file. */
+__attribute__((warn_unused_result)) int cache_view_want(const char *run_dir, const char *ns,
+                                                        const char *name);
+/* When (ns, name) was last asked for: 0 and *at (unix seconds); -ENOENT
+ * when it never was. */
+__attribute__((warn_unused_result)) int cache_view_wanted_at(const char *run_dir, const char *ns,
+                                                             const char *name, int64_t *at);
 
 /* ---- time stamps as the files above write them ---- */
 

@@ -25,6 +25,7 @@
 #include "operator.h"
 #include "policy_watch.h"
 #include "pull_secret.h"
+#include "textfmt.h"
 
 enum role { ROLE_AGENT = 1, ROLE_OPERATOR = 2, ROLE_UP = ROLE_AGENT | ROLE_OPERATOR };
 
@@ -98,6 +99,10 @@ enum {
 	OPT_KSERVE,
 	OPT_GLOBAL_CREDS,
 	OPT_AGENT_SA,
+	OPT_STORE_HIGH,
+	OPT_STORE_LOW,
+	OPT_STORE_MAX,
+	OPT_STORE_MIN_AGE,
 };
 
 static const struct option all_opts[] = {
@@ -129,6 +134,10 @@ static const struct option all_opts[] = {
     {"kserve", required_argument, 0, OPT_KSERVE},
     {"global-credentials-namespaces", required_argument, 0, OPT_GLOBAL_CREDS},
     {"agent-service-account", required_argument, 0, OPT_AGENT_SA},
+    {"store-high-percent", required_argument, 0, OPT_STORE_HIGH},
+    {"store-low-percent", required_argument, 0, OPT_STORE_LOW},
+    {"store-max-bytes", required_argument, 0, OPT_STORE_MAX},
+    {"store-min-age", required_argument, 0, OPT_STORE_MIN_AGE},
     {0, 0, 0, 0},
 };
 
@@ -158,6 +167,16 @@ static const struct option all_opts[] = {
 	"                         reached holds one at most, and a failed pull or image read\n"    \
 	"                         is tried again after a backoff that holds none (--retries\n"     \
 	"                         only resumes cut downloads)\n"                                   \
+	"  --store-high-percent N when the store's file system is N% full or more, the\n"          \
+	"                         images no pod on the node mounts are evicted, least\n"           \
+	"                         recently used first, down to --store-low-percent (default\n"     \
+	"                         85; 100: never)\n"                                               \
+	"  --store-low-percent N  (default 80)\n"                                                  \
+	"  --store-max-bytes Q    the most the store's images may take, a quantity of bytes\n"     \
+	"                         (\"200Gi\"); a pull that would go over it first evicts\n"        \
+	"                         unused ones (default 0: no cap)\n"                               \
+	"  --store-min-age S      an image used or pulled less than S seconds ago is not\n"        \
+	"                         evicted (default 120)\n"                                         \
 	"  --trust-dir DIR        trusted public keys: every PEM key of every file in DIR\n"       \
 	"                         (with --key: a signature is required before extracting)\n"       \
 	"  --verify-enabled BOOL  verify signatures on the node too (default true)\n" CLI_KEY_HELP
@@ -258,6 +277,10 @@ static bool role_takes(enum role r, int opt)
 	case OPT_SYSFS:
 	case OPT_NVML:
 	case OPT_MAX_PULLS:
+	case OPT_STORE_HIGH:
+	case OPT_STORE_LOW:
+	case OPT_STORE_MAX:
+	case OPT_STORE_MIN_AGE:
 		return r & ROLE_AGENT;
 	case OPT_ROOT:
 	case OPT_RUN_DIR:
@@ -295,6 +318,9 @@ static void set_defaults(struct dflags *f)
 	f->ao.gpu_source = "auto";
 	f->ao.root = "/var/lib/gkm";
 	f->ao.run_dir = "/run/gkm";
+	f->ao.store_high_percent = AGENT_STORE_HIGH_PERCENT;
+	f->ao.store_low_percent = AGENT_STORE_LOW_PERCENT;
+	f->ao.store_min_age_s = AGENT_STORE_MIN_AGE_S;
 	cli_registry_init(&f->reg, false);
 }
 
@@ -394,6 +420,44 @@ static int node_flag(struct dflags *f, int opt, const char *arg)
 	}
 }
 
+/* The agent's store budget. */
+static int store_flag(struct dflags *f, int opt, const char *arg)
+{
+	unsigned long long v;
+	uint64_t q;
+	switch (opt) {
+	case OPT_STORE_HIGH:
+		if (cli_parse_u64(arg, 100, &v) != 0 || v < 2)
+			return cli_usage_error(
+			    f->cmd, "--store-high-percent wants 2 to 100, got '%s'", arg);
+		f->ao.store_high_percent = (unsigned)v;
+		return 0;
+	case OPT_STORE_LOW:
+		if (cli_parse_u64(arg, 99, &v) != 0 || v < 1)
+			return cli_usage_error(f->cmd,
+			                       "--store-low-percent wants 1 to 99, got '%s'", arg);
+		f->ao.store_low_percent = (unsigned)v;
+		return 0;
+	case OPT_STORE_MAX:
+		if (quantity_parse_bytes(arg, &q) != 0)
+			return cli_usage_error(
+			    f->cmd,
+			    "--store-max-bytes wants a quantity of bytes (200Gi, "
+			    "500G, 0 for no cap), got '%s'",
+			    arg);
+		f->ao.store_max_bytes = q;
+		return 0;
+	case OPT_STORE_MIN_AGE:
+		if (cli_parse_u64(arg, 86400 * 365, &v) != 0)
+			return cli_usage_error(f->cmd, "--store-min-age wants seconds, got '%s'",
+			                       arg);
+		f->ao.store_min_age_s = (unsigned)v;
+		return 0;
+	default:
+		return -1;
+	}
+}
+
 /* Trust, and the operator's: leadership, digests, KServe, pull Secrets. */
 static int operator_flag(struct dflags *f, int opt, const char *arg)
 {
@@ -448,7 +512,7 @@ static int parse(struct dflags *f, int argc, char **argv, const char *usage)
 			return cli_usage_error(f->cmd, "unknown flag '%s' for this command",
 			                       argv[optind - 1]);
 		if ((rc = objects_flag(f, c, optarg)) < 0 && (rc = node_flag(f, c, optarg)) < 0 &&
-		    (rc = operator_flag(f, c, optarg)) < 0)
+		    (rc = store_flag(f, c, optarg)) < 0 && (rc = operator_flag(f, c, optarg)) < 0)
 			rc = cli_registry_flag(&f->reg, c, optarg, f->cmd) < 0 ? EXIT_USAGE : 0;
 		if (rc)
 			return rc;
@@ -461,6 +525,12 @@ static int parse(struct dflags *f, int argc, char **argv, const char *usage)
 		f->ao.gpu_source = "file";
 	if (!strcmp(f->ao.gpu_source, "file") && !f->ao.gpu_file)
 		return cli_usage_error(f->cmd, "--gpu-source file needs --gpu-file");
+	if (f->ao.store_low_percent >= f->ao.store_high_percent)
+		return cli_usage_error(
+		    f->cmd,
+		    "--store-low-percent (%u) must be below --store-high-percent "
+		    "(%u)",
+		    f->ao.store_low_percent, f->ao.store_high_percent);
 	if (!f->identity)
 		f->identity = f->node;
 	return 0;

@@ -312,8 +312,10 @@ static void on_cache_event(void *ud, enum objstore_event_type t, const cJSON *ob
 	/* a user's edit (spec or annotations: `kubectl annotate gkmc NAME
 	 * gkm.io/recheck=...`) is a change a permanent failure waits for, e.g.
 	 * after the image was signed; the status the operator writes is not */
-	if (c->obj && t != OBJSTORE_DELETED && user_edited(c->obj, obj))
+	if (c->obj && t != OBJSTORE_DELETED && user_edited(c->obj, obj)) {
 		recheck_permanent(c);
+		agent_evict_edited(c);
+	}
 	cJSON_Delete(c->obj);
 	c->obj = t == OBJSTORE_DELETED ? NULL : cJSON_Duplicate(obj, 1);
 	agent_place_cache(a, c);
@@ -524,6 +526,12 @@ int agent_start(struct loop *l, struct workers *w, struct objstore *os,
 		a->o.resync_s = 30;
 	if (!a->o.status_debounce_ms)
 		a->o.status_debounce_ms = 200;
+	if (!a->o.store_high_percent)
+		a->o.store_high_percent = AGENT_STORE_HIGH_PERCENT;
+	if (!a->o.store_low_percent || a->o.store_low_percent >= a->o.store_high_percent)
+		a->o.store_low_percent = a->o.store_high_percent > AGENT_STORE_LOW_PERCENT
+		                             ? AGENT_STORE_LOW_PERCENT
+		                             : a->o.store_high_percent - 1;
 	/* a failed request is tried again by the agent after a backoff that
 	 * holds no slot, not by the registry client sleeping in one */
 	if (o->registry)
@@ -547,6 +555,10 @@ int agent_start(struct loop *l, struct workers *w, struct objstore *os,
 	    .max_in_flight = 64, .base_delay_ms = 500, .max_delay_ms = 300000};
 	if ((rc = store_open(store_root, &a->store)) || (rc = kube_workqueue_new(&qo, &a->queue))) {
 		log_error("cannot open the store", "path", store_root, "error", strerror(-rc));
+		agent_stop(a);
+		return rc;
+	}
+	if ((rc = agent_budget_start(a))) {
 		agent_stop(a);
 		return rc;
 	}
@@ -616,6 +628,7 @@ void agent_stop(struct agent *a)
 		loop_cancel_timer(a->loop, a->sched_timer);
 	if (a->node_timer)
 		loop_cancel_timer(a->loop, a->node_timer);
+	agent_budget_stop(a);
 	workers_free(a->pool);
 	if (a->clients_timer)
 		loop_cancel_timer(a->loop, a->clients_timer);

@@ -11,6 +11,7 @@
 #define GKM_AGENT_H
 
 #include <stdbool.h>
+#include <stdint.h>
 
 #include "engine.h"
 #include "objstore.h"
@@ -43,7 +44,18 @@ struct agent_opts {
 	/* namespaces whose caches without spec.pullSecrets the daemon's own
 	 * registry credentials serve ("a,b", "*"; NULL: only ClusterGKMCaches) */
 	const char *global_credentials;
+	/* the store's budget (agent_evict.c): above store_high_percent of its
+	 * file system's usage (100: no threshold) the images no pod uses are
+	 * evicted until under store_low_percent; store_max_bytes caps what
+	 * the images take (0: no cap); an image used less than
+	 * store_min_age_s ago stays. 0 for the percents: the defaults */
+	unsigned store_high_percent, store_low_percent, store_min_age_s;
+	uint64_t store_max_bytes;
 };
+
+#define AGENT_STORE_HIGH_PERCENT 85 /* the kubelet's imageGCHighThresholdPercent */
+#define AGENT_STORE_LOW_PERCENT 80  /* and imageGCLowThresholdPercent */
+#define AGENT_STORE_MIN_AGE_S 120   /* and imageMinimumGCAge */
 
 struct agent;
 

@@ -60,6 +60,8 @@ static void gc_done(struct loop *l, void *ud)
 	if (a->gc_again && !a->stopping) {
 		a->gc_again = false;
 		agent_gc_request(a);
+	} else {
+		agent_budget_check(a); /* what is left against the store's budget */
 	}
 }
 

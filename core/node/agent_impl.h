@@ -7,6 +7,7 @@
  *   agent_reconcile.c the policy's decision for a cache and the store's view
  *   agent_report.c    the node objects' status, and this node's Node
  *   agent_gc.c        store clean-up
+ *   agent_evict.c     the store's budget: evictions, and the room a pull needs
  *   agent_captures.c  captures of pods' writable volumes
  *
  * Everything here runs on the loop thread except the *_work functions of
@@ -53,6 +54,24 @@ struct attempt {
 	uint64_t retry_at;         /* loop ms: no try before */
 	char retry_time[32];       /* the same in RFC 3339, for the report */
 	char reason[64], message[512];
+};
+
+/* A cache whose image the store's budget evicted (agent_evict.c). */
+enum eviction_state {
+	EV_UNREAD,   /* not known yet: the node's record may say Evicted (a restart) */
+	EV_NONE,     /* not evicted */
+	EV_REMOVING, /* out of service: its image is removed after a grace */
+	EV_DONE,     /* its image is gone from the store */
+};
+
+struct cache_eviction {
+	enum eviction_state state;
+	bool wanted;     /* asked for since (a pod, an edit): pulled again */
+	char digest[80]; /* the cache's digest then (a new one is no eviction) */
+	char image[80];  /* the store entry removed */
+	char reason[32]; /* HighThreshold, MaxBytes, PullNeedsSpace */
+	char message[1024];
+	int64_t at; /* unix seconds: an ask counts from then on */
 };
 
 /* What the agent knows about one cache on this node. Loop thread only. */
@@ -104,6 +123,7 @@ struct cache {
 	cJSON *live;     /* live volumes a capture on demand still has to take */
 	char *demand;    /* the gkm.io/capture value last handled (NULL: not read yet) */
 	cJSON *misses;   /* {volumeId: kernels the pod compiled, as last counted} */
+	struct cache_eviction evicted;
 };
 
 /* One node object: ClusterGKMCacheNode (ns "") or GKMCacheNode in ns. */
@@ -151,7 +171,8 @@ struct agent {
 	uint64_t node_timer;    /* the next lookup while it fails */
 	unsigned jobs;          /* worker jobs in flight that point at this agent */
 	bool gc_running, gc_again;
-	bool capturing; /* a capture job runs (one at a time) */
+	bool capturing;        /* a capture job runs (one at a time) */
+	struct budget *budget; /* agent_evict.c */
 };
 
 struct agent_metrics {
@@ -204,6 +225,23 @@ void agent_node_tick(struct loop *l, void *ud);
 
 /* agent_gc.c */
 void agent_gc_request(struct agent *a);
+
+/* agent_evict.c */
+int agent_budget_start(struct agent *a);
+void agent_budget_stop(struct agent *a);
+/* Check the store against its budget (after a clean-up of the store). */
+void agent_budget_check(struct agent *a);
+/* A pull of key was refused for room (agent_budget_room()): make it. */
+void agent_budget_need(struct agent *a, const char *key, uint64_t bytes, uint64_t room);
+/* The room check before a pull's first layer byte (worker threads): an
+ * image whose files take bytes fits the store's file system with room
+ * (*room: what it needs free) and its cap. -ENOSPC says why in err. */
+int agent_budget_room(struct agent *a, uint64_t bytes, uint64_t *room, struct oci_err *err);
+/* The eviction's part of the policy's input: store.evicted, and present
+ * false while c is evicted. */
+void agent_evict_input(struct agent *a, struct cache *c, cJSON *store, bool *present);
+/* The user edited c (spec, annotations): an evicted c is pulled again. */
+void agent_evict_edited(struct cache *c);
 
 /* agent_captures.c */
 void agent_captures_start(struct agent *a);

@@ -7,7 +7,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/statvfs.h>
 
 #include "backoff.h"
 #include "cache_env.h"
@@ -44,6 +43,7 @@ struct job {
 	struct pull_secret_ref secrets; /* the pull Secrets the cache names */
 	struct trust *trust;            /* what the job trusts (referenced) */
 	char verified_by[80];           /* the key that verified the digest, if any */
+	uint64_t room_bytes, room;      /* refused for room: the image's files, the room it needs */
 };
 
 static void job_fail(struct job *j, int rc, const char *reason, const char *msg)
@@ -283,26 +283,16 @@ static bool same_access(const struct agent *a, const struct cache *c, const stru
 }
 
 /* Room in the store for an image, before its first layer byte: what its
- * cache-size-bytes label says the files take, an eighth more and 16 MiB
- * for the file system's own blocks. An image without the label is pulled
- * as before. -ENOSPC with what is needed and what is free. */
+ * cache-size-bytes label says the files take (agent_budget_room()). An
+ * image without the label is pulled as before. */
 static int store_room(const struct oci_image *img, void *ud, struct oci_err *err)
 {
-	const struct agent *a = ud;
+	struct job *j = ud;
 	unsigned long long size = cache_env_size_bytes(oci_config_labels(&img->config));
-	unsigned long long need = size + size / 8 + (16ull << 20);
-	struct statvfs sv;
-	if (!size || statvfs(store_root(a->store), &sv) != 0)
-		return 0;
-	unsigned long long avail = (unsigned long long)sv.f_bavail * sv.f_frsize;
-	if (avail >= need)
-		return 0;
-	oci_errf(err,
-	         "the image's files take %llu MiB (label cache-size-bytes) and need about %llu MiB "
-	         "in the store, which has %llu MiB free (%s); nothing was downloaded, and it is "
-	         "tried again after a while",
-	         size >> 20, need >> 20, avail >> 20, store_root(a->store));
-	return -ENOSPC;
+	int rc = size ? agent_budget_room(j->a, size, &j->room, err) : 0;
+	if (rc)
+		j->room_bytes = size;
+	return rc;
 }
 
 /* Pull through this cache's reference: its signatures are verified even when
@@ -320,7 +310,7 @@ static void pull_work(void *ud)
 	                          .require_signature = verify,
 	                          .verdict = &verdict,
 	                          .before_layers = store_room,
-	                          .before_layers_ud = j->a};
+	                          .before_layers_ud = j};
 	struct pull_secret ps;
 	struct client *client = NULL;
 	memset(&e, 0, sizeof(e));
@@ -536,6 +526,8 @@ static void pull_done(struct loop *l, void *ud)
 	if (j->rc && !a->stopping)
 		agent_count_error("pull");
 	struct cache *c = job_end(j, &att);
+	if (c && j->room_bytes)
+		agent_budget_need(a, c->key, j->room_bytes, j->room); /* evict to make room */
 	if (c && !j->rc) {
 		/* a digest the store already held counts as a hit when it is linked */
 		c->extracted = !j->present;

@@ -309,7 +309,9 @@ static cJSON *decide_input(struct agent *a, struct cache *c, const struct cache_
 	const char *sd = c->store_digest[0] ? c->store_digest : c->digest;
 	bool present =
 	    *c->digest && !strcmp(c->verified_ref, c->ref) && store_lookup(a->store, sd, NULL) == 0;
-	cJSON_AddBoolToObject(cJSON_AddObjectToObject(in, "store"), "present", present);
+	cJSON *store = cJSON_AddObjectToObject(in, "store");
+	agent_evict_input(a, c, store, &present); /* not present while evicted */
+	cJSON_AddBoolToObject(store, "present", present);
 	cJSON *pull = cJSON_AddObjectToObject(in, "pull");
 	cJSON_AddStringToObject(pull, "state",
 	                        c->pull.job.queued || c->pull.job.running ? "running" : "idle");

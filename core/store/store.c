@@ -296,7 +296,8 @@ static int read_meta(struct store *s, const char *hex, struct store_entry_info *
 	int fd = openat(s->metafd, name, O_RDONLY | O_NOFOLLOW | O_CLOEXEC);
 	if (fd < 0)
 		return errno == ENOENT ? -ENOENT : -EIO;
-	ssize_t n = read(fd, buf, META_MAX + 1);
+	struct stat st;
+	ssize_t n = fstat(fd, &st) == 0 ? read(fd, buf, META_MAX + 1) : -1;
 	close(fd);
 	if (n <= 0 || n > META_MAX)
 		return -EIO;
@@ -328,6 +329,8 @@ static int read_meta(struct store *s, const char *hex, struct store_entry_info *
 	e.symlinks = (uint64_t)v[3];
 	e.layers = (uint64_t)v[4];
 	e.created = (int64_t)v[5];
+	e.last_used =
+	    (int64_t)st.st_mtim.tv_sec > e.created ? (int64_t)st.st_mtim.tv_sec : e.created;
 	if (out)
 		*out = e;
 	return 0;
@@ -347,6 +350,17 @@ int store_lookup(struct store *s, const char *digest, struct store_entry_info *o
 	if (out)
 		*out = e;
 	return 0;
+}
+
+int store_touch(struct store *s, const char *digest)
+{
+	char name[96];
+	if (!store_digest_valid(digest))
+		return -EINVAL;
+	if (!tree_exists(s, digest + 7))
+		return -ENOENT;
+	meta_name(name, sizeof(name), digest + 7);
+	return utimensat(s->metafd, name, NULL, AT_SYMLINK_NOFOLLOW) == 0 ? 0 : -errno;
 }
 
 int store_begin(struct store *s, const char *digest, const struct extract_limits *limits,
@@ -432,8 +446,12 @@ static int write_meta(struct store *s, const struct store_entry_info *e)
 	if (fd < 0)
 		return -errno;
 	int rc = 0;
+	/* the file's modification time is the entry's last use (store_touch) */
+	const struct timespec ts[2] = {{.tv_sec = e->created}, {.tv_sec = e->created}};
 	if (write(fd, buf, (size_t)n) != n)
 		rc = errno ? -errno : -EIO;
+	if (rc == 0 && futimens(fd, ts) < 0)
+		rc = -errno;
 	if (rc == 0 && fsync(fd) < 0)
 		rc = -errno;
 	if (close(fd) < 0 && rc == 0)
@@ -476,7 +494,7 @@ int store_commit(struct store_txn *t, struct store_entry_info *out, char *errbuf
 	e.dirs = u.dirs;
 	e.symlinks = u.symlinks;
 	e.layers = st.layers;
-	e.created = (int64_t)time(NULL);
+	e.created = e.last_used = (int64_t)time(NULL);
 	if ((rc = write_meta(s, &e)) < 0) {
 		what = "writing the entry's metadata";
 		goto fail;

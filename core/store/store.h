@@ -43,7 +43,8 @@ struct store_entry_info {
 	uint64_t dirs;  /* directories, not counting the root */
 	uint64_t symlinks;
 	uint64_t layers;
-	int64_t created; /* unix seconds of the commit */
+	int64_t created;   /* unix seconds of the commit */
+	int64_t last_used; /* unix seconds: the commit, or the last store_touch() */
 };
 
 /* Open (creating the directories if needed) the store at root (NULL for
@@ -67,6 +68,10 @@ __attribute__((warn_unused_result)) int store_lookup(struct store *s, const char
  * 0, -EINVAL, or -ENAMETOOLONG. */
 __attribute__((warn_unused_result)) int store_entry_path(const struct store *s, const char *digest,
                                                          char *buf, size_t len);
+
+/* Record that the entry was used now (its last_used; the metadata file's
+ * modification time, so that it survives restarts). -ENOENT if absent. */
+__attribute__((warn_unused_result)) int store_touch(struct store *s, const char *digest);
 
 /* ---- adding an entry ---- */
 

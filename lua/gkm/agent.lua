@@ -17,8 +17,12 @@
 --   image = { state = "unknown"|"fetching"|"ready"|"failed", <failure> },
 --   compat = { gpus = { { index, compatible, reason, message } } }
 --            or { error = "why the compat policy failed" } or nil (not run yet),
---   store = { present = bool },              -- extracted on this node, and verified
+--   store = { present = bool,                -- extracted on this node, and verified
 --                                            -- through this cache's own reference
+--             evicted = { reason, message, wanted = bool } or nil },
+--                         -- the store's budget evicted the image (gkm.store_budget);
+--                         -- wanted: a pod here asked for it since, or the cache
+--                         -- was edited: pull it again
 --   pull  = { state = "idle"|"running"|"failed", <failure> },
 --   view  = { digest = "sha256:..." or nil,    -- what the cache's view links to now
 --             compatibleGPUs = { "0", ... } },  -- the GPU ids it was published for
@@ -286,6 +290,20 @@ function M.decide(input)
 
   local image = type(input.image) == "table" and input.image or { state = "unknown" }
   local store = type(input.store) == "table" and input.store or {}
+  -- evicted to free space: stays so, with no work, until it is wanted again
+  local evicted = type(store.evicted) == "table" and not store.evicted.wanted and store.evicted or nil
+  local function evicted_entry(entry)
+    local reason, message = tostring(evicted.reason or ""), tostring(evicted.message or "")
+    entry.state, entry.reason = "Evicted", reason:match("^%a[%w_]*$") and reason or "Evicted"
+    entry.message = message ~= "" and message or "evicted from this node's store"
+    return finish(input, entry, {})
+  end
+  if evicted and (image.state ~= "ready" or type(input.compat) ~= "table") then
+    -- after a restart: the image configuration (no layer) tells the GPUs it fits
+    local entry = evicted_entry({ digest = digest })
+    entry.actions = image.state == "fetching" and {} or { { type = "fetch_image" } }
+    return entry
+  end
   if image.state ~= "ready" or type(input.compat) ~= "table" then
     local actions = image.state == "fetching" and {} or { { type = "fetch_image" } }
     -- an image without compat labels is read by pulling it: a pull, in its wave
@@ -360,6 +378,9 @@ function M.decide(input)
     return finish(input, entry, { { type = "link" } })
   end
 
+  if evicted then
+    return evicted_entry(entry)
+  end
   local pull = type(input.pull) == "table" and input.pull or { state = "idle" }
   local r = must_wait(input)
   if pull.state == "failed" then

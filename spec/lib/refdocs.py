@@ -52,6 +52,7 @@ def _register(out, root, path):
 # Which daemons serve the metrics a source file registers.
 SERVED_BY = {
     "core/node/agent.c": ["agent", "up"],
+    "core/node/agent_evict.c": ["agent", "up"],
     "core/node/operator.c": ["operator", "up"],
     "core/node/node_labels.c": ["operator"],
     "core/lua/engine.c": ["agent", "operator", "up", "webhook"],
@@ -111,7 +112,8 @@ LABEL_VALUES = """## Label values
 | `gkm_lua_errors_total` | `kind` | `error` (a runtime error, or a bundle that fails to load), `timeout`, `out_of_memory`, `blocked_function`, `bad_return_value`, `missing_hook` |
 | `gkm_csi_call_duration_seconds` | `method` | the CSI RPC names, as below |
 | `gkm_csi_calls_total` | `method`, `code` | CSI RPC names (every method of the specification by its own name, controller methods included; `other` for a path outside it); gRPC codes (`OK`, `INVALID_ARGUMENT`, `PERMISSION_DENIED`, `FAILED_PRECONDITION`, `ABORTED`, `INTERNAL`, `UNIMPLEMENTED`, ...) |
-| `gkm_csi_fallback_total` | `reason` | why a volume with `onMiss: "empty"` was published as an empty directory: the cache's state on the node (`Pending`, `Pulling`, `Failed`, `Incompatible`, `Deleting`, `NotReady` for any other), `NotOnNode` (the agent has no record of it here), `RecordUnreadable`, `DataUnusable` (Ready, but its data link does not lead to its store entry) |
+| `gkm_csi_fallback_total` | `reason` | why a volume with `onMiss: "empty"` was published as an empty directory: the cache's state on the node (`Pending`, `Pulling`, `Failed`, `Incompatible`, `Deleting`, `Evicted`, `NotReady` for any other), `NotOnNode` (the agent has no record of it here), `RecordUnreadable`, `DataUnusable` (Ready, but its data link does not lead to its store entry) |
+| `gkm_store_evictions_total`, `gkm_store_evicted_bytes_total` | `reason` | what asked for the space: `HighThreshold` (the store's file system at `--store-high-percent` or more), `MaxBytes` (the store's caches over `--store-max-bytes`), `PullNeedsSpace` (a pull the room check refused) |
 | `gkm_cache_miss_kernels_total` | `namespace`, `cache` | the cache's namespace (`""` for a ClusterGKMCache) and name |
 | `gkm_webhook_review_seconds` | `endpoint` | `mutate`, `validate`, `pods` (`/mutate-pods`) |
 | `gkm_webhook_decisions_total` | `endpoint`, `result`, `reason` | `mutate`/`validate`/`pods`; `allowed`, `denied`, `error`; `Allowed` or the denial reason (troubleshooting.md), `BadRequest`/`OutOfMemory` for errors |

@@ -273,4 +273,39 @@ describe('agent decisions', function()
       assert.are.same({ 'unlink' }, types(gone))
     end)
   end)
+
+  it('an evicted cache stays Evicted, with no work, until it is wanted again', function()
+    local ev = { reason = 'PullNeedsSpace', message = 'evicted from the store of node n1 (40 MiB freed): ...' }
+    local r = decide({ store = { present = false, evicted = ev } })
+    assert.are.equal('Evicted', r.entry.state)
+    assert.are.equal('PullNeedsSpace', r.entry.reason)
+    assert.are.equal(ev.message, r.entry.message)
+    assert.are.equal(D, r.entry.digest)
+    assert.are.same({ { ids = { 0, 1 }, gpuType = 'NVIDIA H100' } }, r.entry.compatibleGPUs)
+    assert.are.same({}, types(r)) -- not pulled again
+    -- after a restart its configuration is read again (for the GPUs it fits), nothing else
+    r = decide({ image = { state = 'unknown' }, compat = nil, store = { present = false, evicted = ev } })
+    assert.are.equal('Evicted', r.entry.state)
+    assert.are.same({ 'fetch_image' }, types(r))
+    r = decide({ image = { state = 'fetching' }, compat = nil, store = { present = false, evicted = ev } })
+    assert.are.same({}, types(r))
+    -- a reason the CRD would refuse is not passed on
+    r = decide({ store = { present = false, evicted = { reason = '', message = '' } } })
+    assert.are.equal('Evicted', r.entry.reason)
+    assert.are.equal("evicted from this node's store", r.entry.message)
+    -- wanted (a pod here asked for it, the cache was edited): pulled again
+    ev.wanted = true
+    r = decide({ store = { present = false, evicted = ev } })
+    assert.are.equal('Pulling', r.entry.state)
+    assert.are.same({ 'pull' }, types(r))
+    r = decide({ image = { state = 'unknown' }, compat = nil, store = { present = false, evicted = ev } })
+    assert.are.same({ 'fetch_image' }, types(r))
+    -- an evicted cache on a node without a compatible GPU is Incompatible all the same
+    r = decide({ compat = { gpus = { { index = 0, compatible = false, reason = 'ArchitectureMismatch' } } },
+      gpus = { gpus[1] }, store = { present = false, evicted = { reason = 'HighThreshold', message = 'm' } } })
+    assert.are.equal('Incompatible', r.entry.state)
+    -- a deleted one is released as any other
+    local gone = decide({ cache = false, store = { present = false, evicted = { reason = 'HighThreshold' } } })
+    assert.is_nil(gone.entry)
+  end)
 end)

@@ -108,6 +108,45 @@ describe('aggregate policy', function()
     assert.are.equal(2, r.podsUsing)
   end)
 
+  it('counts a node that evicted the cache neither as failed nor as work in progress', function()
+    local r = aggregate({
+      { name = 'n1', entry = entry('Ready') },
+      { name = 'n2', entry = entry('Evicted', 'HighThreshold', 'evicted from the store of node n2') },
+      { name = 'n3', entry = entry('Incompatible', 'BackendMismatch', 'cuda cache on hip') },
+    })
+    assert.are.equal(1, r.readyNodes)
+    assert.are.equal(0, r.failedNodes)
+    local ready = cond(r, 'Ready')
+    assert.are.equal('True', ready.status)
+    assert.truthy(ready.message:find('ready on 1 of 3 nodes; 1 without a compatible GPU; evicted from 1 to free space',
+      1, true), ready.message)
+    assert.are.equal('False', cond(r, 'Progressing').status)
+    assert.are.equal('False', cond(r, 'Error').status)
+    -- a node that evicted it keeps its label: a pod placed there has it pulled again
+    local gpus = { { ids = { 0 } } }
+    local ready1, evicted2 = entry('Ready'), entry('Evicted', 'HighThreshold', 'x')
+    ready1.compatibleGPUs, evicted2.compatibleGPUs = gpus, gpus
+    r = aggregate({ { name = 'n1', entry = ready1 }, { name = 'n2', entry = evicted2 } })
+    assert.are.same({ 'n1', 'n2' }, r.labeledNodes)
+    -- evicted everywhere it can run: not Ready, and why
+    r = aggregate({
+      { name = 'n2', entry = entry('Evicted', 'HighThreshold', 'x') },
+      { name = 'n3', entry = entry('Evicted', 'PullNeedsSpace', 'y') },
+    })
+    ready = cond(r, 'Ready')
+    assert.are.equal('False', ready.status)
+    assert.are.equal('Evicted', ready.reason)
+    assert.are.equal('False', cond(r, 'Progressing').status)
+    -- a node still pulling is work in progress all the same
+    r = aggregate({
+      { name = 'n1', entry = entry('Ready') },
+      { name = 'n2', entry = entry('Evicted', 'HighThreshold', 'x') },
+      { name = 'n3', entry = entry('Pulling', 'Pulling', 'y') },
+    })
+    assert.are.equal('Progressing', cond(r, 'Ready').reason)
+    assert.are.equal('True', cond(r, 'Progressing').status)
+  end)
+
   it('says NoCompatibleNodes when no node can use it', function()
     local r = aggregate({ { name = 'n1', entry = entry('Incompatible', 'BackendMismatch', 'x') } })
     assert.are.equal('NoCompatibleNodes', cond(r, 'Ready').reason)

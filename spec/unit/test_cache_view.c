@@ -1,5 +1,6 @@
 /* cache_view: names, ready.json parsing, resolving `data` inside the store,
- * and the usage files (including concurrent updates). */
+ * the usage files (including concurrent updates) and the asks for evicted
+ * caches. */
 #include <errno.h>
 #include <limits.h>
 #include <pthread.h>
@@ -613,6 +614,43 @@ static void test_usage_concurrent(void **state)
 	assert_int_equal(n, 80);
 }
 
+/* The ask for an evicted cache: the CSI plugin leaves it, the agent reads
+ * when it was; it does not disturb the usage file beside it. */
+static void test_wanted(void **state)
+{
+	(void)state;
+	char run[600], path[700];
+	int64_t at = 0;
+	snprintf(run, sizeof(run), "%s/run", root);
+	assert_int_equal(cache_view_wanted_at(run, "team", "llama", &at), -ENOENT);
+	int64_t before = (int64_t)time(NULL);
+	assert_int_equal(cache_view_want(run, "team", "llama"), 0);
+	assert_int_equal(cache_view_wanted_at(run, "team", "llama", &at), 0);
+	assert_true(at >= before);
+	/* asked again later: the time moves */
+	snprintf(path, sizeof(path), "%s/usage/team/llama/wanted", run);
+	sh("touch -d @100 '%s'", path);
+	assert_int_equal(cache_view_wanted_at(run, "team", "llama", &at), 0);
+	assert_true(at == 100);
+	assert_int_equal(cache_view_want(run, "team", "llama"), 0);
+	assert_int_equal(cache_view_wanted_at(run, "team", "llama", &at), 0);
+	assert_true(at >= before);
+	/* cluster scope, and names that are no names */
+	assert_int_equal(cache_view_want(run, "", "shared"), 0);
+	snprintf(path, sizeof(path), "%s/usage/_cluster/shared/wanted", run);
+	sh("test -f '%s'", path);
+	assert_int_equal(cache_view_want(run, "team", "../x"), -EINVAL);
+	assert_int_equal(cache_view_wanted_at(run, "../x", "y", &at), -EINVAL);
+	/* something else in its place is no ask */
+	snprintf(path, sizeof(path), "%s/usage/team/odd/wanted", run);
+	sh("mkdir -p '%s'", path);
+	assert_int_equal(cache_view_wanted_at(run, "team", "odd", &at), -EINVAL);
+	struct cache_view_usage u;
+	assert_int_equal(cache_view_usage_read(run, "team", "llama", &u), 0);
+	assert_int_equal(u.npods, 0);
+	cache_view_usage_free(&u);
+}
+
 /* The capture marker (agent) and the hand-over of a volume's directory
  * (CSI plugin). */
 static void test_capture(void **state)
@@ -682,6 +720,7 @@ int main(void)
 	    cmocka_unit_test_setup_teardown(test_usage_finished, setup, teardown),
 	    cmocka_unit_test_setup_teardown(test_usage_concurrent, setup, teardown),
 	    cmocka_unit_test_setup_teardown(test_capture, setup, teardown),
+	    cmocka_unit_test_setup_teardown(test_wanted, setup, teardown),
 	    cmocka_unit_test(test_rfc3339),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);

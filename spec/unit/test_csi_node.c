@@ -105,6 +105,12 @@ static int start(void **state)
 	      .compatible = true,
 	      .reason = "InUse",
 	      .message = "deleted; kept until 1 pod(s) stop using it"}},
+	    {"evicted",
+	     {.digest = DIGEST,
+	      .state = "Evicted",
+	      .compatible = true,
+	      .reason = "HighThreshold",
+	      .message = "evicted from the store of node n1 (25 MiB freed)"}},
 	    {"stale",
 	     {.digest = "sha256:" HEX2,
 	      .state = "Pulling",
@@ -383,6 +389,10 @@ static void test_publish_refusals(void **state)
 	                 "(InUse: deleted; kept until 1 pod(s) stop using it)"},
 	    {"stale", "GKMCache team-a/stale is not ready on this node yet (Pulling: pulling and "
 	              "extracting the image)"},
+	    {"evicted", "GKMCache team-a/evicted was evicted from this node's store to free space "
+	                "(HighThreshold: evicted from the store of node n1 (25 MiB freed)); the "
+	                "node pulls it again now, and the kubelet's next try mounts it once it is "
+	                "Ready"},
 	};
 	for (size_t i = 0; i < sizeof(states) / sizeof(states[0]); i++) {
 		const struct kv c[] = {
@@ -393,6 +403,13 @@ static void test_publish_refusals(void **state)
 			         csi_code_name(r.code), r.message, states[i].want);
 		free(r.body);
 	}
+
+	/* The ask for the evicted cache is left for the agent, and only that. */
+	int64_t at = 0;
+	assert_int_equal(cache_view_wanted_at(run, "team-a", "evicted", &at), 0);
+	assert_true(at >= (int64_t)time(NULL) - 60);
+	assert_int_equal(cache_view_wanted_at(run, "team-a", "failed", &at), -ENOENT);
+	assert_int_equal(cache_view_wanted_at(run, "team-a", "deleting", &at), -ENOENT);
 
 	/* Nothing was created or recorded by any of these. */
 	struct stat st;
@@ -694,6 +711,8 @@ static void test_fallback_volumes(void **state)
 	    {"stale", "Pulling", "Pulling", "Pulling",
 	     "GKMCache team-a/stale is not ready on this node yet (Pulling: pulling and "
 	     "extracting the image)"},
+	    {"evicted", "Evicted", "HighThreshold", "Evicted",
+	     "GKMCache team-a/evicted was evicted from this node's store to free space"},
 	    {"nosuch", "Unknown", "NotOnNode", "NotOnNode",
 	     "GKMCache team-a/nosuch is not on this node: the agent has no record of it here"},
 	};

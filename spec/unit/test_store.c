@@ -15,6 +15,7 @@
 #include <sys/file.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
+#include <time.h>
 #include <unistd.h>
 
 #include <cmocka.h>
@@ -125,6 +126,34 @@ static void test_commit_and_lookup(void **state)
 	snprintf(meta, sizeof(meta), "%s/meta/sha256-%s.json", f->root, D1 + 7);
 	assert_true(read_file_str(meta, buf, sizeof(buf)) > 0);
 	assert_non_null(strstr(buf, "\"bytes\":10015"));
+}
+
+/* An entry's last use starts at its commit, moves with store_touch(), and
+ * is kept in the store (a new store_open() reads it back). */
+static void test_last_used(void **state)
+{
+	struct fx *f = *state;
+	char err[512] = "", meta[600];
+	struct store_entry_info info, again;
+	assert_int_equal(pull(f->s, D1, &f->layer, 0, &info, err, sizeof(err)), 0);
+	assert_true(info.last_used == info.created);
+	/* a commit a minute ago, never used since */
+	snprintf(meta, sizeof(meta), "%s/meta/sha256-%s.json", f->root, D1 + 7);
+	const struct timespec old[2] = {{.tv_sec = info.created - 60},
+	                                {.tv_sec = info.created - 60}};
+	assert_int_equal(utimensat(AT_FDCWD, meta, old, 0), 0);
+	assert_int_equal(store_lookup(f->s, D1, &again), 0);
+	assert_true(again.last_used == info.created); /* never before the commit */
+	int64_t before = (int64_t)time(NULL);
+	assert_int_equal(store_touch(f->s, D1), 0);
+	struct store *s2;
+	assert_int_equal(store_open(f->root, &s2), 0);
+	assert_int_equal(store_lookup(s2, D1, &again), 0);
+	assert_true(again.last_used >= before);
+	assert_true(again.created == info.created);
+	store_close(s2);
+	assert_int_equal(store_touch(f->s, D2), -ENOENT);
+	assert_int_equal(store_touch(f->s, "sha256:nope"), -EINVAL);
 }
 
 static void test_second_pull_is_a_hit(void **state)
@@ -513,6 +542,7 @@ int main(void)
 	const struct CMUnitTest tests[] = {
 #define T(fn) cmocka_unit_test_setup_teardown(fn, setup, teardown)
 	    T(test_commit_and_lookup),
+	    T(test_last_used),
 	    T(test_second_pull_is_a_hit),
 	    T(test_abort_leaves_nothing),
 	    T(test_refused_layer_is_never_visible),

@@ -1,4 +1,5 @@
-/* RFC 3339 times and hex, as every layer writes and reads them. */
+/* RFC 3339 times, quantities of bytes and hex, as every layer writes and
+ * reads them. */
 #include <errno.h>
 #include <setjmp.h>
 #include <stdarg.h>
@@ -59,12 +60,36 @@ static void test_hex(void **state)
 	assert_string_equal(out, "");
 }
 
+static void test_quantity(void **state)
+{
+	(void)state;
+	static const struct {
+		const char *s;
+		uint64_t want;
+	} good[] = {{"0", 0},
+	            {"1000", 1000},
+	            {"512Mi", 512ull << 20},
+	            {"10Gi", 10ull << 30},
+	            {"1G", 1000000000ull},
+	            {"2Ti", 2ull << 40}};
+	static const char *const bad[] = {"",      "-1",   "1.5Gi", "Gi",
+	                                  "10 Gi", "10gi", "1e9",   "99999999999Ti"};
+	uint64_t v;
+	for (size_t i = 0; i < sizeof(good) / sizeof(good[0]); i++) {
+		assert_int_equal(quantity_parse_bytes(good[i].s, &v), 0);
+		assert_true(v == good[i].want);
+	}
+	for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++)
+		assert_int_equal(quantity_parse_bytes(bad[i], &v), -EINVAL);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
 	    cmocka_unit_test(test_format),
 	    cmocka_unit_test(test_parse),
 	    cmocka_unit_test(test_hex),
+	    cmocka_unit_test(test_quantity),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);
 }
