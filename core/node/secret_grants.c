@@ -63,7 +63,7 @@ static struct space *space_of(struct secret_grants *g, const char *ns)
 /* The Secret names every cache of ns names, sorted, without repeats. */
 static char *names_of(struct secret_grants *g, const char *ns)
 {
-	char *list[512];
+	char *list[512] = {0};
 	size_t n = 0, total = 1, pos = 0;
 	const char *key;
 	void *val;

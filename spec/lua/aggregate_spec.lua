@@ -335,14 +335,15 @@ describe('aggregate policy', function()
 
   describe('hits', function()
     local function pods(...)
-      local e = entry('Ready')
-      e.pods = { ... }
-      return e
+      local ready = entry('Ready')
+      ready.pods = { ... }
+      return ready
     end
     it('counts pods with and without misses, and the most missed kernels', function()
       local r = aggregate({
         { name = 'n1', entry = pods({ volumeId = 'a', misses = 0 },
-                                    { volumeId = 'b', misses = 2, missedKernels = { 'mul (cuda 90)', 'add (cuda 90)' } }) },
+                                    { volumeId = 'b', misses = 2,
+                                      missedKernels = { 'mul (cuda 90)', 'add (cuda 90)' } }) },
         { name = 'n2', entry = pods({ volumeId = 'c', misses = 1, missedKernels = { 'mul (cuda 90)' } },
                                     { volumeId = 'd' }) },
       })
@@ -350,14 +351,14 @@ describe('aggregate policy', function()
                         mostMissed = { 'mul (cuda 90) (2 pods)', 'add (cuda 90) (1 pod)' } }, r.hits)
     end)
     it('counts an onMiss "empty" pod, and says nothing where no pod reports', function()
-      local e = entry('Incompatible')
-      e.fallbackPods = { { volumeId = 'f', misses = 4 } }
+      local inc = entry('Incompatible')
+      inc.fallbackPods = { { volumeId = 'f', misses = 4 } }
       assert.are.same({ podsWithoutMiss = 0, podsWithMisses = 1, kernelsCompiled = 4 },
-                      aggregate({ { name = 'n1', entry = e } }).hits)
+                      aggregate({ { name = 'n1', entry = inc } }).hits)
       -- pods that finished count too
-      e.finishedPods = { { volumeId = 'x', misses = 0 }, { volumeId = 'y', misses = 2 } }
+      inc.finishedPods = { { volumeId = 'x', misses = 0 }, { volumeId = 'y', misses = 2 } }
       assert.are.same({ podsWithoutMiss = 1, podsWithMisses = 2, kernelsCompiled = 6 },
-                      aggregate({ { name = 'n1', entry = e } }).hits)
+                      aggregate({ { name = 'n1', entry = inc } }).hits)
       assert.is_nil(aggregate({ { name = 'n1', entry = pods({ volumeId = 'ro' }) } }).hits)
     end)
   end)
