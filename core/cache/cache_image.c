@@ -14,7 +14,7 @@
 #include <unistd.h>
 
 #include "fsutil.h"
-#include "gzwrite.h"
+#include "gzpipe.h"
 #include "oci_auth.h"
 #include "progress.h"
 #include "textfmt.h"
@@ -27,7 +27,7 @@ struct layer_writer {
 	struct cache_meta *m;
 	struct archive *a;
 	int fd;
-	struct gzw *gz;
+	struct gzp *gz;
 	struct oci_hasher diff, comp;
 	uint64_t tar_bytes, gz_bytes;
 	int64_t newest;
@@ -36,7 +36,8 @@ struct layer_writer {
 	cJSON *files;       /* res->files: the first o->list_files files, listed */
 };
 
-/* The compressed layer: hashed for its digest and written to the file. */
+/* The compressed layer: hashed for its digest and written to the file, on
+ * the compressing thread (gzpipe.h) while the walk goes on. */
 static int gz_out(void *ud, const void *buf, size_t len)
 {
 	struct layer_writer *lw = ud;
@@ -50,7 +51,7 @@ static la_ssize_t tar_out(struct archive *a, void *ud, const void *buf, size_t l
 	struct layer_writer *lw = ud;
 	oci_hasher_update(&lw->diff, buf, len);
 	lw->tar_bytes += len;
-	int rc = gzw_write(lw->gz, buf, len);
+	int rc = gzp_write(lw->gz, buf, len);
 	if (rc) {
 		lw->io_errno = -rc;
 		archive_set_error(a, -rc, "writing the layer: %s", strerror(-rc));
@@ -265,7 +266,7 @@ static int write_layer(const char *dir, const struct cache_build_opts *o, int fd
 		return -ENOTDIR;
 	}
 	if ((rc = oci_hasher_init(&lw.diff, NULL)) || (rc = oci_hasher_init(&lw.comp, NULL)) ||
-	    (rc = gzw_new(o->level, gz_out, &lw, &lw.gz)))
+	    (rc = gzp_new(o->level, gz_out, &lw, &lw.gz)))
 		goto out;
 	rc = -ENOMEM;
 	if (!(lw.a = archive_write_new()))
@@ -296,7 +297,7 @@ static int write_layer(const char *dir, const struct cache_build_opts *o, int fd
 		rc = -EIO;
 		goto out;
 	}
-	if ((rc = gzw_finish(lw.gz))) {
+	if ((rc = gzp_finish(lw.gz))) {
 		oci_errf(err, "compressing the layer: %s", strerror(-rc));
 		goto out;
 	}
@@ -314,7 +315,7 @@ out:
 		archive_write_free(lw.a);
 	oci_hasher_free(&lw.diff);
 	oci_hasher_free(&lw.comp);
-	gzw_free(lw.gz);
+	gzp_free(lw.gz);
 	free(manifest);
 	return rc;
 }
@@ -446,12 +447,9 @@ int cache_build_layer(const char *dir, const struct cache_build_opts *opts,
 		res->layer_path = NULL;
 		goto out;
 	}
-	if ((rc = write_layer(dir, &o, fd, res, err)))
-		goto out;
-	if (fsync(fd) < 0) {
-		rc = -errno;
-		oci_errf(err, "writing the layer: %s", strerror(errno));
-	}
+	/* no fsync: the file is read back once for the push and removed, and
+	 * the registry checks the blob against its digest */
+	rc = write_layer(dir, &o, fd, res, err);
 out:
 	if (fd >= 0)
 		close(fd);

@@ -94,6 +94,11 @@ __attribute__((warn_unused_result)) int cache_scan_dir(const char *dir, enum cac
                                                        bool allow_empty, struct cache_meta *m,
                                                        struct oci_err *err);
 
+/* What cache_scan_dir() refuses without allow_empty, for a tree it scanned
+ * with it: 0, or -EINVAL + err. */
+__attribute__((warn_unused_result)) int
+cache_scan_check_found(const char *dir, const struct cache_meta *m, struct oci_err *err);
+
 /* The summary label value ({"targets":[...]}); caller frees. */
 char *cache_summary_json(const struct cache_meta *m);
 /* The identity label value: the runtime versions the cache was compiled by,

@@ -394,6 +394,11 @@ int ci_check_found(const char *dir, const struct cache_meta *m, struct oci_err *
 	return 0;
 }
 
+int cache_scan_check_found(const char *dir, const struct cache_meta *m, struct oci_err *err)
+{
+	return ci_check_found(dir, m, err);
+}
+
 int cache_scan_dir(const char *dir, enum cache_format f, const struct cache_walk_rules *rules,
                    bool allow_empty, struct cache_meta *m, struct oci_err *err)
 {

@@ -304,6 +304,7 @@ struct capture {
 	struct cache_capture_ws ws;
 	bool ws_open;
 	struct cache_meta added, whole;
+	bool added_scanned; /* one --from, no base: its check is the scan */
 	struct cache_build_result res;
 	cJSON *gpus;
 	char root[PATH_MAX / 2];
@@ -422,12 +423,18 @@ static int stage_from(struct cli *c, struct capture *k, enum cache_format fmt,
                       const struct cache_walk_rules *rules, const char **top)
 {
 	struct oci_err e = {{0}};
+	/* one directory without a base is the tree packaged: its scan is kept
+	 * as what was added instead of walking it again */
+	bool keep = c->nfrom == 1 && !c->base_ref;
 	for (unsigned i = 0; i < c->nfrom; i++) {
 		struct cache_meta m;
-		int rc = cache_scan_dir(k->held[i].path, fmt, rules, true, &m, &e);
-		cache_meta_clear(&m);
+		int rc =
+		    cache_scan_dir(k->held[i].path, fmt, rules, true, keep ? &k->added : &m, &e);
+		if (!keep)
+			cache_meta_clear(&m);
 		if (rc)
 			return capture_fail(c, k, "nothing captured", &e, rc);
+		k->added_scanned = keep;
 	}
 	if (c->nfrom == 1) {
 		*top = k->held[0].path;
@@ -509,8 +516,12 @@ static int capture_added(struct cli *c, struct capture *k, char **cmd, enum cach
 	k->ws_open = true;
 	if (!c->nfrom && (rc = run_command(c, cmd, fmt, k->ws.cache)))
 		return rc;
-	if ((rc =
-	         cache_scan_dir(k->ws.added, fmt, added_rules, c->base_ref != NULL, &k->added, &e)))
+	if (k->added_scanned)
+		rc = cache_scan_check_found(k->ws.added, &k->added, &e);
+	else
+		rc = cache_scan_dir(k->ws.added, fmt, added_rules, c->base_ref != NULL, &k->added,
+		                    &e);
+	if (rc)
 		return capture_fail(c, k, "nothing captured", &e, rc);
 	if (k->added.files == 0) {
 		fprintf(stderr, "%s: %s added no files to the cache; nothing captured\n", c->cmd,
@@ -557,7 +568,7 @@ static int capture_package(struct cli *c, struct capture *k, enum cache_format f
 		o.rules = &whole_rules;
 	}
 	const char *dir = layered ? k->ws.added : k->ws.cache;
-	uint64_t total = dir == k->ws.added ? k->added.bytes : cmd_cache_tree_bytes(dir);
+	uint64_t total = strcmp(dir, k->ws.added) == 0 ? k->added.bytes : cmd_cache_tree_bytes(dir);
 	if ((rc = cmd_cache_pack(dir, &o, total, &k->res, &e)))
 		return capture_fail(c, k, "nothing captured", &e, rc);
 	if (dir == k->ws.added && !same_walk(&k->added, &k->res.meta)) {

@@ -294,6 +294,9 @@ static int xfer_start(struct oci_registry *r, const struct req *q, struct xfer *
 		curl_easy_setopt(h, CURLOPT_SEEKFUNCTION, on_seek);
 		curl_easy_setopt(h, CURLOPT_SEEKDATA, x);
 		curl_easy_setopt(h, CURLOPT_INFILESIZE_LARGE, (curl_off_t)q->up_len);
+		/* a blob goes out in reads of 1 MiB, not libcurl's 64 KiB */
+		if (q->up_len > UPLOAD_BUF)
+			curl_easy_setopt(h, CURLOPT_UPLOAD_BUFFERSIZE, (long)UPLOAD_BUF);
 		if (strcmp(q->method, "PATCH") == 0)
 			curl_easy_setopt(h, CURLOPT_CUSTOMREQUEST, "PATCH");
 	} else if (strcmp(q->method, "GET") != 0) {

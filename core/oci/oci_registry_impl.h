@@ -35,6 +35,7 @@
  * fresh pages each time. */
 #define STREAM_RECV (128u << 10)
 #define STREAM_BUF (8 * STREAM_RECV)
+#define UPLOAD_BUF (1u << 20)
 #define URL_MAX 8192
 #define RETRY_AFTER_MAX_S 30
 #define BACKOFF_CAP_MS 8000

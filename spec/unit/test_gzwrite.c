@@ -1,7 +1,8 @@
 /* The layer's gzip writer: what it writes is read back by zlib (an
  * independent inflater that checks the CRC-32 and size), incompressible
  * chunks go out as stored blocks, compressible ones compressed, and an
- * output error stops it. */
+ * output error stops it; compressed on a thread of its own (gzpipe), the
+ * stream is the same bytes. */
 #include <errno.h>
 #include <setjmp.h>
 #include <stdarg.h>
@@ -13,6 +14,7 @@
 
 #include <cmocka.h>
 
+#include "gzpipe.h"
 #include "gzwrite.h"
 
 struct sink {
@@ -81,14 +83,26 @@ static void assert_gunzips_to(struct sink *s, const unsigned char *want, size_t 
 	s->buf = NULL;
 }
 
-/* Write data in uneven pieces, as the tar writer hands it over. */
-static void write_all(struct gzw *w, const unsigned char *d, size_t n)
+static int gzw_put(void *w, const void *b, size_t n)
+{
+	return gzw_write(w, b, n);
+}
+
+static int gzp_put(void *p, const void *b, size_t n)
+{
+	return gzp_write(p, b, n);
+}
+
+/* Write data in uneven pieces (up to most bytes), as the tar writer hands
+ * it over. */
+static void write_all(int (*put)(void *, const void *, size_t), void *w, const unsigned char *d,
+                      size_t n, size_t most)
 {
 	for (size_t off = 0, step = 1; off < n; step = step * 3 + 1) {
-		size_t k = step % 70001 + 1;
+		size_t k = step % most + 1;
 		if (k > n - off)
 			k = n - off;
-		assert_int_equal(gzw_write(w, d + off, k), 0);
+		assert_int_equal(put(w, d + off, k), 0);
 		off += k;
 	}
 }
@@ -99,7 +113,7 @@ static void gz_all(const unsigned char *d, size_t n, int level, struct sink *s, 
 {
 	struct gzw *w;
 	assert_int_equal(gzw_new(level, sink_out, s, &w), 0);
-	write_all(w, d, n);
+	write_all(gzw_put, w, d, n, 70001);
 	assert_int_equal(gzw_finish(w), 0);
 	gzw_counts(w, stored, chunks);
 	gzw_free(w);
@@ -181,6 +195,57 @@ static void test_output_error_stops(void **state)
 	free(d);
 }
 
+/* Several of the pipe's 1 MiB slots of noise and text, in uneven pieces:
+ * the same stream as gzw_* write on the caller's thread. */
+static void test_pipe_same_bytes(void **state)
+{
+	(void)state;
+	size_t n = 5 * (1u << 20) + 777;
+	unsigned char *d = malloc(n);
+	noise(d, n / 2, 11);
+	text(d + n / 2, n - n / 2);
+	struct sink one = {0}, two = {0};
+	uint64_t stored, chunks;
+	gz_all(d, n, 1, &one, &stored, &chunks);
+	struct gzp *p;
+	assert_int_equal(gzp_new(1, sink_out, &two, &p), 0);
+	write_all(gzp_put, p, d, n, 400009);
+	assert_int_equal(gzp_finish(p), 0);
+	gzp_free(p);
+	assert_int_equal(two.len, one.len);
+	assert_memory_equal(two.buf, one.buf, one.len);
+	free(one.buf);
+	assert_gunzips_to(&two, d, n);
+	free(d);
+}
+
+static void test_pipe_output_error_stops(void **state)
+{
+	(void)state;
+	size_t n = 8 * (1u << 20);
+	unsigned char *d = malloc(n);
+	noise(d, n, 5);
+	struct sink s = {.fail_after = 3 * (1u << 20)};
+	struct gzp *p;
+	assert_int_equal(gzp_new(1, sink_out, &s, &p), 0);
+	int rc = 0;
+	for (size_t off = 0; off < n && rc == 0; off += GZW_CHUNK)
+		rc = gzp_write(p, d + off, n - off < GZW_CHUNK ? n - off : GZW_CHUNK);
+	if (rc == 0)
+		rc = gzp_finish(p);
+	assert_int_equal(rc, -ENOSPC);
+	gzp_free(p);
+	/* stopped while slots were still queued */
+	struct gzp *q;
+	struct sink t = {0};
+	assert_int_equal(gzp_new(1, sink_out, &t, &q), 0);
+	assert_int_equal(gzp_write(q, d, 3 * (1u << 20)), 0);
+	gzp_free(q);
+	free(t.buf);
+	free(s.buf);
+	free(d);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -188,6 +253,8 @@ int main(void)
 	    cmocka_unit_test(test_noise_is_stored),
 	    cmocka_unit_test(test_every_level_and_empty),
 	    cmocka_unit_test(test_output_error_stops),
+	    cmocka_unit_test(test_pipe_same_bytes),
+	    cmocka_unit_test(test_pipe_output_error_stops),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);
 }
