@@ -67,6 +67,12 @@ static void init_metrics(void)
 	    "Kernels pods compiled themselves because the cache they mount lacked them (new kernel "
 	    "directories in a writable volume's own layer), by cache",
 	    "namespace,cache");
+	agent_m.source_checks = metrics_counter(
+	    "gkm_agent_source_checks_total",
+	    "Pulls that checked a cache's source (manifest, signatures, layers) at its registry "
+	    "(checked), or took an earlier check of the same reference with the same credentials "
+	    "and trust (shared)",
+	    "result");
 	/* unlabelled series exist from the start, so a scrape shows them at 0 */
 	metrics_add(agent_m.pull_bytes, NULL, 0);
 	metrics_add(agent_m.hits, NULL, 0);
@@ -464,6 +470,7 @@ void agent_set_trust(struct agent *a, struct trust *t)
 	unsigned again = 0;
 	a->trust = t ? trust_ref(t) : NULL;
 	trust_unref(old);
+	agent_checks_forget(a); /* what they proved was under the old trust */
 	for (struct cache *c = a->caches; c; c = c->next) {
 		recheck_permanent(c);
 		if (c->verified_ref[0] && !still_trusted(a, c)) {
@@ -504,6 +511,12 @@ int agent_start(struct loop *l, struct workers *w, struct objstore *os,
 		return -ENOMEM;
 	init_metrics();
 	pthread_mutex_init(&a->clients_lock, NULL);
+	if (agent_checks_new(a) != 0) {
+		agent_checks_free(a);
+		pthread_mutex_destroy(&a->clients_lock);
+		free(a);
+		return -ENOMEM;
+	}
 	a->loop = l;
 	soon_timer_init(&a->status_timer, l, agent_flush_status, a);
 	a->workers = w;
@@ -634,6 +647,7 @@ void agent_stop(struct agent *a)
 		loop_cancel_timer(a->loop, a->clients_timer);
 	agent_clients_drop_idle(a->loop, a);
 	pthread_mutex_destroy(&a->clients_lock);
+	agent_checks_free(a);
 	while (a->caches) {
 		struct cache *c = a->caches;
 		a->caches = c->next;

@@ -24,6 +24,7 @@
 #include "oci_ref.h"
 #include "pull_sched.h"
 #include "soon_timer.h"
+#include "ttl_cache.h"
 
 #define MANAGER_PREFIX "gkm-agent/"
 /* retries of a cache's failed image read or pull, and of a failed node
@@ -145,7 +146,9 @@ struct agent {
 	atomic_bool cancel;           /* shutting down: registry transfers end */
 	pthread_mutex_t clients_lock;
 	struct client *clients; /* idle registry clients (registry jobs) */
-	uint64_t clients_timer; /* drops them once no job ended for a while */
+	pthread_mutex_t checks_lock;
+	struct ttl_cache *checks; /* source checks that may serve other caches (agent_jobs.c) */
+	uint64_t clients_timer;   /* drops them once no job ended for a while */
 	struct objstore *os;
 	struct engine_slot *policies;
 	struct agent_opts o;
@@ -177,7 +180,7 @@ struct agent {
 
 struct agent_metrics {
 	struct metric *reconciles, *errors, *pulls, *pull_bytes, *hits, *verdicts, *extract_s,
-	    *node_found, *rewritten, *misses, *pulling;
+	    *node_found, *rewritten, *misses, *pulling, *source_checks;
 };
 extern struct agent_metrics agent_m;
 
@@ -209,6 +212,11 @@ void agent_schedule(struct agent *a);
 void agent_want(struct agent *a, struct cache *c, enum pull_sched_lane lane);
 /* Drop the idle registry clients (a timer's callback). */
 void agent_clients_drop_idle(struct loop *l, void *ud);
+/* The source checks kept for other caches: made (0 or -ENOMEM), all
+ * dropped (the trust changed), freed (no job runs). */
+__attribute__((warn_unused_result)) int agent_checks_new(struct agent *a);
+void agent_checks_forget(struct agent *a);
+void agent_checks_free(struct agent *a);
 
 /* agent_reconcile.c */
 /* Run the work queue soon. */

@@ -19,9 +19,10 @@
 /* Every cache reads its image and pulls through its own reference: the
  * store shares content between caches of one digest, never a verdict or a
  * source (another cache's signature does not vouch for this one, another
- * cache's dead registry does not fail it). Jobs wait in the scheduler
- * (pull_sched.h) for a slot of their registry host and run on the agent's
- * own threads. */
+ * cache's dead registry does not fail it). What a pull proved about a
+ * source serves only the caches that would prove exactly the same: see
+ * source checks below. Jobs wait in the scheduler (pull_sched.h) for a slot
+ * of their registry host and run on the agent's own threads. */
 
 struct job {
 	struct agent *a;
@@ -44,6 +45,8 @@ struct job {
 	struct trust *trust;            /* what the job trusts (referenced) */
 	char verified_by[80];           /* the key that verified the digest, if any */
 	uint64_t room_bytes, room;      /* refused for room: the image's files, the room it needs */
+	bool checked;                   /* the pull checked the source at its registry */
+	bool shared;                    /* an earlier check of the same source served */
 };
 
 static void job_fail(struct job *j, int rc, const char *reason, const char *msg)
@@ -295,8 +298,106 @@ static int store_room(const struct oci_image *img, void *ud, struct oci_err *err
 	return rc;
 }
 
+/* Source checks. A pull that succeeded proved, together: that the cache's
+ * reference (registry, repository, digest) serves the manifest, the
+ * configuration and every layer to the credentials it was read with, and,
+ * when the node verifies, that a signature there verifies with the keys
+ * trusted then. Another cache's pull takes that proof instead of asking the
+ * registry again only when it would ask exactly the same: the same
+ * reference, the same credentials (pull_secret.key: the Secret chosen and
+ * its resourceVersion, "(anonymous)", or "" for the daemon's own) and the
+ * same trust (the snapshot's sources and switches). Another repository
+ * holding the digest, another Secret or a Secret edited since, a key added
+ * or removed: each checks for itself. Only successes are kept (a failure is
+ * its own cache's, and a recheck must reach the registry); a proof expires
+ * after CHECK_TTL_MS (the daemon's own credentials and what a registry
+ * serves may change without changing the key), and a new trust snapshot
+ * drops them all. */
+#define CHECK_TTL_MS 60000
+#define CHECK_ENTRIES 256
+
+struct source_check {
+	char store_digest[80];
+	char verified_by[80];
+};
+
+/* The key of a check: reference, credentials, trust. buf: CHECK_KEY_MAX. */
+#define CHECK_KEY_MAX (sizeof(((struct cache *)0)->ref) + sizeof(((struct client *)0)->creds) + 96)
+static void check_key(const char *ref, const char *creds, const struct trust *t, char *buf)
+{
+	snprintf(buf, CHECK_KEY_MAX, "%s\n%s\n%s/%d/%d", ref, creds, t ? t->digest : "-",
+	         t && t->s.verify_enabled, t && t->s.allow_unsigned);
+}
+
+/* An earlier check under key whose content the store still holds (else the
+ * cache pulls again). Any thread. */
+static bool check_find(struct agent *a, const char *key, struct source_check *sc,
+                       struct store_entry_info *info)
+{
+	pthread_mutex_lock(&a->checks_lock);
+	long n = ttl_cache_get(a->checks, key, loop_now_ms(), sc, sizeof(*sc));
+	pthread_mutex_unlock(&a->checks_lock);
+	return n == (long)sizeof(*sc) && store_lookup(a->store, sc->store_digest, info) == 0;
+}
+
+static bool check_shared(struct job *j, const char *key, struct store_entry_info *info)
+{
+	struct source_check sc;
+	if (!check_find(j->a, key, &sc, info))
+		return false;
+	snprintf(j->store_digest, sizeof(j->store_digest), "%s", sc.store_digest);
+	snprintf(j->verified_by, sizeof(j->verified_by), "%s", sc.verified_by);
+	j->present = j->shared = true;
+	return true;
+}
+
+static void check_keep(struct job *j, const char *key)
+{
+	struct agent *a = j->a;
+	struct source_check sc;
+	snprintf(sc.store_digest, sizeof(sc.store_digest), "%s", j->store_digest);
+	snprintf(sc.verified_by, sizeof(sc.verified_by), "%s", j->verified_by);
+	pthread_mutex_lock(&a->checks_lock);
+	/* out of memory: the next cache of the source checks for itself */
+	if (ttl_cache_put(a->checks, key, &sc, sizeof(sc), loop_now_ms() + CHECK_TTL_MS) != 0)
+		log_debug("source check not kept", "cache", j->key);
+	pthread_mutex_unlock(&a->checks_lock);
+}
+
+int agent_checks_new(struct agent *a)
+{
+	pthread_mutex_init(&a->checks_lock, NULL);
+	return ttl_cache_new(CHECK_ENTRIES, &a->checks);
+}
+
+void agent_checks_forget(struct agent *a)
+{
+	pthread_mutex_lock(&a->checks_lock);
+	ttl_cache_clear(a->checks);
+	pthread_mutex_unlock(&a->checks_lock);
+}
+
+void agent_checks_free(struct agent *a)
+{
+	ttl_cache_free(a->checks);
+	pthread_mutex_destroy(&a->checks_lock);
+}
+
+/* Without a summary label the targets come from the extracted tree. */
+static void targets_from_tree(struct job *j)
+{
+	char path[1024], err[512];
+	if (!j->want_targets_from_tree ||
+	    store_entry_path(j->a->store, j->store_digest, path, sizeof(path)) != 0)
+		return;
+	int rc = compat_targets_from_dir(path, &j->targets, err, sizeof(err));
+	if (rc && rc != -ENOENT)
+		log_warn("cannot read cache targets", "digest", j->digest, "error", err);
+}
+
 /* Pull through this cache's reference: its signatures are verified even when
- * the store already holds the digest (then nothing else is downloaded). */
+ * the store already holds the digest (then nothing else is downloaded),
+ * unless a check of the same source, credentials and trust serves it. */
 static void pull_work(void *ud)
 {
 	struct job *j = ud;
@@ -330,6 +431,13 @@ static void pull_work(void *ud)
 	}
 	if (job_registry(j, &j->pin, &ps, &opts) != 0)
 		return;
+	char key[CHECK_KEY_MAX];
+	check_key(j->ref, ps.key, j->trust, key);
+	if (check_shared(j, key, &info)) {
+		pull_secret_clear(&ps);
+		targets_from_tree(j);
+		return;
+	}
 	if (j->pin.kind == OCI_REF_REGISTRY)
 		client = client_take(j->a, oci_ref_api_host(&j->pin), ps.key, &opts);
 	o.client = client ? client->reg : NULL;
@@ -339,6 +447,7 @@ static void pull_work(void *ud)
 	int rc = oci_pull_to_store(j->a->store, &j->pin, &o, NULL, j->store_digest, &info,
 	                           &j->present, &e);
 	j->seconds = (double)(loop_now_ms() - t0) / 1000.0;
+	j->checked = true;
 	client_give(j->a, client, rc == 0);
 	pull_secret_clear(&ps);
 	if (rc) {
@@ -348,15 +457,8 @@ static void pull_work(void *ud)
 	j->bytes = info.bytes;
 	if (verdict.accepted)
 		snprintf(j->verified_by, sizeof(j->verified_by), "%s", verdict.key_fingerprint);
-	if (j->want_targets_from_tree) {
-		char path[1024], err[512];
-		if (store_entry_path(j->a->store, j->store_digest, path, sizeof(path)) == 0) {
-			rc = compat_targets_from_dir(path, &j->targets, err, sizeof(err));
-			if (rc && rc != -ENOENT)
-				log_warn("cannot read cache targets", "digest", j->digest, "error",
-				         err);
-		}
-	}
+	check_keep(j, key);
+	targets_from_tree(j);
 }
 
 static struct cache *cache_of(struct pull_sched_job *sj)
@@ -506,6 +608,32 @@ static void fetch_image_done(struct loop *l, void *ud)
 	job_free(j);
 }
 
+/* A pull of c through ref succeeded (its job's, or a kept check's). */
+static void cache_pulled(struct agent *a, struct cache *c, const char *ref,
+                         const char *store_digest, const char *verified_by, bool present,
+                         const cJSON *targets)
+{
+	/* a digest the store already held counts as a hit when it is linked */
+	c->extracted = !present;
+	snprintf(c->store_digest, sizeof(c->store_digest), "%s", store_digest);
+	snprintf(c->verified_ref, sizeof(c->verified_ref), "%s", ref);
+	snprintf(c->verified_by, sizeof(c->verified_by), "%s", verified_by);
+	if (c->targets_need_pull) {
+		c->targets_need_pull = false;
+		c->image = IMG_READY;
+		cJSON_Delete(c->targets);
+		c->targets = targets ? cJSON_Duplicate(targets, 1) : cJSON_CreateArray();
+	}
+	agent_enqueue(a, c->key, 0);
+}
+
+static void count_shared(const char *key, const char *ref, const char *by)
+{
+	metrics_add(agent_m.pulls, METRICS_L("present"), 1);
+	metrics_add(agent_m.source_checks, METRICS_L("shared"), 1);
+	log_debug("source check shared", "cache", key, "image", ref, "by", by);
+}
+
 static void pull_done(struct loop *l, void *ud)
 {
 	struct job *j = ud;
@@ -513,12 +641,17 @@ static void pull_done(struct loop *l, void *ud)
 	struct attempt *att;
 	(void)l;
 	metrics_add(agent_m.pulling, NULL, -1);
-	if (!a->stopping) /* a pull cut short by the shutdown did not fail */
+	if (j->shared && !a->stopping) {
+		count_shared(j->key, j->ref, j->verified_by);
+	} else if (!a->stopping) { /* a pull cut short by the shutdown did not fail */
 		metrics_add(agent_m.pulls,
 		            METRICS_L(j->rc        ? "failed"
 		                      : j->present ? "present"
 		                                   : "pulled"),
 		            1);
+		if (j->checked)
+			metrics_add(agent_m.source_checks, METRICS_L("checked"), 1);
+	}
 	if (!j->rc && !j->present) {
 		metrics_add(agent_m.pull_bytes, NULL, (double)j->bytes);
 		metrics_observe(agent_m.extract_s, NULL, j->seconds);
@@ -528,22 +661,35 @@ static void pull_done(struct loop *l, void *ud)
 	struct cache *c = job_end(j, &att);
 	if (c && j->room_bytes)
 		agent_budget_need(a, c->key, j->room_bytes, j->room); /* evict to make room */
-	if (c && !j->rc) {
-		/* a digest the store already held counts as a hit when it is linked */
-		c->extracted = !j->present;
-		snprintf(c->store_digest, sizeof(c->store_digest), "%s", j->store_digest);
-		snprintf(c->verified_ref, sizeof(c->verified_ref), "%s", j->ref);
-		snprintf(c->verified_by, sizeof(c->verified_by), "%s", j->verified_by);
-		if (c->targets_need_pull) {
-			c->targets_need_pull = false;
-			c->image = IMG_READY;
-			cJSON_Delete(c->targets);
-			c->targets =
-			    j->targets ? cJSON_Duplicate(j->targets, 1) : cJSON_CreateArray();
-		}
-		agent_enqueue(a, c->key, 0);
-	}
+	if (c && !j->rc)
+		cache_pulled(a, c, j->ref, j->store_digest, j->verified_by, j->present, j->targets);
 	job_free(j);
+}
+
+/* A pull of c that a kept check serves on the loop, with no job: its
+ * credentials are known without reading a Secret (for one that names
+ * Secrets the job reads them, and looks for a check then), and its targets
+ * do not have to be read from the tree. */
+static bool pull_served(struct agent *a, struct cache *c)
+{
+	struct pull_secret_ref sr;
+	const char *creds;
+	char key[CHECK_KEY_MAX];
+	struct source_check sc;
+	struct store_entry_info info;
+	if (c->pin_rc || c->targets_need_pull)
+		return false;
+	pull_secret_ref_of(c->obj, a->o.namespace_, a->o.global_credentials, &sr);
+	if (!pull_secret_ref_key(&sr, &creds))
+		return false;
+	check_key(c->ref, creds, a->trust, key);
+	if (!check_find(a, key, &sc, &info))
+		return false;
+	pull_sched_done(a->sched, &c->pull.job, PULL_SCHED_OK, loop_now_ms());
+	count_shared(c->key, c->ref, sc.verified_by);
+	agent_attempt_reset(a, &c->pull);
+	cache_pulled(a, c, c->ref, sc.store_digest, sc.verified_by, true, NULL);
+	return true;
 }
 
 /* A job of c, with copies of what it needs (it runs on another thread). */
@@ -569,6 +715,8 @@ static struct job *job_new(struct agent *a, const struct cache *c, enum pull_sch
 
 static void start_job(struct agent *a, struct cache *c, enum pull_sched_lane lane)
 {
+	if (lane == PULL_SCHED_PULL && pull_served(a, c))
+		return;
 	struct job *j = job_new(a, c, lane);
 	struct attempt *att = lane == PULL_SCHED_FETCH ? &c->fetch : &c->pull;
 	if (j && workers_submit(a->pool, lane == PULL_SCHED_FETCH ? fetch_image_work : pull_work,
@@ -590,9 +738,11 @@ static void start_job(struct agent *a, struct cache *c, enum pull_sched_lane lan
 }
 
 /* A pull waits while another cache extracts the same digest (the store's
- * lock would hold its slot); once the digest is in the store, any number of
- * caches verify their own references for it at once. A configuration read
- * waits while another cache reads the same digest's (fetch_image_done). */
+ * lock would hold its slot), and while another cache checks the same source
+ * with the same credentials (its check will likely serve this one too);
+ * once the digest is in the store, caches of other sources verify their own
+ * references for it at once. A configuration read waits while another
+ * cache reads the same digest's (fetch_image_done). */
 static bool may_start(struct pull_sched_job *sj, void *ud)
 {
 	struct agent *a = ud;
@@ -600,9 +750,13 @@ static bool may_start(struct pull_sched_job *sj, void *ud)
 	bool pull = sj->lane == PULL_SCHED_PULL;
 	for (const struct cache *o = a->caches; o; o = o->next) {
 		const struct attempt *att = pull ? &o->pull : &o->fetch;
-		if (o != c && att->job.running && !strcmp(o->digest, c->digest))
-			/* a read of the same configuration serves this one too */
-			return pull && store_lookup(a->store, c->digest, NULL) == 0;
+		if (o == c || !att->job.running || strcmp(o->digest, c->digest) != 0)
+			continue;
+		if (!pull)
+			return false; /* a read of the same configuration serves this one too */
+		if ((!strcmp(o->ref, c->ref) && same_access(a, c, o)) ||
+		    store_lookup(a->store, c->digest, NULL) != 0)
+			return false;
 	}
 	return true;
 }

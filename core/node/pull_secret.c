@@ -104,6 +104,16 @@ bool pull_secret_ref_same(const struct pull_secret_ref *a, const struct pull_sec
 	return !strcmp(a->names, b->names) && !strcmp(a->ns, b->ns);
 }
 
+#define ANONYMOUS_KEY "(anonymous)"
+
+bool pull_secret_ref_key(const struct pull_secret_ref *ref, const char **key)
+{
+	if (ref->err[0] || ref->names[0])
+		return false;
+	*key = ref->global ? "" : ANONYMOUS_KEY;
+	return true;
+}
+
 int pull_secret_opts(struct objstore *os, const struct pull_secret_ref *ref, const char *registry,
                      const struct oci_registry_opts *base, struct pull_secret *ps,
                      struct oci_registry_opts *out, char *err, size_t errlen)
@@ -119,7 +129,7 @@ int pull_secret_opts(struct objstore *os, const struct pull_secret_ref *ref, con
 		out->username = out->password = out->auth_file = out->auth_json = NULL;
 		out->no_default_auth_files = true;
 		out->auth_source = PULL_SECRET_NONE_WHY;
-		snprintf(ps->key, sizeof(ps->key), "(anonymous)");
+		snprintf(ps->key, sizeof(ps->key), ANONYMOUS_KEY);
 		return 0;
 	}
 	if (!ref->names[0] || !registry)

@@ -70,6 +70,12 @@ const char *pull_secret_home(const char *home);
 /* Whether two caches read their images with the same credentials. */
 bool pull_secret_ref_same(const struct pull_secret_ref *a, const struct pull_secret_ref *b);
 
+/* The key (pull_secret.key) that pull_secret_opts() gives ref's credentials
+ * when it needs no Secret to know it: "(anonymous)" for none, "" for the
+ * daemon's own. false when ref names Secrets (their key carries the
+ * resourceVersion read) or its list is malformed. */
+bool pull_secret_ref_key(const struct pull_secret_ref *ref, const char **key);
+
 /* The registry options of a registry job for a cache: base, with the
  * credentials of the Secret chosen for registry (the reference's registry
  * name) instead of the daemon's own when ref names any. ps keeps the

@@ -11,7 +11,10 @@
 # gRPC: it lives in build/gkm-csi.so, loaded by `gkm csi` alone), and two
 # floors: programs that do nothing but link libcurl, or every library gkm
 # links, and initialise libcurl.
-# GKM_BENCH_WRAP runs the agent under a profiler (e.g. heaptrack).
+# The agent verifies no signature (--verify-enabled false, as the figures in
+# performance.md were taken); GKM_BENCH_VERIFY=1 signs the image and gives
+# the agent the key, so that every cache's source is checked with its
+# signature. GKM_BENCH_WRAP runs the agent under a profiler (e.g. heaptrack).
 set -u
 cd "$GKM_ROOT"
 . spec/lib/registry.sh
@@ -34,6 +37,13 @@ R=$REG_bench_ADDR
 $G cache build spec/fixtures/caches/triton/cuda-sm75-vector-add -t "$R/caches/bench:v1" >"$W/build.out" 2>&1 ||
 	{ cat "$W/build.out"; exit 1; }
 DIGEST=$(sed -n 's/.*@\(sha256:[0-9a-f]*\).*/\1/p' "$W/build.out" | head -1)
+TRUST=(--verify-enabled false)
+if [ -n "${GKM_BENCH_VERIFY:-}" ]; then
+	$G cache keygen --output-key-prefix "$W/cosign" >/dev/null 2>&1 &&
+		$G cache sign "$R/caches/bench:v1" --key "$W/cosign.key" >/dev/null 2>&1 ||
+		{ echo "cannot sign the image"; exit 1; }
+	TRUST=(--key "$W/cosign.pub")
+fi
 kubeenv_start || { echo "the control plane did not start"; exit 1; }
 trap cleanup EXIT
 kubectl create namespace bench >/dev/null
@@ -56,7 +66,7 @@ cpu() { # pid: its user + system CPU seconds
 mkdir -p "$W/root" "$W/run"
 start=$(date +%s.%N)
 ${GKM_BENCH_WRAP:-} $G agent --node bench-node --kubeconfig "$KUBECONFIG" --gpu-file spec/fixtures/gpu/inventory/t4.json \
-	--root "$W/root" --run-dir "$W/run" --verify-enabled false --health-listen "" >"$W/agent.log" 2>&1 &
+	--root "$W/root" --run-dir "$W/run" "${TRUST[@]}" --health-listen "" >"$W/agent.log" 2>&1 &
 AGENT=$!
 ready=0
 for _ in $(seq 1 1200); do
@@ -67,7 +77,8 @@ for _ in $(seq 1 1200); do
 done
 t_ready=$(echo "$(date +%s.%N) - $start" | bc)
 cpu_ready=$(cpu "$AGENT")
-printf 'gkm agent: %d of %d caches Ready on its node in %.2f s (one pull, %d views)\n' "$ready" "$N" "$t_ready" "$N"
+printf 'gkm agent: %d of %d caches Ready on its node in %.2f s (one pull, %d views%s)\n' "$ready" "$N" "$t_ready" "$N" \
+	"${GKM_BENCH_VERIFY:+, signatures verified}"
 sleep 5 # at rest: a few resync and poll cycles
 mem "$AGENT" "agent, at rest:"
 cpu0=$(cpu "$AGENT")

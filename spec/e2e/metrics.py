@@ -280,6 +280,10 @@ spec: {image: %(r)s/caches/rocm:v1}
              "the extraction histogram has one observation", series(f, "gkm_extraction_seconds")),
             (v(f, "gkm_cache_hits_total") == 1, "the second cache of the same digest is a cache hit",
              v(f, "gkm_cache_hits_total")),
+            (v(f, "gkm_agent_source_checks_total", result="shared") == 1 and
+             (v(f, "gkm_agent_source_checks_total", result="checked") or 0) >= 2,
+             "source checks: the signed and the unsigned image checked, the second cache of the "
+             "same image served by the first one's check", series(f, "gkm_agent_source_checks_total")),
             (verdicts.get("Compatible", 0) > 0 and verdicts.get("BackendMismatch", 0) > 0,
              "compat verdicts by reason (Compatible, BackendMismatch)", verdicts),
             ((v(f, "gkm_agent_reconciles_total", result="ok") or 0) > 0, "agent reconciles counted",

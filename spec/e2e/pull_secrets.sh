@@ -7,12 +7,16 @@
 # name the same digest; the node already holds it for the one with the
 # credentials, and the other is still refused (Unauthorized, naming the
 # registry and the Secret) until its own credentials reach the registry.
+# One check of the source serves the caches that name the same Secret (as
+# it was when read), never those of another Secret, nor any after the
+# Secret was edited (the agent's gkm_agent_source_checks_total).
 set -u
 . "$(dirname "$0")/../lib/tap.sh"
 . "$(dirname "$0")/../lib/registry.sh"
 . "$(dirname "$0")/../lib/kubeenv.sh"
 . "$(dirname "$0")/../lib/poll.sh"
 . "$(dirname "$0")/../lib/daemon.sh"
+. "$(dirname "$0")/../lib/loopback.sh"
 cd "$GKM_ROOT"
 G=$GKM_BIN
 FX=spec/fixtures/caches/triton/cuda-sm75-vector-add
@@ -38,6 +42,7 @@ if ! registry_available || ! command -v htpasswd >/dev/null || ! command -v kube
 	exit
 fi
 htpasswd -Bbn dana 'p4ss' >"$W/htpasswd" 2>/dev/null
+htpasswd -Bbn erin 's3cret' >>"$W/htpasswd" 2>/dev/null
 registry_start auth htpasswd "$W/htpasswd" || { ok 1 "htpasswd registry starts"; finish; exit; }
 A=$REG_auth_ADDR
 $G cache build "$FX" -t "$A/private/cache:v1" --creds dana:p4ss -o json >"$W/b.json" 2>/dev/null
@@ -81,11 +86,12 @@ ok $? "the CRD keeps spec.pullSecrets"
 
 # the agent's own credentials (registry.authSecret) serve team-a and
 # ClusterGKMCaches only
+PORT=$(free_port)
 /usr/bin/python3 -c "import base64, json; print(json.dumps({'auths': {'$A': {'auth': base64.b64encode(b'dana:p4ss').decode()}}}))" >"$W/global.json"
 POD_NAMESPACE=gkm-system $G agent --node n1 --kubeconfig "$KUBECONFIG" \
 	--gpu-file spec/fixtures/gpu/inventory/t4.json --root "$W/root" --run-dir "$W/run" \
 	--authfile "$W/global.json" --global-credentials-namespaces team-a \
-	--verify-enabled false --health-listen "" >"$W/agent.log" 2>&1 &
+	--verify-enabled false --health-listen "127.0.0.1:$PORT" >"$W/agent.log" 2>&1 &
 PID[agent]=$!
 
 entry() { # ns cache field
@@ -175,6 +181,67 @@ spec:
 EOF
 [ $? -ne 0 ] && grep -q "pullSecrets" "$W/bad.err"
 ok $? "the API server refuses a pullSecrets name that is no Secret name"
+# One check per source and credentials, in team-d (one digest, one
+# repository): three caches name Secret good and two Secret bad (a wrong
+# password), all created at once; then one names Secret other (erin, who may
+# read the image too); then Secret good is edited.
+kubectl create namespace team-d >/dev/null
+secret team-d good dana:p4ss && secret team-d bad dana:wrong && secret team-d other erin:s3cret
+checks() { # result: the agent's gkm_agent_source_checks_total
+	local v
+	v=$(metric "$PORT" "gkm_agent_source_checks_total{result=\"$1\"}")
+	echo "${v:-0}"
+}
+states() { # names...: their state/reason in team-d, one line
+	local n out=""
+	for n in "$@"; do out="$out $(entry team-d "$n" state)/$(entry team-d "$n" reason)"; done
+	echo "${out# }"
+}
+team_d() { # name:secret...: GKMCaches of team-d pinned to the digest, applied at once
+	local n
+	for n in "$@"; do
+		printf -- '---\napiVersion: gkm.io/v1alpha1\nkind: GKMCache\nmetadata: {name: %s, namespace: team-d, annotations: {gkm.io/resolvedDigest: "%s"}}\nspec: {image: "%s", pullSecrets: [{name: %s}]}\n' \
+			"${n%%:*}" "$D" "$A/private/cache:v1" "${n#*:}"
+	done | kubectl apply -f - >/dev/null
+}
+READY3="Ready/Ready Ready/Ready Ready/Ready"
+shared0=$(checks shared)
+team_d g1:good g2:good g3:good b1:bad b2:bad
+ok $? "team-d: five caches at once, three naming Secret good, two Secret bad"
+wait_for 60 is "$READY3 Failed/Unauthorized Failed/Unauthorized" states g1 g2 g3 b1 b2
+ok $? "Secret good's three are Ready, Secret bad's two refused (Unauthorized): one digest, one source" ||
+	states g1 g2 g3 b1 b2
+sleep 2
+[ "$(states g1 g2 g3 b1 b2)" = "$READY3 Failed/Unauthorized Failed/Unauthorized" ] &&
+	[ ! -e "$W/root/caches/team-d/b1/data" ] && [ ! -e "$W/root/caches/team-d/b2/data" ]
+ok $? "a while later still so, and nothing published for Secret bad's caches"
+[ "$(checks shared)" = $((shared0 + 2)) ]
+ok $? "the source was checked once with Secret good: two of its caches took that check, none of Secret bad's ($shared0 -> $(checks shared) shared)"
+
+# other credentials that also read the image: checked with them, not served
+checked1=$(checks checked) shared1=$(checks shared)
+team_d o1:other
+wait_for 60 is Ready/Ready states o1
+ok $? "a cache naming Secret other (erin's credentials) is Ready" || states o1
+[ "$(checks shared)" = "$shared1" ] && [ "$(checks checked)" -gt "$checked1" ]
+ok $? "its source was checked with its own credentials, not served by Secret good's check ($checked1 -> $(checks checked) checked, $shared1 -> $(checks shared) shared)"
+
+# Secret good edited: what was checked with it before no longer serves
+checked2=$(checks checked) shared2=$(checks shared)
+secret team-d good erin:s3cret
+team_d g4:good
+wait_for 60 is Ready/Ready states g4
+ok $? "Secret good edited (erin's credentials now): a new cache naming it is Ready" || states g4
+[ "$(checks shared)" = "$shared2" ] && [ "$(checks checked)" -gt "$checked2" ]
+ok $? "it was checked with the Secret as edited, not served by the check made with it before ($checked2 -> $(checks checked) checked, $shared2 -> $(checks shared) shared)"
+secret team-d good dana:wrong
+team_d g5:good
+wait_for 60 is Failed/Unauthorized states g5
+ok $? "Secret good edited again (a wrong password): a new cache naming it is refused ($(states g5))"
+sleep 2
+[ "$(states g5)" = Failed/Unauthorized ] && [ ! -e "$W/root/caches/team-d/g5/data" ] &&
+	[ "$(states g1 g2 g3)" = "$READY3" ]
+ok $? "still refused a while later, its view not published; the caches read before the edits stay Ready"
 # a node where the cache fits no GPU: what team-a's read of the image says
 # (Incompatible) is not told to team-b's caches, which cannot read it
 POD_NAMESPACE=gkm-system $G agent --node n2 --kubeconfig "$KUBECONFIG" \

@@ -107,6 +107,7 @@ LABEL_VALUES = """## Label values
 | `gkm_operator_status_writes_total` | `result` | `written`, `unchanged` (nothing to write), `failed` |
 | `gkm_operator_node_label_applies_total` | `result` | `applied` (a Node's cache labels set by server-side apply), `failed` (retried with backoff) |
 | `gkm_pulls_total` | `result` | `pulled` (extracted into the store), `present` (already there), `failed` |
+| `gkm_agent_source_checks_total` | `result` | `checked` (the pull asked the cache's registry: manifest, signatures when verifying, layers), `shared` (an earlier successful check of the same reference, with the same credentials and trust, served it) |
 | `gkm_compat_verdicts_total` | `reason` | `Compatible` or the compat policy's reason (`BackendMismatch`, `ArchitectureMismatch`, `PtxTooNew`, ... see troubleshooting.md) |
 | `gkm_policy_reloads_total` | `result` | `applied`, `unchanged`, `refused` (the previous bundle stays in force) |
 | `gkm_lua_errors_total` | `kind` | `error` (a runtime error, or a bundle that fails to load), `timeout`, `out_of_memory`, `blocked_function`, `bad_return_value`, `missing_hook` |

@@ -1,7 +1,9 @@
 /* A bounded map from string keys to small values that expire: the webhook's
  * tag resolutions (short-lived) and verification results (by digest and
- * key set). Not thread-safe: the webhook uses it on its loop thread only.
- * When full, the least recently used entry makes room. */
+ * key set), the agent's checks of a cache's source (by reference,
+ * credentials and trust). Not thread-safe: the webhook uses it on its loop
+ * thread only, the agent under a lock. When full, the least recently used
+ * entry makes room. */
 #ifndef GKM_TTL_CACHE_H
 #define GKM_TTL_CACHE_H
 
