@@ -101,6 +101,9 @@ cJSON *obj_without(const cJSON *obj, const char *key);
  * refuses the write (422, kubernetes#117447); a member left out is removed
  * with the ownership of what the manager applied before. */
 void obj_drop_empty_maps(cJSON *obj);
+/* Lua has one empty table for {} and []: each of obj's n members named in
+ * keys that is an empty object becomes an empty array (a CRD's list). */
+void obj_empty_lists(cJSON *obj, const char *const *keys, size_t n);
 /* RFC 3339 UTC time now, "2026-11-21T10:00:00Z". buf >= 32 bytes. */
 void obj_now(char *buf, size_t len);
 

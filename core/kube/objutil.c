@@ -84,6 +84,15 @@ void obj_drop_empty_maps(cJSON *obj)
 	}
 }
 
+void obj_empty_lists(cJSON *obj, const char *const *keys, size_t n)
+{
+	for (size_t i = 0; obj && i < n; i++) {
+		cJSON *v = cJSON_GetObjectItemCaseSensitive(obj, keys[i]);
+		if (cJSON_IsObject(v) && !v->child)
+			cJSON_ReplaceItemInObjectCaseSensitive(obj, keys[i], cJSON_CreateArray());
+	}
+}
+
 void obj_now(char *buf, size_t len)
 {
 	rfc3339_now(buf, len);

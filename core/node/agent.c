@@ -259,16 +259,16 @@ void agent_place_cache(const struct agent *a, struct cache *c)
 	          ((*local_model_name(c->obj) &&
 	            !local_model_here(c->obj, a->node, a->node_labels, path, sizeof(path))) ||
 	           (selects && !kube_affinity_selects(spec, a->node, a->node_labels)));
+	if (!c->obj || c->away || c->undecided) {
+		pull_sched_cancel(a->sched, &c->fetch.job);
+		pull_sched_cancel(a->sched, &c->pull.job);
+	}
 }
 
 void agent_place_all(struct agent *a)
 {
 	for (struct cache *c = a->caches; c; c = c->next) {
 		agent_place_cache(a, c);
-		if (!c->obj || c->away || c->undecided) {
-			pull_sched_cancel(a->sched, &c->fetch.job);
-			pull_sched_cancel(a->sched, &c->pull.job);
-		}
 		agent_enqueue(a, c->key, 0);
 	}
 }
@@ -325,10 +325,7 @@ static void on_cache_event(void *ud, enum objstore_event_type t, const cJSON *ob
 	cJSON_Delete(c->obj);
 	c->obj = t == OBJSTORE_DELETED ? NULL : cJSON_Duplicate(obj, 1);
 	agent_place_cache(a, c);
-	if (!c->obj || c->away || c->undecided) {
-		pull_sched_cancel(a->sched, &c->fetch.job);
-		pull_sched_cancel(a->sched, &c->pull.job);
-	} else {
+	if (c->obj && !c->away && !c->undecided) {
 		const char *d = cache_digest(obj);
 		char ref[sizeof(c->ref)] = "";
 		struct oci_ref pinned = {0};

@@ -200,7 +200,8 @@ void agent_enqueue(struct agent *a, const char *key, uint64_t delay_ms);
 int agent_volume_dir(const struct agent *a, const char *key, const char *sub, char *buf,
                      size_t len);
 /* Set c->away and c->undecided: whether this node is one c is for
- * (spec.nodeSelector, node affinity, a LocalModelCache's node groups). */
+ * (spec.nodeSelector, node affinity, a LocalModelCache's node groups);
+ * the jobs of a cache that is not (or not yet) for it are cancelled. */
 void agent_place_cache(const struct agent *a, struct cache *c);
 /* The same for every cache (the Node's labels changed), each enqueued. */
 void agent_place_all(struct agent *a);

@@ -452,16 +452,11 @@ static void write_record(struct agent *a, struct cache *c, const cJSON *entry, b
 	}
 }
 
-/* Lua has one empty table for {} and []; the CRD's lists must stay lists. */
+/* The CRD's lists must stay lists. */
 static void entry_lists(cJSON *entry)
 {
 	static const char *const lists[] = {"compatibleGPUs", "incompatibleGPUs", "pods"};
-	for (size_t i = 0; entry && i < sizeof(lists) / sizeof(lists[0]); i++) {
-		cJSON *v = cJSON_GetObjectItemCaseSensitive(entry, lists[i]);
-		if (cJSON_IsObject(v) && !v->child)
-			cJSON_ReplaceItemInObjectCaseSensitive(entry, lists[i],
-			                                       cJSON_CreateArray());
-	}
+	obj_empty_lists(entry, lists, sizeof(lists) / sizeof(lists[0]));
 }
 
 /* A LocalModelCache's kernel cache: its tree copied into the node group's

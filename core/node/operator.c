@@ -626,11 +626,7 @@ static enum engine_status plan_rollout(struct operator_ *op, const cJSON *in, cJ
 		return ENGINE_OK;
 	}
 	static const char *const lists[] = {"pulling", "waiting"};
-	for (size_t i = 0; i < 2; i++) /* Lua's {} is an empty list here */
-		if (!cJSON_IsArray(cJSON_GetObjectItemCaseSensitive(r, lists[i]))) {
-			cJSON_DeleteItemFromObjectCaseSensitive(r, lists[i]);
-			cJSON_AddItemToObject(r, lists[i], cJSON_CreateArray());
-		}
+	obj_empty_lists(r, lists, 2);
 	obj_set(status, "rollout", r);
 	return ENGINE_OK;
 }
