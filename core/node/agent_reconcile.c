@@ -225,23 +225,21 @@ static cJSON *usage_json(struct agent *a, struct cache *c, const struct cache_vi
 	return usage;
 }
 
-/* Whether this node may pull c's digest now (lua/gkm/rollout.lua grants
- * pulls in the cache's status.rollout): a cache with spec.rollout.maxPulling
- * below 100%, and every cache pulled through a mirror (its first wave is
- * one node), waits for its grant. */
+/* What this node needs to know of c's rollout (lua/gkm/rollout.lua grants
+ * pulls in the cache's status.rollout; lua/gkm/agent.lua decides from this
+ * whether the node waits for its grant). */
 static cJSON *rollout_json(const struct agent *a, const struct cache *c)
 {
 	const cJSON *max = cJSON_GetObjectItemCaseSensitive(
 	    cJSON_GetObjectItemCaseSensitive(cJSON_GetObjectItemCaseSensitive(c->obj, "spec"),
 	                                     "rollout"),
 	    "maxPulling");
-	bool limited =
-	    cJSON_IsNumber(max) || (cJSON_IsString(max) && strcmp(max->valuestring, "100%"));
 	const cJSON *st = cJSON_GetObjectItemCaseSensitive(
 	    cJSON_GetObjectItemCaseSensitive(c->obj, "status"), "rollout");
 	bool current = *c->digest && !strcmp(obj_str(st, "digest"), c->digest);
 	cJSON *r = cJSON_CreateObject();
-	cJSON_AddBoolToObject(r, "required", limited || c->mirrored);
+	if (cJSON_IsNumber(max) || cJSON_IsString(max))
+		cJSON_AddItemToObject(r, "maxPulling", cJSON_Duplicate(max, false));
 	cJSON_AddBoolToObject(r, "mirrored", c->mirrored);
 	const char *lists[] = {"pulling", "waiting"};
 	for (size_t i = 0; i < 2; i++) {

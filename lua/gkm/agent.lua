@@ -36,9 +36,7 @@
 --             finished = { { podName, podNamespace, podUID, volumeId, misses,
 --                            missedKernels, finished } } },  -- pods whose writable
 --                                  -- volumes were unpublished here, newest last
---   rollout = { required = bool,   -- this node pulls only once granted: the cache
---                                   -- has spec.rollout.maxPulling, or its image
---                                   -- comes through a mirror
+--   rollout = { maxPulling = n | "p%", -- spec.rollout.maxPulling as written
 --               mirrored = bool,    -- through a mirror (the first wave is one node)
 --               pulling = n, waiting = n,  -- the operator's status.rollout for
 --               pullingPlace = i,   -- this digest; pullingPlace: granted
@@ -74,6 +72,8 @@
 --             or annotations, the policies)
 --   requeue_after = seconds (optional),
 -- }
+local rollout = require("gkm.rollout")
+
 local M = {}
 
 -- GPUs are named by their node-wide index, as in the node status gpus[]
@@ -188,6 +188,13 @@ local function failed(entry, f)
   return entry
 end
 
+-- Whether this node pulls only once the operator grants it a slot: the cache
+-- limits how many nodes pull at once (gkm.rollout's rule), or its image comes
+-- through a mirror.
+local function granted_only(r)
+  return r.mirrored == true or rollout.limit(r.maxPulling, 1) ~= nil
+end
+
 -- A failure with a try to come, reported with actions. In a rollout the node
 -- tries again in its pull slot when the try is due (Pulling, Retrying); while
 -- a backoff runs first it reports the failure, and the operator hands the
@@ -195,7 +202,7 @@ end
 -- Otherwise a failure is reported until a try succeeds.
 local function retrying(input, entry, f, actions)
   local r = type(input.rollout) == "table" and input.rollout or {}
-  if not r.required or (f.permanent and not f.recheck) then
+  if not granted_only(r) or (f.permanent and not f.recheck) then
     return finish(input, failed(entry, f), actions)
   end
   local wait = tonumber(f.retryIn) or 0
@@ -211,7 +218,7 @@ end
 -- The rollout's word: nil when this node may pull now, else input.rollout.
 local function must_wait(input)
   local r = type(input.rollout) == "table" and input.rollout or {}
-  if not r.required or r.pullingPlace then
+  if not granted_only(r) or r.pullingPlace then
     return nil
   end
   return r

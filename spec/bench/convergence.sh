@@ -12,9 +12,14 @@
 # by verb, resource and writer. The server's own CPU per write is printed
 # beside each figure, so that its share can be told from the controller's. A
 # run (the server's start included) is stopped after GKM_BENCH_REAL_LIMIT
-# seconds (default 300); nothing it started outlives it. Nothing is asserted.
+# seconds (default 300); nothing it started outlives it. After convergence the
+# run waits for the operator's Node labels (one apply per node) and prints
+# when the last one landed. Nothing is asserted.
 #
 #   GKM_BENCH_NODES="10 100 1000" spec/bench/convergence.sh
+#   GKM_BENCH_BASELINE=PATH: another gkm binary (an earlier commit's build) as
+#     the operator, run after gkm in every round, for a before and after on
+#     the same machine state
 set -u
 cd "$(dirname "$0")/../.." || exit 1
 export GKM_ROOT=${GKM_ROOT:-$PWD}
@@ -23,6 +28,7 @@ NODES=${GKM_BENCH_NODES:-100 1000}
 RUNS=${GKM_BENCH_RUNS:-5}
 LIMIT=${GKM_BENCH_CONTRAST_LIMIT:-60}
 REAL_LIMIT=${GKM_BENCH_REAL_LIMIT:-300}
+BASELINE=${GKM_BENCH_BASELINE:-}
 SIM=(/usr/bin/python3 spec/bench/convergence_sim.py)
 OUT=$(mktemp "${TMPDIR:-/tmp}/gkm-convergence.XXXXXX")
 trap 'rm -f "$OUT"' EXIT
@@ -44,6 +50,7 @@ sim() {
 for n in $NODES; do
 	for _ in $(seq 1 "$RUNS"); do
 		sim --nodes "$n"
+		[ -z "$BASELINE" ] || GKM_BIN=$BASELINE sim --nodes "$n" --baseline
 	done
 	sim --nodes "$n" --design rmw --contrast-limit "$LIMIT"
 	sim --nodes "$n" --design ssa-shared --contrast-limit "$LIMIT"
@@ -62,7 +69,7 @@ print("%-32s %-6s %5s %4s  %-20s %-16s %-8s %-16s %-5s %-5s %-16s %s" % (
 groups = {}
 for r in rows:
     groups.setdefault((r["n"], r["design"], r["server"]), []).append(r)
-ORDER = ["sharded SSA + gkm operator", "shared object, read-modify-write", "shared object, SSA per writer"]
+ORDER = ["sharded SSA + gkm operator", "sharded SSA + baseline operator", "shared object, read-modify-write", "shared object, SSA per writer"]
 for (n, design, server), rs in sorted(groups.items(), key=lambda kv: (kv[0][0], ORDER.index(kv[0][1]))):
     conv = [r for r in rs if r["converged"]]
     note = ""
@@ -84,6 +91,9 @@ for (n, design, server), rs in sorted(groups.items(), key=lambda kv: (kv[0][0], 
         print("%sagents' writes done %s s; operator after the last write %s s; operator CPU %s s" % (
             pad, med([r["agents_done_s"] for r in rs], "%.2f"), med(lag, "%.2f"),
             med([r["operator_cpu_s"] for r in rs], "%.2f")))
+        lab = [r["labels_done_s"] for r in rs if r.get("labels_done_s") is not None]
+        if lab:
+            print("%sthe last Node label applied at %s s" % (pad, med(lab, "%.2f")))
         print("%sreadyNodes as written by the operator (s: nodes): %s" % (
             pad, ", ".join("%.2f: %d" % (t, k) for t, k in mid["curve"])))
     cpu = "server CPU %s s" % med([r["server_cpu_s"] for r in rs], "%.2f")

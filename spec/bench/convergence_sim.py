@@ -27,6 +27,7 @@ spec/lib/kubeenv.py) serves HTTPS with a token; its CPU is kube-apiserver's
 plus etcd's. Figures only, nothing asserted.
 """
 import argparse
+import calendar
 import ctypes
 import http.client
 import json
@@ -52,6 +53,7 @@ NS = "default"
 DIGEST = "sha256:" + "7c" * 32
 APPLY = "application/apply-patch+yaml"
 AGENT = "gkm-bench-agent"  # the simulated agents' user agent
+BASELINE = False  # --baseline: the operator is an earlier build
 VERBS = {"create": "POST", "update": "PUT", "patch": "PATCH", "delete": "DELETE",
          "deletecollection": "DELETE"}
 
@@ -95,12 +97,20 @@ class RealServer:
                 q = urllib.parse.parse_qs(u.query)
                 out.append({"method": VERBS.get(ev["verb"], ev["verb"].upper()), "path": u.path,
                             "status": (ev.get("responseStatus") or {}).get("code", 0),
-                            "userAgent": ev.get("userAgent", ""),
+                            "userAgent": ev.get("userAgent", ""), "at": stamp(ev.get("stageTimestamp")),
                             "fieldManager": (q.get("fieldManager") or [""])[0]})
         return out
 
     def stop(self):
         self.kube.stop()
+
+
+def stamp(ts):
+    """An audit event's stageTimestamp (RFC 3339, microseconds) as epoch seconds."""
+    if not ts:
+        return 0.0
+    whole, _, frac = ts.rstrip("Z").partition(".")
+    return calendar.timegm(time.strptime(whole, "%Y-%m-%dT%H:%M:%S")) + float("0." + (frac or "0"))
 
 
 def die_with_parent():
@@ -344,7 +354,7 @@ def run_sharded(srv, n, threads, timeout):
                              agent_status(i, ts), APPLY)
             return st, time.monotonic()
 
-        t0 = time.monotonic()
+        t0, wall0 = time.monotonic(), time.time()
         st, _ = c.req("POST", GROUP + "/namespaces/%s/gkmcaches" % NS, {
             "apiVersion": "gkm.io/v1alpha1", "kind": "GKMCache",
             "metadata": {"name": "bench", "namespace": NS,
@@ -358,16 +368,27 @@ def run_sharded(srv, n, threads, timeout):
         t_end = time.monotonic()
         srv1, op1, me1 = server_cpu(srv), cpu_s(op.pid), time.process_time()
         time.sleep(0.5)  # a late write after done would still be counted
-        wr = srv.writes_since(mark)
+        # the Node labels follow: until every node has one, or none came for 5 s
+        seen, quiet_since = -1, time.monotonic()
+        while True:
+            wr = srv.writes_since(mark)
+            labels = [r["at"] for r in wr if r["path"].startswith("/api/v1/nodes/") and r["status"] == 200
+                      and r["fieldManager"] == "gkm-operator/node-labels"]
+            if len(labels) != seen:
+                seen, quiet_since = len(labels), time.monotonic()
+            if len(labels) >= n or time.monotonic() - quiet_since > 5:
+                break
+            time.sleep(0.25)
         op_writes = [r for r in wr if r["method"] == "PATCH" and r["path"].endswith("/gkmcaches/bench/status")]
         for code, _ in res:
             writes[code] = writes.get(code, 0) + 1
         cpu = cpu_delta(srv0, srv1)
         return counted({
-            "design": "sharded SSA + gkm operator", "server": srv.name, "n": n, "setup_s": t_setup,
+            "design": "sharded SSA + %s operator" % ("baseline" if BASELINE else "gkm"), "server": srv.name, "n": n, "setup_s": t_setup,
             "seconds": (w.t_done or t_end) - t0, "converged": w.t_done is not None,
             "agent_writes": len(res), "agent_codes": writes,
             "agents_done_s": t_agents - t0,
+            "labels_done_s": max(labels) - wall0 if len(labels) >= n else None,
             "operator_writes": len(op_writes),
             "server_cpu_s": sum(cpu.values()), "etcd_cpu_s": cpu.get("etcd"),
             "server_peak_mib": server_peak_mib(srv), "operator_cpu_s": op1 - op0, "client_cpu_s": me1 - me0,
@@ -435,7 +456,7 @@ def stop(*_):
 
 
 def main():
-    global SRV
+    global SRV, BASELINE
     ap = argparse.ArgumentParser()
     ap.add_argument("--nodes", type=int, default=100)
     ap.add_argument("--threads", type=int, default=32)
@@ -443,7 +464,10 @@ def main():
     ap.add_argument("--contrast-limit", type=float, default=60.0,
                     help="stop a shared-object run after this many seconds")
     ap.add_argument("--timeout", type=float, default=120.0)
+    ap.add_argument("--baseline", action="store_true",
+                    help="GKM_BIN is an earlier build: name the design so")
     a = ap.parse_args()
+    BASELINE = a.baseline
     if unavailable():
         print("convergence: no real API server: %s" % unavailable(), file=sys.stderr)
         return 2

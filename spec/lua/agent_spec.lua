@@ -186,7 +186,7 @@ describe('agent decisions', function()
 
   describe('in a rollout (spec.rollout.maxPulling, a mirror)', function()
     local D0 = 'sha256:' .. string.rep('0', 64)
-    local waiting = { required = true, pulling = 2, waiting = 3, waitingPlace = 2, limit = 2 }
+    local waiting = { maxPulling = 2, pulling = 2, waiting = 3, waitingPlace = 2, limit = 2 }
 
     it('waits for a slot instead of pulling, and says its place', function()
       local r = decide({ rollout = waiting })
@@ -202,12 +202,22 @@ describe('agent decisions', function()
     end)
 
     it('pulls once granted, and without a rollout as before', function()
-      assert.are.same({ 'pull' }, types(decide({ rollout = { required = true, pullingPlace = 1, limit = 2 } })))
-      assert.are.same({ 'pull' }, types(decide({ rollout = { required = false } })))
+      assert.are.same({ 'pull' }, types(decide({ rollout = { maxPulling = 2, pullingPlace = 1, limit = 2 } })))
+      assert.are.same({ 'pull' }, types(decide({ rollout = { maxPulling = "100%" } })))
+      assert.are.same({ 'pull' }, types(decide({ rollout = {} })))
+    end)
+
+    it('waits for its grant whenever gkm.rollout would limit the pulls', function()
+      for _, max in ipairs({ 1, 5, "1%", "25%", "99%" }) do
+        assert.are.equal('Waiting', decide({ rollout = { maxPulling = max } }).entry.state, tostring(max))
+      end
+      for _, max in ipairs({ "100%", "150%", "all" }) do
+        assert.are.same({ 'pull' }, types(decide({ rollout = { maxPulling = max } })), max)
+      end
     end)
 
     it('says when it waits for the mirror to be filled first', function()
-      local r = decide({ rollout = { required = true, mirrored = true } })
+      local r = decide({ rollout = { mirrored = true } })
       assert.are.equal('Waiting', r.entry.state)
       assert.is_true(r.entry.throughMirror)
       assert.truthy(r.entry.message:find('mirror', 1, true))
@@ -218,7 +228,7 @@ describe('agent decisions', function()
       assert.are.equal('Waiting', r.entry.state)
       assert.are.same({}, types(r))
       local go = decide({ image = { state = 'unknown', pullToRead = true }, compat = nil,
-        rollout = { required = true, pullingPlace = 1 } })
+        rollout = { maxPulling = 2, pullingPlace = 1 } })
       assert.are.same({ 'fetch_image' }, types(go))
     end)
 
@@ -234,13 +244,13 @@ describe('agent decisions', function()
       assert.truthy(again.entry.message:find('timed out', 1, true))
       -- granted while a backoff runs: the slot goes back, no pull starts
       f.retryIn = 5
-      local backoff = decide({ pull = f, rollout = { required = true, pullingPlace = 1 } })
+      local backoff = decide({ pull = f, rollout = { maxPulling = 2, pullingPlace = 1 } })
       assert.are.equal('Failed', backoff.entry.state)
       assert.are.same({}, types(backoff))
       assert.are.equal(5, backoff.requeue_after)
       -- granted when the try is due: the retry is a pull in its slot, not a failure
       f.retryIn = 0
-      local granted = decide({ pull = f, rollout = { required = true, pullingPlace = 1 } })
+      local granted = decide({ pull = f, rollout = { maxPulling = 2, pullingPlace = 1 } })
       assert.are.equal('Pulling', granted.entry.state)
       assert.are.equal('Retrying', granted.entry.reason)
       assert.are.same({ 'pull' }, types(granted))
@@ -254,7 +264,7 @@ describe('agent decisions', function()
       local r = decide({ rollout = waiting, view = { digest = D0, ready = true } })
       assert.are.equal('Waiting', r.entry.state)
       assert.are.equal(D0, r.entry.servingDigest)
-      local pulling = decide({ rollout = { required = true, pullingPlace = 1 }, view = { digest = D0, ready = true } })
+      local pulling = decide({ rollout = { maxPulling = 2, pullingPlace = 1 }, view = { digest = D0, ready = true } })
       assert.are.equal(D0, pulling.entry.servingDigest)
       local done = decide({ store = { present = true }, view = { digest = D, ready = true } })
       assert.are.equal('Ready', done.entry.state)
