@@ -83,23 +83,27 @@ class RealServer:
         return os.path.getsize(self.kube.audit_log)
 
     def writes_since(self, mark):
+        return self.read_writes(mark)[0]
+
+    def read_writes(self, mark):
+        """The writes logged from byte mark on, and the mark after the last
+        whole line (a line still being written is read next time)."""
         out = []
-        with open(self.kube.audit_log) as fh:
+        with open(self.kube.audit_log, "rb") as fh:
             fh.seek(mark)
-            for line in fh:
-                try:
-                    ev = json.loads(line)
-                except ValueError:
-                    continue  # a line still being written
-                if ev.get("stage") != "ResponseComplete":
-                    continue
-                u = urllib.parse.urlsplit(ev["requestURI"])
-                q = urllib.parse.parse_qs(u.query)
-                out.append({"method": VERBS.get(ev["verb"], ev["verb"].upper()), "path": u.path,
-                            "status": (ev.get("responseStatus") or {}).get("code", 0),
-                            "userAgent": ev.get("userAgent", ""), "at": stamp(ev.get("stageTimestamp")),
-                            "fieldManager": (q.get("fieldManager") or [""])[0]})
-        return out
+            data = fh.read()
+        data = data[:data.rfind(b"\n") + 1]
+        for line in data.splitlines():
+            ev = json.loads(line)
+            if ev.get("stage") != "ResponseComplete":
+                continue
+            u = urllib.parse.urlsplit(ev["requestURI"])
+            q = urllib.parse.parse_qs(u.query)
+            out.append({"method": VERBS.get(ev["verb"], ev["verb"].upper()), "path": u.path,
+                        "status": (ev.get("responseStatus") or {}).get("code", 0),
+                        "userAgent": ev.get("userAgent", ""), "at": stamp(ev.get("stageTimestamp")),
+                        "fieldManager": (q.get("fieldManager") or [""])[0]})
+        return out, mark + len(data)
 
     def stop(self):
         self.kube.stop()
@@ -369,13 +373,15 @@ def run_sharded(srv, n, threads, timeout):
         srv1, op1, me1 = server_cpu(srv), cpu_s(op.pid), time.process_time()
         time.sleep(0.5)  # a late write after done would still be counted
         # the Node labels follow: until every node has one, or none came for 5 s
-        seen, quiet_since = -1, time.monotonic()
+        wr, pos, labels, quiet_since = [], mark, [], time.monotonic()
         while True:
-            wr = srv.writes_since(mark)
-            labels = [r["at"] for r in wr if r["path"].startswith("/api/v1/nodes/") and r["status"] == 200
-                      and r["fieldManager"] == "gkm-operator/node-labels"]
-            if len(labels) != seen:
-                seen, quiet_since = len(labels), time.monotonic()
+            new, pos = srv.read_writes(pos)
+            wr += new
+            got = [r["at"] for r in new if r["path"].startswith("/api/v1/nodes/") and r["status"] == 200
+                   and r["fieldManager"] == "gkm-operator/node-labels"]
+            if got:
+                labels += got
+                quiet_since = time.monotonic()
             if len(labels) >= n or time.monotonic() - quiet_since > 5:
                 break
             time.sleep(0.25)
