@@ -1592,6 +1592,8 @@ def test_apply():
         t.ok(a.returncode == 0 and a.stdout.count("serverside-applied") == len(first),
              "kubectl apply --server-side: the namespace and the %d CRDs" % (len(first) - 1),
              diag=a.stdout + a.stderr)
+        # the API server sets Established a moment after it stores a CRD
+        kubectl(ks, "wait", "--for=condition=Established", "crd", "--all", "--timeout=30s")
         g = kubectl(ks, "get", "crd", "-o", "json")
         est = []
         if g.returncode == 0:
