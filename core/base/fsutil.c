@@ -1,6 +1,7 @@
 #include "fsutil.h"
 
 #include <errno.h>
+#include <stdbool.h>
 #include <fcntl.h>
 #include <limits.h>
 #include <stdint.h>
@@ -116,7 +117,7 @@ int fsutil_write_all(int fd, const void *buf, size_t len)
 	return 0;
 }
 
-int fsutil_write_atomic(const char *path, const void *data, size_t len, mode_t mode)
+static int write_replace(const char *path, const void *data, size_t len, mode_t mode, bool durable)
 {
 	char tmp[PATH_MAX];
 	if (snprintf(tmp, sizeof(tmp), "%s.tmp.%d", path, (int)getpid()) >= (int)sizeof(tmp))
@@ -125,7 +126,7 @@ int fsutil_write_atomic(const char *path, const void *data, size_t len, mode_t m
 	if (fd < 0)
 		return -errno;
 	int rc = fsutil_write_all(fd, data, len);
-	if (rc == 0 && fsync(fd) != 0)
+	if (rc == 0 && durable && fsync(fd) != 0)
 		rc = -errno;
 	if (close(fd) != 0 && rc == 0)
 		rc = -errno;
@@ -135,7 +136,17 @@ int fsutil_write_atomic(const char *path, const void *data, size_t len, mode_t m
 		unlink(tmp);
 		return rc;
 	}
-	return fsync_dir_of(path);
+	return durable ? fsync_dir_of(path) : 0;
+}
+
+int fsutil_write_atomic(const char *path, const void *data, size_t len, mode_t mode)
+{
+	return write_replace(path, data, len, mode, true);
+}
+
+int fsutil_write_replace(const char *path, const void *data, size_t len, mode_t mode)
+{
+	return write_replace(path, data, len, mode, false);
 }
 
 int fsutil_mkdirs(const char *path, mode_t mode)

@@ -18,6 +18,12 @@ __attribute__((warn_unused_result)) int fsutil_read_fd(int fd, size_t max, char 
  * content, never a part. */
 __attribute__((warn_unused_result)) int fsutil_write_atomic(const char *path, const void *data,
                                                             size_t len, mode_t mode);
+/* The same without either fsync: readers still see the old or the new
+ * content, but a power loss may bring the old back (or leave an empty file
+ * where there was none, or an empty one replacing it). Only for files whose
+ * loss a reader refuses safely and a writer writes again. */
+__attribute__((warn_unused_result)) int fsutil_write_replace(const char *path, const void *data,
+                                                             size_t len, mode_t mode);
 /* All of buf to fd, write(2) after write(2) (EINTR retried). */
 __attribute__((warn_unused_result)) int fsutil_write_all(int fd, const void *buf, size_t len);
 /* mkdir -p. */

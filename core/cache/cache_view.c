@@ -441,13 +441,40 @@ static cJSON *ready_to_json(const struct cache_view_ready *r)
 	return o;
 }
 
-/* ready.json replaced whole (temp file, fsync, rename, directory fsync):
- * a reader sees the old record or the new one, never a torn one. */
+/* Whether the record at path lets pods mount the cache (says Ready). */
+static bool record_mountable(const char *path)
+{
+	char *text = NULL;
+	size_t len = 0;
+	struct cache_view_ready old;
+	bool ready = false;
+	if (fsutil_read_file(path, CACHE_VIEW_READY_MAX, &text, &len) != 0)
+		return false;
+	if (cache_view_ready_parse(text, len, &old, NULL, 0) == 0) {
+		ready = strcmp(old.state, "Ready") == 0;
+		cache_view_ready_free(&old);
+	}
+	free(text);
+	return ready;
+}
+
+/* ready.json replaced whole (temp file, rename): a reader sees the old
+ * record or the new one, never a torn one. A record that replaces a Ready
+ * one takes a permission away (or moves it to another digest), so it is
+ * made durable (fsync of the file, then of the directory) before this
+ * returns. Any other write is not: lost in a power cut, it leaves a record
+ * that does not say Ready, or none, or an empty one, and the CSI plugin
+ * refuses all three until the agent, started again, writes it anew. One
+ * cache going Pending, Pulling, Ready costs no fsync. */
 static int write_ready(const char *path, const struct cache_view_ready *r)
 {
 	cJSON *j = ready_to_json(r);
 	char *text = j ? cJSON_PrintUnformatted(j) : NULL;
-	int rc = text ? fsutil_write_atomic(path, text, strlen(text), 0644) : -ENOMEM;
+	int rc = -ENOMEM;
+	if (text && record_mountable(path))
+		rc = fsutil_write_atomic(path, text, strlen(text), 0644);
+	else if (text)
+		rc = fsutil_write_replace(path, text, strlen(text), 0644);
 	cJSON_free(text);
 	cJSON_Delete(j);
 	return rc;

@@ -43,11 +43,12 @@
  *
  *   Update order (cache_view_publish() does it): the store entry exists
  *   first; then `data` is replaced atomically (symlink + rename), then
- *   ready.json (write, fsync, rename). A reader that finds `data` pointing at
- *   another digest than ready.json names is looking at an update in flight
- *   and must retry later; it never mounts anything but the store entry of
- *   the digest ready.json names. Removal (cache_view_unpublish()) deletes
- *   ready.json first, so a view disappears atomically for readers.
+ *   ready.json (write, rename; fsync'd when it replaces a Ready record). A
+ *   reader that finds `data` pointing at another digest than ready.json
+ *   names is looking at an update in flight and must retry later; it never
+ *   mounts anything but the store entry of the digest ready.json names.
+ *   Removal (cache_view_unpublish()) deletes ready.json first, so a view
+ *   disappears atomically for readers.
  *
  * Written by the CSI plugin, under the run directory (--run-dir, /run/gkm):
  *
@@ -76,7 +77,10 @@
  *
  * Every file here is written atomically (temp file in the same directory,
  * fsync, rename, fsync of the directory), so a reader sees the old or the new
- * content, never a torn one, and a crash loses at most the last update.
+ * content, never a torn one, and a crash loses at most the last update. The
+ * one exception is a ready.json that replaces a record not saying Ready (or
+ * none): it is not fsync'd, since losing it leaves a record the CSI plugin
+ * refuses (not Ready, none, or empty) until the agent writes it again.
  *
  * Everything read from these files or from API attributes is untrusted:
  * names are validated before they become path components, sizes and counts

@@ -1,6 +1,6 @@
 /* cache_view: names, ready.json parsing, resolving `data` inside the store,
- * the usage files (including concurrent updates) and the asks for evicted
- * caches. */
+ * which records are made durable, the usage files (including concurrent
+ * updates) and the asks for evicted caches. */
 #include <errno.h>
 #include <limits.h>
 #include <pthread.h>
@@ -10,7 +10,9 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <stdatomic.h>
 #include <sys/stat.h>
+#include <sys/syscall.h>
 #include <unistd.h>
 
 #include <cmocka.h>
@@ -24,6 +26,15 @@
 #define HEX2 "fedcba9876543210fedcba9876543210fedcba9876543210fedcba9876543210"
 
 static char root[512];
+
+/* Every fsync(2) the code under test makes is counted here (this
+ * definition is linked in place of the C library's). */
+static atomic_int fsyncs;
+int fsync(int fd)
+{
+	atomic_fetch_add(&fsyncs, 1);
+	return (int)syscall(SYS_fsync, fd);
+}
 
 static int setup(void **state)
 {
@@ -405,6 +416,49 @@ static void test_record_states(void **state)
 	assert_int_equal(cache_view_linked_digest(root, "team", "c1", linked), -ENOENT);
 }
 
+/* A record that replaces a Ready one is fsync'd (file and directory): a
+ * power cut must not bring back a permission that was taken away. The
+ * writes before a cache is first Ready are not: losing one leaves a record
+ * that is not Ready. */
+static void test_record_durability(void **state)
+{
+	(void)state;
+	struct cache_view_ready pending = {.state = "Pending", .compatible = true};
+	struct cache_view_ready pulling = {
+	    .digest = DIGEST, .state = "Pulling", .compatible = true};
+	struct cache_view_ready ready = {.digest = DIGEST, .state = "Ready", .compatible = true};
+	struct cache_view_ready failed = {.digest = DIGEST, .state = "Failed", .compatible = true};
+	struct cache_view_ready r;
+	char err[256];
+	make_entry(HEX);
+	atomic_store(&fsyncs, 0);
+	assert_int_equal(cache_view_record(root, "team", "c1", &pending), 0);
+	assert_int_equal(cache_view_record(root, "team", "c1", &pulling), 0);
+	assert_int_equal(cache_view_publish(root, "team", "c1", &ready), 0);
+	assert_int_equal(atomic_load(&fsyncs), 0);
+
+	/* Ready again (the GPUs changed, or another digest): durable */
+	assert_int_equal(cache_view_publish(root, "team", "c1", &ready), 0);
+	assert_int_equal(atomic_load(&fsyncs), 2);
+	/* Ready taken away: durable */
+	assert_int_equal(cache_view_record(root, "team", "c1", &failed), 0);
+	assert_int_equal(atomic_load(&fsyncs), 4);
+	assert_int_equal(cache_view_ready_read(root, "team", "c1", &r, err, sizeof(err)), 0);
+	assert_string_equal(r.state, "Failed");
+	cache_view_ready_free(&r);
+	/* from Failed on: not */
+	assert_int_equal(cache_view_record(root, "team", "c1", &pending), 0);
+	assert_int_equal(atomic_load(&fsyncs), 4);
+
+	/* A record that cannot be read lets nothing mount: replaced without fsync */
+	sh("printf '' > '%s/caches/team/c1/ready.json'", root);
+	assert_int_equal(cache_view_publish(root, "team", "c1", &ready), 0);
+	assert_int_equal(atomic_load(&fsyncs), 4);
+	assert_int_equal(cache_view_ready_read(root, "team", "c1", &r, err, sizeof(err)), 0);
+	assert_string_equal(r.state, "Ready");
+	cache_view_ready_free(&r);
+}
+
 static struct cache_view_pod pod(const char *vid, const char *digest)
 {
 	struct cache_view_pod p = {
@@ -716,6 +770,7 @@ int main(void)
 	    cmocka_unit_test_setup_teardown(test_open_data, setup, teardown),
 	    cmocka_unit_test_setup_teardown(test_publish_roundtrip, setup, teardown),
 	    cmocka_unit_test_setup_teardown(test_record_states, setup, teardown),
+	    cmocka_unit_test_setup_teardown(test_record_durability, setup, teardown),
 	    cmocka_unit_test_setup_teardown(test_usage, setup, teardown),
 	    cmocka_unit_test_setup_teardown(test_usage_finished, setup, teardown),
 	    cmocka_unit_test_setup_teardown(test_usage_concurrent, setup, teardown),
