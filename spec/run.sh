@@ -11,7 +11,7 @@
 # failure, so a crash is never silent. Set GKM_TEST_FILTER to a substring to
 # run only matching programs.
 #
-# Programs run GKM_TEST_JOBS at a time (default: two per CPU), the long
+# Programs run GKM_TEST_JOBS at a time (default: two per CPU, at most 8), the long
 # end-to-end ones first; each reports as it ends. Every program works in its
 # own temporary directories and on ports it picks free, so they do not meet;
 # the ones that start a real kubelet (whose directories are fixed on the host)
@@ -25,7 +25,8 @@ export GKM_BIN_SAN=$PWD/$BUILD/gkm-san
 export CMOCKA_MESSAGE_OUTPUT=TAP
 export ASAN_OPTIONS=${ASAN_OPTIONS:-detect_leaks=1:abort_on_error=0}
 export UBSAN_OPTIONS=${UBSAN_OPTIONS:-print_stacktrace=1:halt_on_error=1}
-jobs_max=${GKM_TEST_JOBS:-$((2 * $(nproc)))}
+# at most 8: each end-to-end test may run its own API server, etcd and registry
+jobs_max=${GKM_TEST_JOBS:-$((2 * $(nproc) < 8 ? 2 * $(nproc) : 8))}
 logdir=$(mktemp -d "${TMPDIR:-/tmp}/gkm-test.XXXXXX")
 passed=0 failed=0 skipped=0
 failures=()
